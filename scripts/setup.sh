@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Install everything fwbench needs on a Debian 12 machine; safe to run again.
+# Debian packages come from apt-get, Python packages go into ./.venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "setup: must run as root (it installs Debian packages and builds network namespaces)" >&2
+	exit 1
+fi
+
+# The firewalls under test, the seed-faithful traffic tools, and what builds the testbed.
+debs=(iptables nftables ipset iperf3 iputils-ping iproute2 ethtool util-linux procps
+      python3 python3-venv)
+missing=()
+for p in "${debs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "setup: installing Debian packages: ${missing[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Debian's own Python, so the venv does not depend on whatever python3 is first on PATH.
+py=/usr/bin/python3
+if [ ! -x .venv/bin/python ]; then
+	"$py" -m venv .venv
+fi
+# Reinstall only when the dependency list changed.
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat .setup-stamp 2>/dev/null || true)" != "$want" ]; then
+	.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+	.venv/bin/python -m pip install -q -e '.[test]'
+	echo "$want" > .setup-stamp
+fi

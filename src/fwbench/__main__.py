@@ -1,0 +1,3 @@
+from fwbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,30 @@
+"""The backend registry: names to classes, imported only when chosen."""
+from __future__ import annotations
+
+import importlib
+
+from fwbench.backends.base import Backend
+from fwbench.errors import FwbenchError
+
+# name -> "module:Class"; adding a backend touches its module and this table.
+REGISTRY: dict[str, str] = {
+    "none": "fwbench.backends.none:NoFirewall",
+    "iptables-legacy": "fwbench.backends.iptables:IptablesLegacy",
+    "iptables-nft": "fwbench.backends.iptables:IptablesNft",
+    "nftables": "fwbench.backends.nftables:NftLinear",
+    "ipset": "fwbench.backends.iptables:Ipset",
+    "nftset": "fwbench.backends.nftables:NftSet",
+}
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def get(name: str) -> Backend:
+    try:
+        target = REGISTRY[name]
+    except KeyError:
+        raise FwbenchError(f"unknown backend {name!r} (known: {', '.join(REGISTRY)})") from None
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)()

@@ -1,0 +1,49 @@
+"""Running external commands, optionally inside a network namespace.
+
+Every tool fwbench drives (ip, iptables, nft, ipset, iperf3, ping) is called through
+here, so a failure always becomes a CommandError with the tool's own message.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from fwbench.errors import CommandError, FwbenchError
+
+
+def in_netns(netns: str | None, argv: list[str]) -> list[str]:
+    """The argv that runs `argv` inside `netns` (or as is when netns is None)."""
+    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+
+
+def run(argv: list[str], *, netns: str | None = None, input: str | None = None,
+        check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    full = in_netns(netns, argv)
+    try:
+        cp = subprocess.run(full, input=input, capture_output=True, text=True,
+                            timeout=timeout)
+    except FileNotFoundError:
+        raise FwbenchError(f"{full[0]}: command not found") from None
+    except subprocess.TimeoutExpired:
+        raise FwbenchError(f"{' '.join(argv[:3])}: no answer after {timeout:.0f} s") from None
+    if check and cp.returncode != 0:
+        raise CommandError(argv, cp.returncode, cp.stderr or cp.stdout)
+    return cp
+
+
+def output(argv: list[str], **kw) -> str:
+    return run(argv, **kw).stdout
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None
+
+
+def version_line(argv: list[str]) -> str | None:
+    """First line a tool prints about its version, or None when it is missing."""
+    try:
+        cp = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    text = (cp.stdout or cp.stderr).strip()
+    return text.splitlines()[0] if text else None

@@ -1,0 +1,246 @@
+"""The `netns` provider: builds a Topology from network namespaces and veth pairs
+on this machine, runs processes inside it, and always takes it down again.
+
+Nothing here touches the root namespace: veth pairs are created inside the client
+and firewall namespaces directly (`ip -n NS link add ... peer ... netns PEER`),
+sysctls are written from inside the namespace they belong to, and routes cover only
+the benchmarking ranges.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from fwbench import proc
+from fwbench.errors import FwbenchError
+from fwbench.testbed.topology import NETNS_RE, Port, Topology
+
+_ROUTES = {  # role -> (IPv4 range, IPv6 range) reached through the firewall
+    "client": ("198.19.0.0/16", "2001:2:0:2::/64"),
+    "server": ("198.18.0.0/16", "2001:2:0:1::/64"),
+}
+
+
+@dataclass(frozen=True)
+class IfStats:
+    rx_packets: int
+    tx_packets: int
+    rx_dropped: int
+    tx_dropped: int
+    t: float  # time.monotonic() when read
+
+
+class NetnsTestbed:
+    """Build with `with NetnsTestbed(topo) as tb:`; leaving the block removes it all."""
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self._procs: list[subprocess.Popen] = []
+        self._created: list[str] = []
+        self.recorded: dict = {}
+
+    # --- lifecycle ------------------------------------------------------------
+
+    def __enter__(self) -> "NetnsTestbed":
+        try:
+            self.build()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    def build(self) -> None:
+        t = self.topo
+        for role in t.roles:
+            ns = t.netns(role)
+            proc.run(["ip", "netns", "add", ns])
+            self._created.append(ns)
+            self.ip(role, "link", "set", "lo", "up")
+            # No link-local addresses and no duplicate detection: the test links carry
+            # only what fwbench sends, so verification can count packets exactly.
+            self.sysctl(role, "net.ipv6.conf.default.addr_gen_mode=1",
+                        "net.ipv6.conf.default.accept_dad=0",
+                        "net.ipv6.conf.all.accept_dad=0")
+        for a, b in t.links:
+            self.ip(a.host, "link", "add", a.ifname, "address", a.mac, "mtu", str(t.settings.mtu),
+                    "type", "veth", "peer", "name", b.ifname, "address", b.mac,
+                    "mtu", str(t.settings.mtu), "netns", t.netns(b.host))
+        for a, b in t.links:
+            for p in (a, b):
+                self.ip(p.host, "addr", "add", f"{p.ip4}/{p.prefix4}", "dev", p.ifname)
+                # nodad: the address is usable at once, no duplicate detection traffic.
+                self.ip(p.host, "-6", "addr", "add", f"{p.ip6}/{p.prefix6}", "dev", p.ifname,
+                        "nodad")
+                self.ip(p.host, "link", "set", p.ifname, "up")
+        for port, peer in t.neighbours():
+            for addr in (peer.ip4, peer.ip6):
+                self.ip(port.host, "neigh", "replace", addr, "lladdr", peer.mac, "dev",
+                        port.ifname, "nud", "permanent")
+        for role, gw in t.gateways.items():
+            v4, v6 = _ROUTES[role]
+            self.ip(role, "route", "add", v4, "via", gw.ip4)
+            self.ip(role, "-6", "route", "add", v6, "via", gw.ip6)
+        self.sysctl("fw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+        self._set_offloads()
+        self._set_rps()
+        self._wait_quiet()
+
+    def destroy(self) -> None:
+        """Stop every process we started, then remove every namespace we created.
+        Signals are held off meanwhile so a second Ctrl-C cannot leave half a testbed."""
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for p in self._procs:
+                _stop(p)
+            self._procs.clear()
+            for ns in reversed(self._created):
+                remove_netns(ns)
+            self._created.clear()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _wait_quiet(self, quiet_s: float = 0.5, limit_s: float = 5.0) -> None:
+        """Wait until no interface has sent anything for `quiet_s`: links that just
+        came up may still announce themselves (multicast reports)."""
+        ports = [p for link in self.topo.links for p in link]
+        last, since, start = None, time.monotonic(), time.monotonic()
+        while time.monotonic() - start < limit_s:
+            now = [self.stats(p).tx_packets for p in ports]
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                return
+            time.sleep(0.1)
+
+    # --- settings -------------------------------------------------------------
+
+    def _set_offloads(self) -> None:
+        state = "on" if self.topo.settings.offloads else "off"
+        got = {}
+        for a, b in self.topo.links:
+            for p in (a, b):
+                self.exec(p.host, ["ethtool", "-K", p.ifname, "gro", state, "gso", state,
+                                   "tso", state])
+                got[p.ifname] = _read_offloads(self.exec(p.host, ["ethtool", "-k", p.ifname]))
+        self.recorded["offloads"] = got
+
+    def _set_rps(self) -> None:
+        s = self.topo.settings
+        ncpu = os.cpu_count() or 1
+        for cpu in (s.sender_cpu, s.firewall_cpu, s.server_cpu):
+            if not 0 <= cpu < ncpu:
+                raise FwbenchError(f"testbed: CPU {cpu} does not exist (this machine has {ncpu})")
+        steer = {self.topo.fw_client_side: s.firewall_cpu, self.topo.server: s.server_cpu}
+        rps = {}
+        for port, cpu in steer.items():
+            path = f"/sys/class/net/{port.ifname}/queues/rx-0/rps_cpus"
+            self.exec(port.host, ["sh", "-c", f"echo {1 << cpu:x} > {path}"])
+            rps[port.ifname] = self.exec(port.host, ["cat", path]).strip()
+        self.recorded["rps_cpus"] = rps
+        self.recorded["pinning"] = {"sender_cpu": s.sender_cpu, "server_cpu": s.server_cpu}
+
+    # --- running things inside -------------------------------------------------
+
+    def ip(self, role: str, *args: str) -> str:
+        return proc.output(["ip", "-n", self.topo.netns(role), *args])
+
+    def exec(self, role: str, argv: list[str], **kw) -> str:
+        return proc.output(argv, netns=self.topo.netns(role), **kw)
+
+    def run(self, role: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        return proc.run(argv, netns=self.topo.netns(role), **kw)
+
+    def sysctl(self, role: str, *settings: str) -> None:
+        self.exec(role, ["sysctl", "-q", "-w", *settings])
+
+    def spawn(self, role: str, argv: list[str], cpu: int | None = None,
+              **popen_kw) -> subprocess.Popen:
+        """Start a process in a namespace; it is stopped when the testbed goes."""
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu), *argv]
+        # Own session: a Ctrl-C at the terminal reaches fwbench, which stops
+        # the children itself, in order.
+        p = subprocess.Popen(proc.in_netns(self.topo.netns(role), argv),
+                             start_new_session=True, **popen_kw)
+        self._procs.append(p)
+        return p
+
+    def forget(self, p: subprocess.Popen) -> None:
+        _stop(p)
+        if p in self._procs:
+            self._procs.remove(p)
+
+    def stats(self, port: Port) -> IfStats:
+        out = self.ip(port.host, "-s", "-j", "link", "show", "dev", port.ifname)
+        t = time.monotonic()
+        s = json.loads(out)[0]["stats64"]
+        return IfStats(s["rx"]["packets"], s["tx"]["packets"], s["rx"]["dropped"],
+                       s["tx"]["dropped"], t)
+
+    def send_udp(self, dst: str, port: int, count: int, payload: int = 18) -> None:
+        """Send `count` UDP datagrams from the client; used by verification probes."""
+        self.exec("client", [sys.executable, "-m", "fwbench.testbed.probe", dst, str(port),
+                             str(count), str(payload)])
+
+    def ping(self, dst: str, count: int, interval_s: float = 0.01, payload: int = 56,
+             timeout_s: float = 2.0) -> subprocess.CompletedProcess:
+        return self.run("client", ["ping", "-n", "-c", str(count), "-i", f"{interval_s:g}",
+                                   "-s", str(payload), "-W", f"{timeout_s:g}", dst],
+                        check=False, timeout=count * interval_s + timeout_s + 10)
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is not None:
+        return
+    p.terminate()
+    try:
+        p.wait(2)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(2)
+
+
+def _read_offloads(text: str) -> dict[str, str]:
+    want = {"generic-receive-offload": "gro", "generic-segmentation-offload": "gso",
+            "tcp-segmentation-offload": "tso"}
+    got = {}
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip() in want:
+            got[want[key.strip()]] = val.strip()
+    return got
+
+
+def remove_netns(ns: str) -> None:
+    """Remove one fwbench namespace, first ending the processes still inside it.
+    Only called for namespaces fwbench created, so every PID inside is ours."""
+    cp = proc.run(["ip", "netns", "pids", ns], check=False)
+    for pid in (int(x) for x in cp.stdout.split() if x.isdigit()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.run(["ip", "netns", "del", ns], check=False)
+
+
+def leftover_netns() -> list[str]:
+    cp = proc.run(["ip", "netns", "list"], check=False)
+    names = [ln.split()[0] for ln in cp.stdout.splitlines() if ln.strip()]
+    return [n for n in names if NETNS_RE.match(n)]
+
+
+def clean_leftovers() -> list[str]:
+    """Remove what any earlier run left behind (e.g. after SIGKILL)."""
+    gone = leftover_netns()
+    for ns in gone:
+        remove_netns(ns)
+    return gone
