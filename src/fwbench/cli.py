@@ -1,0 +1,150 @@
+"""The command line: parses, calls, prints. Everything it does is callable from
+Python (fwbench.runner, fwbench.backends, fwbench.testbed.netns)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from fwbench import __version__
+from fwbench import backends as registry
+from fwbench.errors import FwbenchError
+
+FRAME_HELP = ("Ethernet frame sizes in bytes, 4-byte FCS included, as RFC 2544 counts them "
+              "(64..MTU+18): a 64-byte frame carries 18 bytes of UDP payload over IPv4, a "
+              "1518-byte frame 1472")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not usage + line
+        raise FwbenchError(f"{self.prog}: {message}")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _str_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fwbench", description="Measure what a Linux firewall costs.")
+    p.add_argument("--version", action="version", version=f"fwbench {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a scenario (or resume one)",
+                       description="Run every trial of a scenario in seeded, interleaved order; "
+                                   "each trial is written to OUT/trials.jsonl as it ends.")
+    r.add_argument("scenario", nargs="?", help="scenario TOML file (flags override its keys)")
+    r.add_argument("--backends", type=_str_list, help="comma-separated backend names, or 'all' "
+                   f"(known: {', '.join(registry.names())})")
+    r.add_argument("--rules", type=_int_list, help="comma-separated rule-set sizes N (>= 1)")
+    r.add_argument("--frame-sizes", type=_int_list, help=FRAME_HELP)
+    r.add_argument("--repeat", type=int, help="repetitions of every cell")
+    r.add_argument("--duration", type=float, help="seconds of traffic measured per trial")
+    r.add_argument("--seed", type=int, help="seed of the trial order")
+    r.add_argument("--out", help="results directory (default results/<name>-<time>)")
+    r.add_argument("--resume", metavar="DIR",
+                   help="finish an interrupted run in DIR; takes no other options")
+
+    sub.add_parser("backends", help="list every backend with its version, or why it "
+                                    "cannot run here")
+    sub.add_parser("clean", help="remove namespaces (and their processes) left by "
+                                 "earlier runs, e.g. after SIGKILL")
+    return p
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise FwbenchError(f"{what} must run as root: it builds network namespaces "
+                           f"and loads firewall rules inside them")
+
+
+def cmd_run(args, out: Console, err: Console) -> int:
+    from fwbench import runner, scenario, summary
+
+    scenario_opts = {"backends": args.backends, "rules": args.rules,
+                     "frame_sizes": args.frame_sizes, "repeat": args.repeat,
+                     "duration_s": args.duration, "seed": args.seed}
+    if args.resume:
+        if args.scenario or args.out or any(v is not None for v in scenario_opts.values()):
+            raise FwbenchError("--resume finishes a run as it was planned; "
+                               "give it no scenario or other options")
+        _need_root("fwbench run")
+        path = Path(args.resume)
+        target = lambda: runner.resume(path, err)  # noqa: E731
+    else:
+        sc = scenario.load(args.scenario, scenario_opts)
+        _need_root("fwbench run")
+        path = Path(args.out) if args.out else runner.default_out(sc)
+        target = lambda: runner.start(sc, path, err)  # noqa: E731
+    try:
+        outcome = target()
+    except (KeyboardInterrupt, runner.Interrupted):
+        err.print(f"interrupted; the finished trials are in {path}/trials.jsonl. "
+                  f"Finish with: fwbench run --resume {path}")
+        return 130
+    order = [b for b in registry.names()]
+    out.print(summary.table(outcome.records, order))
+    not_ok = sum(1 for r in outcome.records if r.status != "ok")
+    out.print(f"{len(outcome.records)} of {outcome.planned} trials recorded"
+              f"{f', {not_ok} not ok (see reason in trials.jsonl)' if not_ok else ''}.")
+    out.print(f"results: {outcome.path}")
+    return 0 if not_ok == 0 else 1
+
+
+def cmd_backends(out: Console) -> int:
+    t = Table(title="fwbench backends")
+    for col in ("backend", "status", "versions", "what it is"):
+        t.add_column(col)
+    for name in registry.names():
+        b = registry.get(name)
+        why = b.unavailable()
+        versions = "; ".join(f"{v}" for v in b.versions().values() if v) or "-"
+        t.add_row(name, "[green]available[/]" if not why else f"[red]unavailable[/]: {why}",
+                  versions, b.description)
+    out.print(t)
+    return 0
+
+
+def cmd_clean(out: Console) -> int:
+    from fwbench.testbed.netns import clean_leftovers
+
+    _need_root("fwbench clean")
+    gone = clean_leftovers()
+    out.print(f"removed {len(gone)} namespace(s)" + (": " + ", ".join(gone) if gone else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = Console()
+    err = Console(stderr=True)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "run":
+            return cmd_run(args, out, err)
+        if args.command == "backends":
+            return cmd_backends(out)
+        if args.command == "clean":
+            return cmd_clean(out)
+        raise FwbenchError(f"unknown command {args.command}")
+    except FwbenchError as e:
+        print(f"fwbench: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fwbench: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug, not a user error: still one line unless asked
+        if os.environ.get("FWBENCH_DEBUG"):
+            raise
+        print(f"fwbench: internal error: {type(e).__name__}: {e} "
+              f"(FWBENCH_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 70

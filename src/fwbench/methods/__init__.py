@@ -1,0 +1,1 @@
+"""Measurement methods. Each turns one trial's traffic into metrics."""

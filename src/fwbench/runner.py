@@ -1,0 +1,213 @@
+"""`fwbench run`: resolve a scenario into a plan, build the testbed, run every trial
+and record it the moment it ends.
+
+The order of work inside one trial: flush every firewall, load the rule set in one
+step, verify what the kernel holds, and only then measure. A trial whose
+verification fails is recorded as `failed` with the reason and never measured.
+"""
+from __future__ import annotations
+
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from fwbench import backends as registry
+from fwbench import environment
+from fwbench.backends.base import Backend
+from fwbench.errors import FwbenchError
+from fwbench.methods.maxrate import MaxRate
+from fwbench.plan import TrialKey, make_plan
+from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
+from fwbench.ruleset import Policy, seed000
+from fwbench.scenario import ALL, Scenario, from_dict
+from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.topology import TestbedSettings, Topology
+from fwbench.traffic.iperf3 import Iperf3Rate, MeasurementInvalid
+from fwbench.traffic.ping import PingRtt
+
+
+class Interrupted(Exception):
+    """SIGTERM, turned into an exception so every cleanup path runs."""
+
+
+@contextmanager
+def sigterm_raises():
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    records: list[TrialRecord]
+    planned: int
+    skipped_backends: dict[str, str]
+
+
+def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:
+    """The backends to run and those skipped (only when the scenario asked for all).
+    A backend named explicitly that cannot run here is an error."""
+    wanted = registry.names() if ALL in sc.backends else list(sc.backends)
+    chosen, skipped = [], {}
+    for name in wanted:
+        b = registry.get(name)
+        why = b.unavailable()
+        if why and ALL not in sc.backends:
+            raise FwbenchError(f"backend {name} cannot run here: {why}")
+        if why:
+            skipped[name] = why
+            continue
+        too_big = [n for n in sc.rules if n > b.max_rules]
+        if b.filters and too_big:
+            raise FwbenchError(f"backend {name} holds at most {b.max_rules:,} rules "
+                               f"in fwbench; {max(too_big):,} asked")
+        chosen.append(name)
+    if not chosen:
+        raise FwbenchError("no backend can run here: " +
+                           "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    return chosen, skipped
+
+
+def make_method(sc: Scenario) -> MaxRate:
+    ins = sc.instrument
+    return MaxRate(Iperf3Rate(ins.iperf3_streams), PingRtt(ins.ping_count, ins.ping_interval_s))
+
+
+def _tool_versions(names: list[str], method: MaxRate) -> dict:
+    out = dict(method.versions())
+    for n in names:
+        out.update(registry.get(n).versions())
+    return out
+
+
+def default_out(sc: Scenario) -> Path:
+    return Path("results") / f"{sc.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
+    names, skipped = resolve_backends(sc)
+    for name, why in skipped.items():
+        console.print(f"[yellow]skipping backend {name}: {why}[/]")
+    resolved = from_dict({**sc.dump(), "backends": names})
+    plan = make_plan(names, resolved.rules, resolved.frame_sizes, resolved.repeat, resolved.seed)
+    method = make_method(resolved)
+    rd = RunDir.create(out, {
+        "scenario": resolved.dump(),
+        "skipped_backends": skipped,
+        "plan": [k.as_dict() for k in plan],
+        "environment": environment.collect(_tool_versions(names, method)),
+        "sessions": [],
+    })
+    return execute(rd, console)
+
+
+def resume(path: str | Path, console: Console) -> RunOutcome:
+    return execute(RunDir.open(path), console)
+
+
+def _policy_for(rules: int, sc: Scenario, topo: Topology, cache: dict) -> Policy:
+    n = max(rules, 1)  # `none` still needs a test flow to probe
+    if n not in cache:
+        cache[n] = seed000(n, topo.server.ip4, counters=sc.policy.counters)
+    return cache[n]
+
+
+def execute(rd: RunDir, console: Console) -> RunOutcome:
+    meta = rd.meta()
+    sc = from_dict(meta["scenario"])
+    plan = [TrialKey(**k) for k in meta["plan"]]
+    done = {r.key for r in rd.records()}
+    todo = [(i, k) for i, k in enumerate(plan) if k not in done]
+    names = sorted({k.backend for _, k in todo})
+    backends: dict[str, Backend] = {}
+    for n in names:
+        b = registry.get(n)
+        if why := b.unavailable():
+            raise FwbenchError(f"backend {n} cannot run here: {why}")
+        backends[n] = b
+    if todo:
+        _run_trials(rd, sc, plan, todo, backends, console)
+    records = rd.records()
+    return RunOutcome(rd.path, records, len(plan), meta.get("skipped_backends", {}))
+
+
+def _run_trials(rd, sc, plan, todo, backends, console) -> None:
+    t = sc.testbed
+    topo = Topology.new(TestbedSettings(t.mtu, t.offloads, t.sender_cpu, t.firewall_cpu,
+                                        t.server_cpu))
+    method = make_method(sc)
+    policies: dict[int, Policy] = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+    with sigterm_raises(), NetnsTestbed(topo) as tb:
+        method.prepare(tb)
+        session = {"testbed_id": topo.run_id, "started_at": _now(),
+                   "testbed": {**topo.settings.as_dict(), "provider": "netns", **tb.recorded},
+                   "trials_left": len(todo)}
+        rd.update_meta(sessions=rd.meta()["sessions"] + [session])
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("trials", total=len(plan), completed=len(plan) - len(todo))
+            for idx, key in todo:
+                progress.update(task, description=f"{key.backend} N={key.rules} "
+                                                  f"{key.frame_size}B")
+                policy = _policy_for(key.rules, sc, topo, policies)
+                rec = run_trial(tb, backends[key.backend], policy, key, idx, sc, method)
+                rd.append(rec)
+                progress.advance(task)
+                progress.console.print(_trial_line(idx + 1, len(plan), rec))
+
+
+def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey, idx: int,
+              sc: Scenario, method: MaxRate) -> TrialRecord:
+    started = _now()
+    t0 = time.perf_counter()
+    status, reason, load_s, metrics = "ok", None, None, {}
+    verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
+    try:
+        load_s = backend.apply(tb, policy).load_time_s
+        v = backend.verify(tb, policy)
+        verification = v.as_dict()
+        if not v.ok:
+            status, reason = "failed", f"verification: {v.reason}"
+        else:
+            metrics = method.run(tb, key.frame_size, sc.duration_s)
+    except MeasurementInvalid as e:
+        status, reason = "invalid", str(e)
+        method.rate.restart(tb)  # a broken test can leave iperf3's server busy
+    except FwbenchError as e:
+        status, reason = "failed", str(e)
+    return TrialRecord(
+        schema_version=SCHEMA_VERSION, run_id=tb.topo.run_id, trial=idx,
+        backend=key.backend, rules=key.rules, frame_size=key.frame_size,
+        method=method.name, traffic=method.traffic, repetition=key.repetition,
+        status=status, reason=reason, verification=verification, load_time_s=load_s,
+        metrics=metrics, started_at=started, duration_s=time.perf_counter() - t0,
+        ruleset_sha256=policy.digest() if backend.filters else None,
+        conditions={"duration_s": sc.duration_s, "policy_template": sc.policy.template,
+                    "counters": sc.policy.counters},
+    )
+
+
+def _trial_line(n: int, total: int, rec: TrialRecord) -> str:
+    head = f"[{n}/{total}] {rec.backend} N={rec.rules} {rec.frame_size}B rep {rec.repetition}:"
+    if rec.status != "ok":
+        return f"{head} [red]{rec.status}[/]: {escape(rec.reason or '')}"
+    m = rec.metrics
+    return f"{head} {m['rx_pps']:,.0f} pps, RTT median {m['rtt_us_median']:.0f} us"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

@@ -1,0 +1,26 @@
+"""Traffic instruments: what sends packets through the testbed and measures them.
+
+A method asks an instrument for one measurement and gets back metrics with units in
+their names. The seed-faithful instruments are iperf3 (packet rate) and ping
+(round-trip time); the native engine will sit behind the same shapes.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from fwbench.testbed.netns import NetnsTestbed
+
+
+class RateInstrument(Protocol):
+    name: str
+
+    def start(self, tb: NetnsTestbed) -> None: ...
+    def measure(self, tb: NetnsTestbed, frame_size: int, duration_s: float) -> dict: ...
+    def versions(self) -> dict[str, str | None]: ...
+
+
+class RttInstrument(Protocol):
+    name: str
+
+    def measure(self, tb: NetnsTestbed, frame_size: int) -> dict: ...
+    def versions(self) -> dict[str, str | None]: ...
