@@ -89,15 +89,15 @@ def cmd_run(args, out: Console, err: Console) -> int:
     try:
         outcome = target()
     except (KeyboardInterrupt, runner.Interrupted):
-        err.print(f"interrupted; the finished trials are in {path}/trials.jsonl. "
-                  f"Finish with: fwbench run --resume {path}")
+        print(f"fwbench: interrupted; finished trials are in {path}/trials.jsonl; "
+              f"finish with: fwbench run --resume {path}", file=sys.stderr)
         return 130
     order = [b for b in registry.names()]
     out.print(summary.table(outcome.records, order))
     not_ok = sum(1 for r in outcome.records if r.status != "ok")
-    out.print(f"{len(outcome.records)} of {outcome.planned} trials recorded"
-              f"{f', {not_ok} not ok (see reason in trials.jsonl)' if not_ok else ''}.")
-    out.print(f"results: {outcome.path}")
+    print(f"{len(outcome.records)} of {outcome.planned} trials recorded"
+          f"{f', {not_ok} not ok (see reason in trials.jsonl)' if not_ok else ''}.")
+    print(f"results: {outcome.path}")
     return 0 if not_ok == 0 else 1
 
 

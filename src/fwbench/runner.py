@@ -176,14 +176,23 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
     t0 = time.perf_counter()
     status, reason, load_s, metrics = "ok", None, None, {}
     verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
+    phases: dict[str, float] = {}
+
+    def timed(name, fn, *args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            phases[name] = round(time.perf_counter() - t, 4)
+
     try:
-        load_s = backend.apply(tb, policy).load_time_s
-        v = backend.verify(tb, policy)
+        load_s = timed("apply_s", backend.apply, tb, policy).load_time_s
+        v = timed("verify_s", backend.verify, tb, policy)
         verification = v.as_dict()
         if not v.ok:
             status, reason = "failed", f"verification: {v.reason}"
         else:
-            metrics = method.run(tb, key.frame_size, sc.duration_s)
+            metrics = timed("measure_s", method.run, tb, key.frame_size, sc.duration_s)
     except MeasurementInvalid as e:
         status, reason = "invalid", str(e)
         method.rate.restart(tb)  # a broken test can leave iperf3's server busy
@@ -197,7 +206,7 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
         metrics=metrics, started_at=started, duration_s=time.perf_counter() - t0,
         ruleset_sha256=policy.digest() if backend.filters else None,
         conditions={"duration_s": sc.duration_s, "policy_template": sc.policy.template,
-                    "counters": sc.policy.counters},
+                    "counters": sc.policy.counters, "phases": phases},
     )
 
 

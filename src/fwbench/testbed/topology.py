@@ -21,6 +21,7 @@ NETNS_RE = re.compile(r"^fwb-[0-9a-f]{6}-(client|fw|server)$")
 @dataclass(frozen=True)
 class TestbedSettings:
     """Knobs that change where the packet cost lands; all recorded with each run."""
+    __test__ = False  # not a pytest class, despite the name
     mtu: int = 1500
     offloads: bool = False      # GRO/GSO/TSO on the test interfaces
     sender_cpu: int = 0         # the traffic generator is pinned here

@@ -1,0 +1,119 @@
+"""`fwbench run` end to end, as a user runs it: records, interruption, SIGKILL,
+`fwbench clean`, `--resume`, and the root namespace left as it was."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from fwbench.testbed.netns import leftover_netns
+
+SMALL = ["--backends", "none,iptables-legacy", "--rules", "100", "--frame-sizes", "64",
+         "--repeat", "3", "--duration", "0.2", "--seed", "3"]
+
+
+def fwbench(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "fwbench", *args], capture_output=True,
+                          text=True, timeout=600, **kw)
+
+
+def start(*args):
+    return subprocess.Popen([sys.executable, "-m", "fwbench", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def records(d):
+    return [json.loads(l) for l in (d / "trials.jsonl").read_text().splitlines() if l.strip()]
+
+
+def wait_for_records(d, n, p, limit_s=120):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if (d / "trials.jsonl").exists() and len(records(d)) >= n:
+            return
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.1)
+    raise AssertionError(f"no {n} records within {limit_s} s")
+
+
+def planned_keys(d):
+    plan = json.loads((d / "run.json").read_text())["plan"]
+    return Counter((k["backend"], k["rules"], k["frame_size"], k["repetition"]) for k in plan)
+
+
+def record_keys(d):
+    return Counter((r["backend"], r["rules"], r["frame_size"], r["repetition"]) for r in records(d))
+
+
+def test_run_records_every_trial(tmp_path, root_state_before):
+    d = tmp_path / "run"
+    cp = fwbench("run", *SMALL, "--out", str(d))
+    assert cp.returncode == 0, cp.stderr
+    assert "results:" in cp.stdout and "x none" in cp.stdout
+    assert record_keys(d) == planned_keys(d)
+    for r in records(d):
+        assert r["status"] == "ok", r["reason"]
+        assert r["verification"]["ok"] is True
+        assert r["verification"]["rules_loaded"] == (0 if r["backend"] == "none" else 100)
+        assert r["metrics"]["rx_pps"] > 0 and r["metrics"]["rtt_us_median"] > 0
+    meta = json.loads((d / "run.json").read_text())
+    assert meta["environment"]["kernel"] and meta["environment"]["tools"]["iperf3"]
+    assert meta["sessions"][0]["testbed"]["rps_cpus"]
+    assert leftover_netns() == []
+
+
+def test_sigkill_then_clean_then_resume(tmp_path):
+    d = tmp_path / "run"
+    p = start("run", *SMALL, "--out", str(d))
+    wait_for_records(d, 2, p)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert leftover_netns(), "a SIGKILLed run leaves its namespaces; clean must find them"
+    cp = fwbench("clean")
+    assert cp.returncode == 0 and "removed 3 namespace" in cp.stdout, cp.stdout + cp.stderr
+    assert leftover_netns() == []
+    done_before = record_keys(d)
+    cp = fwbench("run", "--resume", str(d))
+    assert cp.returncode == 0, cp.stderr
+    after = record_keys(d)
+    assert after == planned_keys(d), "each planned trial exactly once"
+    assert all(after[k] == 1 for k in done_before)
+    assert leftover_netns() == []
+
+
+def test_sigterm_cleans_up_and_says_how_to_resume(tmp_path):
+    d = tmp_path / "run"
+    p = start("run", *SMALL, "--out", str(d))
+    wait_for_records(d, 1, p)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert f"fwbench run --resume {d}" in err
+    assert leftover_netns() == []
+
+
+def test_resume_of_a_finished_run_adds_nothing(tmp_path):
+    d = tmp_path / "run"
+    args = ["--backends", "none", "--frame-sizes", "64", "--repeat", "1", "--duration", "0.2"]
+    assert fwbench("run", *args, "--out", str(d)).returncode == 0
+    before = (d / "trials.jsonl").read_text()
+    assert fwbench("run", "--resume", str(d)).returncode == 0
+    assert (d / "trials.jsonl").read_text() == before
+
+
+def test_a_second_run_into_a_run_directory_is_refused(tmp_path):
+    d = tmp_path / "run"
+    args = ["--backends", "none", "--frame-sizes", "64", "--repeat", "1", "--duration", "0.2"]
+    assert fwbench("run", *args, "--out", str(d)).returncode == 0
+    cp = fwbench("run", *args, "--out", str(d))
+    assert cp.returncode != 0 and "already holds a run" in cp.stderr
+
+
+def test_zz_root_namespace_unchanged_and_nothing_left(root_state_before, root_state_now):
+    """Runs last in this directory: after every privileged test above."""
+    assert leftover_netns() == []
+    assert root_state_now() == root_state_before

@@ -1,0 +1,54 @@
+"""The netns testbed: names, addresses, settings, and that it always goes away."""
+import subprocess
+
+import pytest
+
+from fwbench.errors import FwbenchError
+from fwbench.testbed.netns import NetnsTestbed, leftover_netns
+from fwbench.testbed.topology import TestbedSettings, Topology
+
+
+def test_names_carry_the_run_suffix_and_addresses_are_benchmarking_ranges(testbed):
+    t = testbed.topo
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for role in t.roles:
+        assert t.netns(role) in names and t.run_id in t.netns(role)
+    for a, b in t.links:
+        for p in (a, b):
+            assert t.run_id in p.ifname
+            assert p.ip4.startswith(("198.18.", "198.19.")) and p.ip6.startswith("2001:2:")
+
+
+def test_forwarding_only_in_the_firewall(testbed):
+    for role, want in (("client", "0"), ("fw", "1"), ("server", "0")):
+        got = testbed.exec(role, ["sysctl", "-n", "net.ipv4.ip_forward"]).strip()
+        assert got == want, role
+
+
+def test_static_neighbours_and_recorded_settings(testbed):
+    t = testbed.topo
+    neigh = testbed.ip("client", "neigh", "show", "dev", t.client.ifname)
+    assert t.fw_client_side.mac in neigh and "PERMANENT" in neigh
+    assert testbed.recorded["rps_cpus"][t.fw_client_side.ifname] == "2"
+    assert all(v == {"gro": "off", "gso": "off", "tso": "off"}
+               for v in testbed.recorded["offloads"].values())
+
+
+def test_ipv6_forwards_through_the_firewall(testbed):
+    cp = testbed.run("client", ["ping", "-6", "-c", "2", "-i", "0.01", "-W", "1",
+                                testbed.topo.server.ip6], check=False)
+    assert cp.returncode == 0, cp.stdout
+
+
+def test_failed_build_leaves_nothing():
+    bad = Topology.new(TestbedSettings(firewall_cpu=4096))
+    with pytest.raises(FwbenchError, match="CPU 4096 does not exist"):
+        with NetnsTestbed(bad):
+            pass
+    assert not [n for n in leftover_netns() if bad.run_id in n]
+
+
+def test_processes_are_stopped_with_the_testbed():
+    with NetnsTestbed(Topology.new()) as tb:
+        p = tb.spawn("server", ["sleep", "600"])
+    assert p.poll() is not None

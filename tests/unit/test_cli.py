@@ -1,0 +1,49 @@
+"""The command line's bad-input paths: one line on stderr, non-zero exit."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fwbench.cli import main
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "fwbench", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--backends", "pf"], "unknown backend 'pf'"),
+    (["run", "--rules", "0"], "rules.0"),
+    (["run", "--rules", "ten"], "expected comma-separated integers"),
+    (["run", "--frame-sizes", "32"], "frame size 32"),
+    (["run", "--frame-sizes", "2000"], "frame size 2000"),
+    (["run", "/nonexistent/s.toml"], "no such scenario file"),
+    (["run", "--resume", "/tmp", "--rules", "5"], "--resume"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_is_one_line_and_nonzero(args, needle):
+    cp = run_cli(*args)
+    assert cp.returncode != 0
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1, cp.stderr
+    assert needle in lines[0] and "Traceback" not in cp.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="checks the not-root path")
+def test_not_root():
+    cp = run_cli("run", "--rules", "5")
+    assert cp.returncode != 0 and "must run as root" in cp.stderr
+
+
+def test_resume_on_a_directory_that_is_not_a_run(tmp_path, capsys):
+    if os.geteuid() != 0:
+        pytest.skip("the not-root check comes first")
+    assert main(["run", "--resume", str(tmp_path)]) == 2
+    assert "not an fwbench run" in capsys.readouterr().err
+
+
+def test_help_explains_frame_sizes():
+    cp = run_cli("run", "--help")
+    assert cp.returncode == 0 and "18 bytes of UDP payload" in cp.stdout.replace("\n", " ").replace("  ", " ")

@@ -1,0 +1,87 @@
+"""Scenario validation: every bad input is one clear FwbenchError naming the key."""
+import pytest
+
+from fwbench import scenario
+from fwbench.errors import FwbenchError
+from fwbench.plan import make_plan
+
+ROOT = __import__("pathlib").Path(__file__).parent.parent.parent
+
+
+def load_text(tmp_path, text, **overrides):
+    f = tmp_path / "s.toml"
+    f.write_text(text)
+    return scenario.load(f, overrides)
+
+
+def test_defaults_are_valid():
+    sc = scenario.load(None)
+    assert sc.backends == ["all"] and sc.method == "maxrate"
+
+
+def test_quick_scenario_is_valid():
+    sc = scenario.load(ROOT / "scenarios" / "quick.toml")
+    assert sc.rules == [20, 1000, 10000] and sc.frame_sizes == [64, 1518]
+
+
+def test_flags_override_the_file(tmp_path):
+    sc = load_text(tmp_path, "rules = [5]\nrepeat = 2\n", rules=[7], repeat=None)
+    assert sc.rules == [7] and sc.repeat == 2
+
+
+@pytest.mark.parametrize("text, where", [
+    ("rules = [0]", "rules.0"),
+    ("rules = [-5]", "rules.0"),
+    ("rules = []", "rules"),
+    ("frame_sizes = [63]", "frame size 63"),
+    ("frame_sizes = [1519]", "frame size 1519"),
+    ("frame_sizes = [9018]\n[testbed]\nmtu = 1500", "frame size 9018"),
+    ("backends = ['pf']", "unknown backend 'pf'"),
+    ("backends = ['nftables', 'nftables']", "listed twice"),
+    ("repeat = 0", "repeat"),
+    ("repeat = '3'", "repeat"),
+    ("duration_s = -1", "duration_s"),
+    ("bogus = 1", "bogus: unknown key"),
+    ("[testbed]\nmtux = 1500", "testbed.mtux: unknown key"),
+    ("[testbed]\nmtu = 'big'", "testbed.mtu"),
+    ("method = 'sorcery'", "method"),
+])
+def test_bad_scenarios_name_the_problem(tmp_path, text, where):
+    with pytest.raises(FwbenchError) as e:
+        load_text(tmp_path, text)
+    msg = str(e.value)
+    assert where in msg and "\n" not in msg
+
+
+def test_jumbo_frames_fit_a_jumbo_mtu(tmp_path):
+    sc = load_text(tmp_path, "frame_sizes = [9018]\n[testbed]\nmtu = 9000")
+    assert sc.frame_sizes == [9018]
+
+
+def test_malformed_toml(tmp_path):
+    with pytest.raises(FwbenchError, match="malformed TOML"):
+        load_text(tmp_path, "rules = [1, 2")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FwbenchError, match="no such scenario file"):
+        scenario.load(tmp_path / "nope.toml")
+
+
+def test_integers_are_accepted_for_seconds(tmp_path):
+    assert load_text(tmp_path, "duration_s = 2").duration_s == 2.0
+
+
+def test_plan_is_interleaved_complete_and_seeded():
+    plan = make_plan(["none", "iptables-legacy", "nftables"], [20, 1000], [64, 1518], 3, seed=7)
+    cells = 2 + 2 * 2 * 2
+    assert len(plan) == cells * 3 and len(set(plan)) == len(plan)
+    # Every cell once per round, rounds in order.
+    for rep in range(3):
+        assert {k.repetition for k in plan[rep * cells:(rep + 1) * cells]} == {rep}
+    # Random order within rounds, the same for the same seed.
+    assert plan == make_plan(["none", "iptables-legacy", "nftables"], [20, 1000], [64, 1518], 3, 7)
+    rounds = [[(k.backend, k.rules, k.frame_size) for k in plan[i * cells:(i + 1) * cells]]
+              for i in range(3)]
+    assert rounds[0] != rounds[1] or rounds[1] != rounds[2]
+    assert all(k.rules == 0 for k in plan if k.backend == "none")
