@@ -10,34 +10,13 @@ from datetime import datetime, timezone
 from fwbench import __version__, proc
 
 
-def _cpu_model() -> str | None:
+def _field(path: str, prefix: str, sep: str = ":") -> str | None:
+    """The value of the first line of `path` that starts with `prefix`."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def _mem_total_kib() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _os_release() -> str | None:
-    try:
-        with open("/etc/os-release") as f:
-            for line in f:
-                if line.startswith("PRETTY_NAME="):
-                    return line.split("=", 1)[1].strip().strip('"')
+                if line.startswith(prefix):
+                    return line.split(sep, 1)[1].strip().strip('"')
     except OSError:
         pass
     return None
@@ -50,10 +29,10 @@ def collect(tool_versions: dict[str, str | None]) -> dict:
         "hostname": socket.gethostname(),
         "kernel": f"{u.system} {u.release} {u.version}",
         "machine": u.machine,
-        "os": _os_release(),
-        "cpu_model": _cpu_model(),
+        "os": _field("/etc/os-release", "PRETTY_NAME=", "="),
+        "cpu_model": _field("/proc/cpuinfo", "model name"),
         "cpus": os.cpu_count(),
-        "mem_total_kib": _mem_total_kib(),
+        "mem_total": _field("/proc/meminfo", "MemTotal:"),
         "python": platform.python_version(),
         "fwbench": __version__,
         "tools": {"ip": proc.version_line(["ip", "-V"]), **tool_versions},

@@ -20,7 +20,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from fwbench import backends as registry
-from fwbench import environment
+from fwbench import environment, proc
 from fwbench.backends.base import Backend
 from fwbench.errors import FwbenchError
 from fwbench.methods.maxrate import MaxRate
@@ -98,6 +98,7 @@ def default_out(sc: Scenario) -> Path:
 
 
 def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
+    check_tools()
     names, skipped = resolve_backends(sc)
     for name, why in skipped.items():
         console.print(f"[yellow]skipping backend {name}: {why}[/]")
@@ -125,7 +126,21 @@ def _policy_for(rules: int, sc: Scenario, topo: Topology, cache: dict) -> Policy
     return cache[n]
 
 
+# What the testbed and the maxrate instruments run, with the Debian package that has it.
+REQUIRED_TOOLS = {"ip": "iproute2", "ss": "iproute2", "ethtool": "ethtool",
+                  "sysctl": "procps", "taskset": "util-linux", "iperf3": "iperf3",
+                  "ping": "iputils-ping"}
+
+
+def check_tools() -> None:
+    for tool, package in REQUIRED_TOOLS.items():
+        if not proc.have(tool):
+            raise FwbenchError(f"{tool} not found: install the Debian package {package} "
+                               f"(./scripts/setup.sh installs everything)")
+
+
 def execute(rd: RunDir, console: Console) -> RunOutcome:
+    check_tools()
     meta = rd.meta()
     sc = from_dict(meta["scenario"])
     plan = [TrialKey(**k) for k in meta["plan"]]

@@ -47,3 +47,12 @@ def test_resume_on_a_directory_that_is_not_a_run(tmp_path, capsys):
 def test_help_explains_frame_sizes():
     cp = run_cli("run", "--help")
     assert cp.returncode == 0 and "18 bytes of UDP payload" in cp.stdout.replace("\n", " ").replace("  ", " ")
+
+
+def test_missing_tool_is_one_line(monkeypatch):
+    from fwbench import runner
+    from fwbench.errors import FwbenchError
+
+    monkeypatch.setattr(runner.proc, "have", lambda tool: tool != "iperf3")
+    with pytest.raises(FwbenchError, match="iperf3 not found: install the Debian package iperf3"):
+        runner.check_tools()
