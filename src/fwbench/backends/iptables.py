@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from fwbench import proc
-from fwbench.backends.base import Backend, Snapshot
+from fwbench.backends.base import Backend, Snapshot, interfaces
 from fwbench.ruleset import Interfaces, Policy
 from fwbench.ruleset import render as r
 from fwbench.testbed.netns import NetnsTestbed
@@ -74,7 +74,7 @@ class IptablesLinear(_Iptables):
         def entries(texts, *_):
             return sum(1 for t in texts if t not in aux)
 
-        rendered = r.iptables_linear(policy, _ifs_of(tb))
+        rendered = r.iptables_linear(policy, interfaces(tb))
         return self._snapshot(tb, policy, rendered, entries)
 
 
@@ -122,14 +122,10 @@ class Ipset(_Iptables):
             m = re.search(r"^Number of entries: (\d+)$", out, re.M)
             return int(m.group(1)) if m else 0
 
-        snap = self._snapshot(tb, policy, r.iptables_ipset(policy, _ifs_of(tb)), entries)
+        snap = self._snapshot(tb, policy, r.iptables_ipset(policy, interfaces(tb)), entries)
         t = policy.test_entry
         member = tb.run("fw", ["ipset", "test", r.IPSET_NAME,
                                f"{t.daddr},{t.proto}:{t.dport}"], check=False).returncode == 0
         # The set rule is the test flow's rule only if the test entry is in the set.
         return Snapshot(snap.entries, snap.test_hits if member else None, snap.ping_hits,
                         {**snap.notes, "test_entry_in_set": member})
-
-
-def _ifs_of(tb: NetnsTestbed) -> Interfaces:
-    return Interfaces(tb.topo.fw_client_side.ifname, tb.topo.fw_server_side.ifname)
