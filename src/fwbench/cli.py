@@ -92,8 +92,7 @@ def cmd_run(args, out: Console, err: Console) -> int:
         print(f"fwbench: interrupted; finished trials are in {path}/trials.jsonl; "
               f"finish with: fwbench run --resume {path}", file=sys.stderr)
         return 130
-    order = [b for b in registry.names()]
-    out.print(summary.table(outcome.records, order))
+    out.print(summary.table(outcome.records, registry.names()))
     not_ok = sum(1 for r in outcome.records if r.status != "ok")
     print(f"{len(outcome.records)} of {outcome.planned} trials recorded"
           f"{f', {not_ok} not ok (see reason in trials.jsonl)' if not_ok else ''}.")

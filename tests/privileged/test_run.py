@@ -40,6 +40,14 @@ def wait_for_records(d, n, p, limit_s=120):
     raise AssertionError(f"no {n} records within {limit_s} s")
 
 
+def interrupt(d, after_records, sig):
+    """Start a SMALL run into d and send `sig` once `after_records` trials are on disk."""
+    p = start("run", *SMALL, "--out", str(d))
+    wait_for_records(d, after_records, p)
+    p.send_signal(sig)
+    return p
+
+
 def planned_keys(d):
     plan = json.loads((d / "run.json").read_text())["plan"]
     return Counter((k["backend"], k["rules"], k["frame_size"], k["repetition"]) for k in plan)
@@ -68,10 +76,7 @@ def test_run_records_every_trial(tmp_path, root_state_before):
 
 def test_sigkill_then_clean_then_resume(tmp_path):
     d = tmp_path / "run"
-    p = start("run", *SMALL, "--out", str(d))
-    wait_for_records(d, 2, p)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
+    interrupt(d, 2, signal.SIGKILL).wait()
     assert leftover_netns(), "a SIGKILLed run leaves its namespaces; clean must find them"
     cp = fwbench("clean")
     assert cp.returncode == 0 and "removed 3 namespace" in cp.stdout, cp.stdout + cp.stderr
@@ -87,9 +92,7 @@ def test_sigkill_then_clean_then_resume(tmp_path):
 
 def test_sigterm_cleans_up_and_says_how_to_resume(tmp_path):
     d = tmp_path / "run"
-    p = start("run", *SMALL, "--out", str(d))
-    wait_for_records(d, 1, p)
-    p.send_signal(signal.SIGTERM)
+    p = interrupt(d, 1, signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert f"fwbench run --resume {d}" in err
