@@ -11,8 +11,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # The firewalls under test, the seed-faithful traffic tools, and what builds the testbed.
+# The traffic engine (engine/, C + an XDP program) needs a compiler, clang for BPF,
+# bpftool for the skeleton and libbpf.
 debs=(iptables nftables ipset iperf3 iputils-ping iproute2 ethtool util-linux procps
-      python3 python3-venv)
+      python3 python3-venv
+      gcc make libc6-dev clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev)
 missing=()
 for p in "${debs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -36,3 +39,6 @@ if [ "$(cat .setup-stamp 2>/dev/null || true)" != "$want" ]; then
 	.venv/bin/python -m pip install -q -e '.[test]'
 	echo "$want" > .setup-stamp
 fi
+
+# The engine: make rebuilds only what changed.
+make -s -C engine >/dev/null

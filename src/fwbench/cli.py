@@ -35,6 +35,9 @@ def _str_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+METHODS = ("maxrate", "throughput", "latency", "lossload", "fixedrate")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fwbench", description="Measure what a Linux firewall costs.")
     p.add_argument("--version", action="version", version=f"fwbench {__version__}")
@@ -51,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=int, help="repetitions of every cell")
     r.add_argument("--duration", type=float, help="seconds of traffic measured per trial")
     r.add_argument("--seed", type=int, help="seed of the trial order")
+    r.add_argument("--method", choices=METHODS,
+                   help="maxrate: open-throttle rate + ping RTT; throughput: NDR/PDR by "
+                        "MLRsearch; latency: percentiles at no load, fractions of PDR and "
+                        "NDR; lossload: RFC 2544 frame-loss curve; fixedrate: seed 003's "
+                        "flows (frame sizes 128, 512, 1280)")
+    r.add_argument("--traffic", choices=("engine", "iperf3"),
+                   help="engine: fwbench's own paced sender + XDP sink (default); "
+                        "iperf3: seed 000's instruments (maxrate only)")
     r.add_argument("--out", help="results directory (default results/<name>-<time>)")
     r.add_argument("--resume", metavar="DIR",
                    help="finish an interrupted run in DIR; takes no other options")
@@ -73,7 +84,8 @@ def cmd_run(args, out: Console, err: Console) -> int:
 
     scenario_opts = {"backends": args.backends, "rules": args.rules,
                      "frame_sizes": args.frame_sizes, "repeat": args.repeat,
-                     "duration_s": args.duration, "seed": args.seed}
+                     "duration_s": args.duration, "seed": args.seed,
+                     "method": args.method, "traffic": args.traffic}
     if args.resume:
         if args.scenario or args.out or any(v is not None for v in scenario_opts.values()):
             raise FwbenchError("--resume finishes a run as it was planned; "

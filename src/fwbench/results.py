@@ -15,7 +15,7 @@ from pathlib import Path
 from fwbench.errors import FwbenchError
 from fwbench.plan import TrialKey
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `trials` (a method's sub-trials), engine metrics
 RUN_KIND = "fwbench-run"
 
 
@@ -40,6 +40,7 @@ class TrialRecord:
     duration_s: float            # wall time of the whole trial
     ruleset_sha256: str | None
     conditions: dict = field(default_factory=dict)
+    trials: list = field(default_factory=list)  # every search step / load point
 
     @property
     def key(self) -> TrialKey:

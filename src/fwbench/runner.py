@@ -21,15 +21,21 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from fwbench import backends as registry
 from fwbench import environment, proc
-from fwbench.backends.base import Backend
+from fwbench.backends.base import Backend, flush_all
 from fwbench.errors import FwbenchError
+from fwbench.methods.base import Method
+from fwbench.methods.fixedrate import FixedRate
+from fwbench.methods.latency import Latency
+from fwbench.methods.lossload import LossLoad
 from fwbench.methods.maxrate import MaxRate
+from fwbench.methods.throughput import Throughput, search_config
 from fwbench.plan import TrialKey, make_plan
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
 from fwbench.ruleset import Policy, seed000
 from fwbench.scenario import ALL, Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
+from fwbench.traffic.engine import EngineSettings, EngineTraffic
 from fwbench.traffic.iperf3 import Iperf3Rate, MeasurementInvalid
 from fwbench.traffic.ping import PingRtt
 
@@ -81,12 +87,37 @@ def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:
     return chosen, skipped
 
 
-def make_method(sc: Scenario) -> MaxRate:
+def make_method(sc: Scenario):
+    """The scenario's method with its instruments. Settings a search would reject are
+    rejected here, before a testbed is built."""
     ins = sc.instrument
-    return MaxRate(Iperf3Rate(ins.iperf3_streams), PingRtt(ins.ping_count, ins.ping_interval_s))
+    ping = PingRtt(ins.ping_count, ins.ping_interval_s)
+    if sc.traffic == "iperf3":
+        return MaxRate(Iperf3Rate(ins.iperf3_streams), ping)
+    e = sc.engine
+    engine = EngineTraffic(EngineSettings(e.receiver, e.threads, e.flows, e.late_us))
+    if sc.method in ("throughput", "latency"):
+        # Validate with a stand-in ceiling; the real one is measured per frame size.
+        top = sc.throughput.max_load_pps or 2 * sc.throughput.min_load_pps
+        search_config(sc.throughput, sc.duration_s, top)
+    match sc.method:
+        case "maxrate":
+            return MaxRate(engine, ping)
+        case "throughput":
+            return Throughput(engine, sc.throughput)
+        case "latency":
+            # The reference ping runs at the engine's idle rate: on a VM, the wake-up
+            # of an idle CPU dominates latency, so only equal gaps compare.
+            idle_ping = PingRtt(max(ins.ping_count, 200), max(1 / sc.latency.idle_pps, 1e-4))
+            return Latency(engine, sc.throughput, sc.latency, idle_ping)
+        case "lossload":
+            return LossLoad(engine, sc.lossload)
+        case "fixedrate":
+            return FixedRate(engine, sc.fixedrate, max(sc.rules))
+    raise FwbenchError(f"unknown method {sc.method}")
 
 
-def _tool_versions(names: list[str], method: MaxRate) -> dict:
+def _tool_versions(names: list[str], method) -> dict:
     out = dict(method.versions())
     for n in names:
         out.update(registry.get(n).versions())
@@ -162,7 +193,7 @@ def execute(rd: RunDir, console: Console) -> RunOutcome:
 def _run_trials(rd, sc, plan, todo, backends, console) -> None:
     t = sc.testbed
     topo = Topology.new(TestbedSettings(t.mtu, t.offloads, t.sender_cpu, t.firewall_cpu,
-                                        t.server_cpu))
+                                        t.server_cpu, server_rps=sc.traffic == "iperf3"))
     method = make_method(sc)
     policies: dict[int, Policy] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -172,26 +203,63 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
         session = {"testbed_id": topo.run_id, "started_at": _now(),
                    "testbed": {**topo.settings.as_dict(), "provider": "netns", **tb.recorded},
                    "trials_left": len(todo)}
-        rd.update_meta(sessions=rd.meta()["sessions"] + [session])
+        meta = rd.meta()
+        env = meta["environment"]
+        engine = _engine_of(method)
+        if engine is not None:
+            console.print("calibrating the engine with no firewall: latency bias, "
+                          "sender ceiling")
+            cal = calibrate(tb, engine, sc.frame_sizes)
+            if isinstance(method, Method):
+                method.ceilings.update({int(f): v for f, v in cal["sender_ceiling_pps"].items()})
+            session["engine"] = cal
+            env = {**env, "engine_bias": cal["bias"]}
+        rd.update_meta(sessions=meta["sessions"] + [session], environment=env)
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("trials", total=len(plan), completed=len(plan) - len(todo))
             for idx, key in todo:
                 progress.update(task, description=f"{key.backend} N={key.rules} "
                                                   f"{key.frame_size}B")
                 policy = _policy_for(key.rules, sc, topo, policies)
-                rec = run_trial(tb, backends[key.backend], policy, key, idx, sc, method)
+                rec = run_trial(tb, backends[key.backend], policy, key, idx, sc, method,
+                                policies)
                 rd.append(rec)
                 progress.advance(task)
-                progress.console.print(_trial_line(idx + 1, len(plan), rec))
+                progress.console.print(_trial_line(idx + 1, len(plan), rec, method))
+
+
+def _engine_of(method) -> EngineTraffic | None:
+    engine = method.rate if isinstance(method, MaxRate) else method.engine
+    return engine if isinstance(engine, EngineTraffic) else None
+
+
+def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int]) -> dict:
+    """Measured once per testbed session with every firewall flushed:
+
+    - the engine's own latency (no firewall, 1,000 pps for 1 s): what the instrument
+      itself adds (sender, two veth hops, forwarding without rules, the sink), so
+      latency figures can be read against it;
+    - the sender's ceiling per frame size (open throttle, 0.5 s): the top of every
+      search. Measured here because through a saturated firewall the sender slows
+      down (each refused frame costs it a system call)."""
+    flush_all(tb)
+    r = engine.measurer(tb, 64).measure(1.0, 1000)
+    bias = {"frame_size": 64, "offered_pps": 1000, "duration_s": 1.0,
+            "one_way_us": r.latency_us, "send_lag_us": r.extra.get("send_lag_us"),
+            "loss_ratio": r.loss_ratio, "receiver": r.extra.get("receiver")}
+    ceilings = {str(f): engine.measurer(tb, f).measure(0.5, 0).achieved_pps
+                for f in sorted(set(frame_sizes))}
+    return {"bias": bias, "sender_ceiling_pps": ceilings}
 
 
 def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey, idx: int,
-              sc: Scenario, method: MaxRate) -> TrialRecord:
+              sc: Scenario, method, policies: dict | None = None) -> TrialRecord:
     started = _now()
     t0 = time.perf_counter()
     status, reason, load_s, metrics = "ok", None, None, {}
     verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
     phases: dict[str, float] = {}
+    trials: list[dict] = []
 
     def timed(name, fn, *args):
         t = time.perf_counter()
@@ -207,12 +275,17 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
         if not v.ok:
             status, reason = "failed", f"verification: {v.reason}"
         else:
-            metrics = timed("measure_s", method.run, tb, key.frame_size, sc.duration_s)
+            metrics = timed("measure_s", lambda: method.run(
+                tb, key.frame_size, sc.duration_s, rules=key.rules,
+                reload=_reloader(tb, backend, sc, policies if policies is not None else {})))
+            trials = metrics.pop("trials", [])
     except MeasurementInvalid as e:
         status, reason = "invalid", str(e)
-        method.rate.restart(tb)  # a broken test can leave iperf3's server busy
+        method.restart(tb)  # a broken test can leave iperf3's server busy
     except FwbenchError as e:
         status, reason = "failed", str(e)
+        if not metrics:
+            method.restart(tb)  # the receiver may be what failed
     return TrialRecord(
         schema_version=SCHEMA_VERSION, run_id=tb.topo.run_id, trial=idx,
         backend=key.backend, rules=key.rules, frame_size=key.frame_size,
@@ -222,15 +295,27 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
         ruleset_sha256=policy.digest() if backend.filters else None,
         conditions={"duration_s": sc.duration_s, "policy_template": sc.policy.template,
                     "counters": sc.policy.counters, "phases": phases},
+        trials=trials,
     )
 
 
-def _trial_line(n: int, total: int, rec: TrialRecord) -> str:
+def _reloader(tb: NetnsTestbed, backend: Backend, sc: Scenario, cache: dict):
+    """For methods that search over the rule count: load and verify n rules."""
+    def reload(n: int) -> None:
+        policy = _policy_for(n, sc, tb.topo, cache)
+        backend.apply(tb, policy)
+        v = backend.verify(tb, policy)
+        if not v.ok:
+            raise FwbenchError(f"verification at {n} rules: {v.reason}")
+    return reload
+
+
+def _trial_line(n: int, total: int, rec: TrialRecord, method) -> str:
     head = f"[{n}/{total}] {rec.backend} N={rec.rules} {rec.frame_size}B rep {rec.repetition}:"
     if rec.status != "ok":
         return f"{head} [red]{rec.status}[/]: {escape(rec.reason or '')}"
-    m = rec.metrics
-    return f"{head} {m['rx_pps']:,.0f} pps, RTT median {m['rtt_us_median']:.0f} us"
+    subs = f" ({len(rec.trials)} sub-trials)" if rec.trials else ""
+    return f"{head} {method.line(rec.metrics)}{subs}"
 
 
 def _now() -> str:

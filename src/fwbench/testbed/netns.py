@@ -139,7 +139,9 @@ class NetnsTestbed:
         for cpu in (s.sender_cpu, s.firewall_cpu, s.server_cpu):
             if not 0 <= cpu < ncpu:
                 raise FwbenchError(f"testbed: CPU {cpu} does not exist (this machine has {ncpu})")
-        steer = {self.topo.fw_client_side: s.firewall_cpu, self.topo.server: s.server_cpu}
+        steer = {self.topo.fw_client_side: s.firewall_cpu}
+        if s.server_rps:
+            steer[self.topo.server] = s.server_cpu
         rps = {}
         for port, cpu in steer.items():
             path = f"/sys/class/net/{port.ifname}/queues/rx-0/rps_cpus"

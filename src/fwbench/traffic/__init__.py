@@ -2,7 +2,8 @@
 
 A method asks an instrument for one measurement and gets back metrics with units in
 their names. The seed-faithful instruments are iperf3 (packet rate) and ping
-(round-trip time); the native engine will sit behind the same shapes.
+(round-trip time); the native engine (`traffic.engine`) fits the same shapes and also offers the
+one-call `measure(duration, load)` interface the search methods use.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class RateInstrument(Protocol):
     name: str
 
     def start(self, tb: NetnsTestbed) -> None: ...
+    def restart(self, tb: NetnsTestbed) -> None: ...
     def measure(self, tb: NetnsTestbed, frame_size: int, duration_s: float) -> dict: ...
     def versions(self) -> dict[str, str | None]: ...
 

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+/* fwbench-engine: the traffic engine's entry point. JSON on stdout, words on stderr. */
+#include <string.h>
+#include "engine.h"
+
+static const char usage[] =
+"usage: fwbench-engine {send|sink|recv} [options]   (each takes --help)\n"
+"  send  paced or open-throttle UDP frames with sequence numbers and send times\n"
+"  sink  count, time-stamp and drop them in XDP on the receiving interface\n"
+"  recv  the same in user space (and --reflect them back for round trips)\n";
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		usage_error("no mode given (send, sink or recv; --help for more)");
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "send"))
+		return cmd_send(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "sink"))
+		return cmd_sink(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "recv"))
+		return cmd_recv(argc - 1, argv + 1);
+	usage_error("unknown mode %s (send, sink or recv)", argv[1]);
+}

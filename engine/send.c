@@ -1,0 +1,555 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The sender: UDP frames of an exact size written straight to an interface
+ * (AF_PACKET, qdisc bypassed), open loop. At a target rate every packet has a
+ * scheduled time t0 + i/rate and is sent at or after it, never before; the
+ * stamp carries the schedule, not the send time, so a sender that falls
+ * behind shows up as latency instead of hiding it (no coordinated omission).
+ * A sender that cannot keep up stops at the deadline and reports the rate it
+ * achieved, which the caller compares with the offered one.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <netinet/ip.h>
+#include <netinet/ip6.h>
+#include <netinet/udp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include "engine.h"
+
+#define MAX_THREADS FWB_MAX_STREAMS
+#define MAX_BATCH 256
+#define SPIN_NS 150000ULL	/* sleep until this close to a due time, then spin */
+
+struct send_cfg {
+	const char *ifname;
+	int ifindex;
+	uint8_t src_mac[6], dst_mac[6];
+	struct bench_addr src, dst;
+	uint64_t src_count, dst_count;
+	uint16_t sport, dport;
+	uint64_t sport_count;
+	uint64_t frame_size, mtu;
+	double rate;		/* packets per second, all threads; 0 = open */
+	double duration_s;	/* 0 = until count */
+	uint64_t count;		/* 0 = until duration */
+	int threads, ncpus, cpus[MAX_THREADS];
+	uint32_t cookie;
+	int batch;
+	uint64_t t0;
+};
+
+struct sender {
+	const struct send_cfg *cfg;
+	int stream;
+	double rate;
+	uint64_t quota;		/* packets this thread sends; UINT64_MAX = open */
+	uint64_t sent, errors, refused, end_ns;
+	uint64_t lag_sum, lag_min, lag_max;
+	uint64_t *lag_hist;
+	const char *fail;
+	int fail_errno;
+};
+
+static uint16_t csum_fold(uint32_t sum)
+{
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
+static uint32_t csum_add(uint32_t sum, const void *buf, size_t len)
+{
+	const uint16_t *p = buf;
+
+	for (; len > 1; len -= 2)
+		sum += *p++;
+	if (len)
+		sum += *(const uint8_t *)p;
+	return sum;
+}
+
+static size_t l3_len(const struct send_cfg *c)
+{
+	return c->src.family == AF_INET ? sizeof(struct iphdr) :
+					  sizeof(struct ip6_hdr);
+}
+
+/* Bytes written to the interface: the frame without its 4-byte FCS. */
+static size_t wire_len(const struct send_cfg *c)
+{
+	return c->frame_size - 4;
+}
+
+static size_t payload_len(const struct send_cfg *c)
+{
+	return wire_len(c) - ETH_HLEN - l3_len(c) - sizeof(struct udphdr);
+}
+
+/* Everything that is the same in every packet; the rest is written per packet. */
+static void fill_template(const struct send_cfg *c, uint8_t *f)
+{
+	struct ethhdr *eth = (void *)f;
+	struct udphdr *udp = (void *)(f + ETH_HLEN + l3_len(c));
+	size_t ulen = sizeof(*udp) + payload_len(c);
+
+	memset(f, 0, wire_len(c));
+	memcpy(eth->h_dest, c->dst_mac, 6);
+	memcpy(eth->h_source, c->src_mac, 6);
+	if (c->src.family == AF_INET) {
+		struct iphdr *ip = (void *)(f + ETH_HLEN);
+
+		eth->h_proto = htons(ETH_P_IP);
+		ip->version = 4;
+		ip->ihl = 5;
+		ip->tot_len = htons(sizeof(*ip) + ulen);
+		ip->frag_off = htons(IP_DF);
+		ip->ttl = 64;
+		ip->protocol = IPPROTO_UDP;
+	} else {
+		struct ip6_hdr *ip6 = (void *)(f + ETH_HLEN);
+
+		eth->h_proto = htons(ETH_P_IPV6);
+		ip6->ip6_flow = htonl(6U << 28);
+		ip6->ip6_plen = htons(ulen);
+		ip6->ip6_nxt = IPPROTO_UDP;
+		ip6->ip6_hlim = 64;
+	}
+	udp->len = htons(ulen);
+}
+
+static void set_addr(const struct bench_addr *base, uint64_t off, int family,
+		     void *dst)
+{
+	if (family == AF_INET) {
+		uint32_t v = htonl(ntohl(base->v4.s_addr) + (uint32_t)off);
+
+		memcpy(dst, &v, 4);
+	} else {
+		struct in6_addr a = base->v6;
+		uint32_t low;
+
+		memcpy(&low, &a.s6_addr[12], 4);
+		low = htonl(ntohl(low) + (uint32_t)off);
+		memcpy(&a.s6_addr[12], &low, 4);
+		memcpy(dst, &a, 16);
+	}
+}
+
+/*
+ * Per packet: the flow (source address and port, destination address, taken
+ * round robin so every flow gets the same share), the stamp and checksums.
+ * The payload after the stamp is zeros, so the UDP checksum over IPv6 only
+ * needs the headers and the stamp.
+ */
+static void fill_packet(const struct send_cfg *c, uint8_t *f, uint64_t n,
+			const struct fwb_stamp *st)
+{
+	uint64_t si = n % c->src_count;
+	uint64_t pi = (n / c->src_count) % c->sport_count;
+	uint64_t di = (n / c->src_count / c->sport_count) % c->dst_count;
+	struct udphdr *udp = (void *)(f + ETH_HLEN + l3_len(c));
+
+	udp->source = htons(c->sport + pi);
+	udp->dest = htons(c->dport);
+	udp->check = 0;
+	memcpy(udp + 1, st, FWB_STAMP_LEN);
+	if (c->src.family == AF_INET) {
+		struct iphdr *ip = (void *)(f + ETH_HLEN);
+
+		set_addr(&c->src, si, AF_INET, &ip->saddr);
+		set_addr(&c->dst, di, AF_INET, &ip->daddr);
+		ip->id = htons((uint16_t)n);
+		ip->check = 0;
+		ip->check = csum_fold(csum_add(0, ip, sizeof(*ip)));
+	} else {
+		struct ip6_hdr *ip6 = (void *)(f + ETH_HLEN);
+		uint32_t sum = 0, len = ntohs(udp->len);
+
+		set_addr(&c->src, si, AF_INET6, &ip6->ip6_src);
+		set_addr(&c->dst, di, AF_INET6, &ip6->ip6_dst);
+		sum = csum_add(sum, &ip6->ip6_src, 32);
+		sum += htons(len >> 16) + htons(len & 0xffff);
+		sum += htons(IPPROTO_UDP);
+		sum = csum_add(sum, udp, sizeof(*udp) + FWB_STAMP_LEN);
+		udp->check = csum_fold(sum);
+		if (!udp->check)
+			udp->check = 0xffff;
+	}
+}
+
+static void wait_until(uint64_t t)
+{
+	uint64_t now = now_ns();
+
+	if (t > now + SPIN_NS) {
+		struct timespec ts;
+		uint64_t wake = t - SPIN_NS;
+
+		ts.tv_sec = wake / 1000000000ULL;
+		ts.tv_nsec = wake % 1000000000ULL;
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	}
+	while (now_ns() < t)
+		;
+}
+
+static int open_socket(const struct send_cfg *c)
+{
+	struct sockaddr_ll sll = {
+		.sll_family = AF_PACKET,
+		.sll_ifindex = c->ifindex,
+		.sll_halen = 6,
+	};
+	int fd, one = 1, sndbuf = 256 << 20;
+
+	fd = socket(AF_PACKET, SOCK_RAW, 0);
+	if (fd < 0)
+		return -1;
+	/* Straight to the driver: the qdisc would only add a queue to measure. */
+	setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one));
+	/*
+	 * Open loop: a frame the firewall has not taken yet still counts against
+	 * the send buffer, so a buffer smaller than the firewall's input queue
+	 * would hold the sender to the firewall's pace (closed loop, no loss).
+	 * Make it larger than any queue on the path (FORCE: above wmem_max).
+	 */
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)))
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+	memcpy(sll.sll_addr, c->dst_mac, 6);
+	if (bind(fd, (struct sockaddr *)&sll, sizeof(sll))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void record_lag(struct sender *s, uint64_t lag)
+{
+	uint32_t idx = fwb_hist_index(lag);
+
+	s->lag_hist[idx]++;
+	s->lag_sum += lag;
+	if (lag > s->lag_max)
+		s->lag_max = lag;
+	if (lag < s->lag_min)
+		s->lag_min = lag;
+}
+
+static void *sender_main(void *arg)
+{
+	struct sender *s = arg;
+	const struct send_cfg *c = s->cfg;
+	uint64_t deadline = c->duration_s > 0 ?
+		c->t0 + (uint64_t)(c->duration_s * 1e9) : UINT64_MAX;
+	double interval = s->rate > 0 ? 1e9 / s->rate : 0;
+	size_t flen = wire_len(c);
+	uint8_t *frames = NULL;
+	struct mmsghdr msgs[MAX_BATCH];
+	struct iovec iov[MAX_BATCH];
+	int fd = -1, nflows_stride = c->threads;
+
+	if (c->ncpus)
+		pin_to_cpu(c->cpus[s->stream % c->ncpus]);
+	frames = malloc(flen * c->batch);
+	if (!frames) {
+		s->fail = "out of memory";
+		goto out;
+	}
+	fd = open_socket(c);
+	if (fd < 0) {
+		s->fail = "cannot open a packet socket on the interface";
+		s->fail_errno = errno;
+		goto out;
+	}
+	memset(msgs, 0, sizeof(msgs));
+	for (int k = 0; k < c->batch; k++) {
+		fill_template(c, frames + k * flen);
+		iov[k].iov_base = frames + k * flen;
+		iov[k].iov_len = flen;
+		msgs[k].msg_hdr.msg_iov = &iov[k];
+		msgs[k].msg_hdr.msg_iovlen = 1;
+	}
+
+	wait_until(c->t0);
+	while (s->sent < s->quota) {
+		uint64_t now = now_ns(), due, n;
+		int k, r, refused;
+
+		if (now >= deadline)
+			break;
+		if (interval > 0) {
+			due = (uint64_t)((now - c->t0) / interval) + 1;
+			if (due > s->quota)
+				due = s->quota;
+			if (due <= s->sent) {
+				uint64_t next = c->t0 +
+					(uint64_t)(s->sent * interval);
+				wait_until(next < deadline ? next : deadline);
+				continue;
+			}
+			n = due - s->sent;
+		} else {
+			n = s->quota - s->sent;
+		}
+		if (n > (uint64_t)c->batch)
+			n = c->batch;
+		for (k = 0; k < (int)n; k++) {
+			uint64_t seq = s->sent + k;
+			struct fwb_stamp st = {
+				.cookie = c->cookie,
+				.stream = s->stream,
+				.seq = (uint32_t)seq,
+				.sched_ns = interval > 0 ?
+					c->t0 + (uint64_t)(seq * interval) : now,
+			};
+
+			/* Threads interleave flows so together they cover all. */
+			fill_packet(c, frames + k * flen,
+				    seq * nflows_stride + s->stream, &st);
+			record_lag(s, now - st.sched_ns);
+		}
+		r = sendmmsg(fd, msgs, n, 0);
+		refused = 0;
+		if (r < 0) {
+			if (errno != ENOBUFS && errno != EAGAIN && errno != EINTR) {
+				s->fail = "send failed";
+				s->fail_errno = errno;
+				break;
+			}
+			if (errno != ENOBUFS)
+				s->errors++;
+			r = 0;
+		}
+		/*
+		 * A frame the next hop refused (ENOBUFS: veth found the peer's
+		 * input queue full and dropped it) has left the sender: it is
+		 * lost at the firewall's input, as a full NIC ring would lose
+		 * it. Count it as sent and go on; sending it again would let
+		 * the firewall pace the sender (closed loop).
+		 */
+		if (r < (int)n && (r > 0 || errno == ENOBUFS))
+			refused = 1;
+		/* Lag was counted for n; uncount what was not sent. */
+		for (k = r + refused; k < (int)n; k++) {
+			uint64_t seq = s->sent + k;
+			uint64_t sched = interval > 0 ?
+				c->t0 + (uint64_t)(seq * interval) : now;
+			uint64_t lag = now - sched;
+
+			s->lag_hist[fwb_hist_index(lag)]--;
+			s->lag_sum -= lag;
+		}
+		s->sent += r + refused;
+		s->refused += refused;
+	}
+	s->end_ns = now_ns();
+out:
+	if (fd >= 0)
+		close(fd);
+	free(frames);
+	return NULL;
+}
+
+static const struct option send_opts[] = {
+	{ "ifname", required_argument, NULL, 'i' },
+	{ "src-mac", required_argument, NULL, 'S' },
+	{ "dst-mac", required_argument, NULL, 'D' },
+	{ "src", required_argument, NULL, 's' },
+	{ "src-count", required_argument, NULL, 'a' },
+	{ "dst", required_argument, NULL, 'd' },
+	{ "dst-count", required_argument, NULL, 'b' },
+	{ "sport", required_argument, NULL, 'p' },
+	{ "sport-count", required_argument, NULL, 'P' },
+	{ "dport", required_argument, NULL, 'q' },
+	{ "frame-size", required_argument, NULL, 'f' },
+	{ "mtu", required_argument, NULL, 'm' },
+	{ "rate", required_argument, NULL, 'r' },
+	{ "duration", required_argument, NULL, 't' },
+	{ "count", required_argument, NULL, 'n' },
+	{ "threads", required_argument, NULL, 'T' },
+	{ "cpus", required_argument, NULL, 'c' },
+	{ "cookie", required_argument, NULL, 'k' },
+	{ "batch", required_argument, NULL, 'B' },
+	{ "help", no_argument, NULL, 'h' },
+	{ 0 }
+};
+
+static const char send_usage[] =
+"usage: fwbench-engine send --ifname IF --src-mac MAC --dst-mac MAC --src ADDR\n"
+"         --dst ADDR [--src-count N] [--dst-count N] [--sport P] [--sport-count N]\n"
+"         [--dport P] [--frame-size B] [--mtu B] [--rate PPS] (--duration S | --count N)\n"
+"         [--threads T] [--cpus LIST] [--cookie C] [--batch N]\n"
+"  Frame size includes the 4-byte FCS (RFC 2544): 64..MTU+18. Rate 0 = open throttle.\n"
+"  Addresses must lie in 198.18.0.0/15 or 2001:2::/48.\n";
+
+static void parse_send(int argc, char **argv, struct send_cfg *c)
+{
+	bool have_smac = false, have_dmac = false, have_src = false,
+	     have_dst = false;
+	size_t min_frame;
+	int opt;
+
+	*c = (struct send_cfg){
+		.src_count = 1, .dst_count = 1, .sport = 10000, .sport_count = 1,
+		.dport = 9, .frame_size = 64, .mtu = 1500, .threads = 1,
+		.batch = 64,
+	};
+	while ((opt = getopt_long(argc, argv, "", send_opts, NULL)) != -1) {
+		switch (opt) {
+		case 'i': c->ifname = optarg; break;
+		case 'S': parse_mac("src-mac", optarg, c->src_mac); have_smac = true; break;
+		case 'D': parse_mac("dst-mac", optarg, c->dst_mac); have_dmac = true; break;
+		case 's': parse_bench_addr("src", optarg, &c->src); have_src = true; break;
+		case 'd': parse_bench_addr("dst", optarg, &c->dst); have_dst = true; break;
+		case 'a': c->src_count = parse_u64("src-count", optarg, 1, 1 << 24); break;
+		case 'b': c->dst_count = parse_u64("dst-count", optarg, 1, 1 << 24); break;
+		case 'p': c->sport = parse_u64("sport", optarg, 1, 65535); break;
+		case 'P': c->sport_count = parse_u64("sport-count", optarg, 1, 65535); break;
+		case 'q': c->dport = parse_u64("dport", optarg, 1, 65535); break;
+		case 'f': c->frame_size = parse_u64("frame-size", optarg, 0, 1 << 20); break;
+		case 'm': c->mtu = parse_u64("mtu", optarg, 68, 65535); break;
+		case 'r': c->rate = parse_double("rate", optarg, 0, 1e9); break;
+		case 't': c->duration_s = parse_double("duration", optarg, 0, 86400); break;
+		case 'n': c->count = parse_u64("count", optarg, 1, UINT32_MAX * 64ULL); break;
+		case 'T': c->threads = parse_u64("threads", optarg, 1, MAX_THREADS); break;
+		case 'c': c->ncpus = parse_cpus("cpus", optarg, c->cpus, MAX_THREADS); break;
+		case 'k': c->cookie = parse_u64("cookie", optarg, 1, UINT32_MAX); break;
+		case 'B': c->batch = parse_u64("batch", optarg, 1, MAX_BATCH); break;
+		case 'h': fputs(send_usage, stdout); exit(0);
+		default: usage_error("send: bad option (see send --help)");
+		}
+	}
+	if (optind < argc)
+		usage_error("send: unexpected argument %s", argv[optind]);
+	if (!c->ifname)
+		usage_error("send: --ifname is required");
+	if (!have_smac || !have_dmac)
+		usage_error("send: --src-mac and --dst-mac are required");
+	if (!have_src || !have_dst)
+		usage_error("send: --src and --dst are required");
+	if (c->src.family != c->dst.family)
+		usage_error("send: --src and --dst must both be IPv4 or both IPv6");
+	bench_addr_check_span("src", &c->src, c->src_count);
+	bench_addr_check_span("dst", &c->dst, c->dst_count);
+	if (c->sport + c->sport_count - 1 > 65535)
+		usage_error("--sport-count: ports run past 65535");
+	min_frame = 4 + ETH_HLEN + l3_len(c) + sizeof(struct udphdr) + FWB_STAMP_LEN;
+	if (min_frame < 64)
+		min_frame = 64;
+	if (c->frame_size < min_frame || c->frame_size > c->mtu + 18)
+		usage_error("--frame-size: %lu is outside %zu..%lu (with the FCS; "
+			    "MTU %lu + 18)", (unsigned long)c->frame_size,
+			    min_frame, (unsigned long)(c->mtu + 18),
+			    (unsigned long)c->mtu);
+	if (c->duration_s <= 0 && !c->count)
+		usage_error("send: give --duration or --count");
+	if (!c->cookie) {
+		srandom(now_ns() ^ getpid());
+		c->cookie = (uint32_t)random() | 1;
+	}
+	c->ifindex = if_index_or_die(c->ifname);
+}
+
+int cmd_send(int argc, char **argv)
+{
+	struct send_cfg c;
+	struct sender s[MAX_THREADS];
+	pthread_t tid[MAX_THREADS];
+	uint64_t sent = 0, errors = 0, refused = 0, end = 0, lag_sum = 0, lag_max = 0,
+		 lag_min = UINT64_MAX, *lag_hist;
+	double active_s, achieved;
+	struct json j;
+	int t;
+
+	parse_send(argc, argv, &c);
+	lag_hist = calloc(FWB_HIST_BUCKETS, sizeof(uint64_t));
+	/* Start together a little ahead, so every thread's schedule shares t0. */
+	c.t0 = now_ns() + 2000000ULL;
+	for (t = 0; t < c.threads; t++) {
+		uint64_t total = c.count;
+
+		s[t] = (struct sender){ .cfg = &c, .stream = t,
+					.rate = c.rate / c.threads,
+					.lag_min = UINT64_MAX };
+		s[t].lag_hist = calloc(FWB_HIST_BUCKETS, sizeof(uint64_t));
+		if (!total && c.rate > 0)
+			total = (uint64_t)(c.rate * c.duration_s + 0.5);
+		if (total)
+			s[t].quota = total / c.threads + ((uint64_t)t < total % c.threads);
+		else
+			s[t].quota = UINT64_MAX;
+		if (pthread_create(&tid[t], NULL, sender_main, &s[t]))
+			runtime_error("cannot start sender thread %d", t);
+	}
+	for (t = 0; t < c.threads; t++)
+		pthread_join(tid[t], NULL);
+	for (t = 0; t < c.threads; t++) {
+		if (s[t].fail)
+			runtime_error("stream %d: %s (%s)", t, s[t].fail,
+				      strerror(s[t].fail_errno));
+		sent += s[t].sent;
+		errors += s[t].errors;
+		refused += s[t].refused;
+		if (s[t].end_ns > end)
+			end = s[t].end_ns;
+		lag_sum += s[t].lag_sum;
+		if (s[t].lag_max > lag_max)
+			lag_max = s[t].lag_max;
+		if (s[t].lag_min < lag_min)
+			lag_min = s[t].lag_min;
+		for (unsigned int i = 0; i < FWB_HIST_BUCKETS; i++)
+			lag_hist[i] += s[t].lag_hist[i];
+	}
+	/* The sender's active time: the whole window in duration mode, so a
+	 * sender that fell behind shows a lower achieved rate. */
+	active_s = (end - c.t0) / 1e9;
+	if (c.duration_s > 0 && active_s < c.duration_s)
+		active_s = c.duration_s;
+	achieved = active_s > 0 ? sent / active_s : 0;
+
+	json_begin(&j, stdout);
+	json_str(&j, "mode", "send");
+	json_u64(&j, "family", c.src.family == AF_INET ? 4 : 6);
+	json_u64(&j, "frame_size", c.frame_size);
+	json_u64(&j, "payload_len", payload_len(&c));
+	json_num(&j, "offered_pps", c.rate);
+	json_num(&j, "duration_s", c.duration_s);
+	json_u64(&j, "threads", c.threads);
+	json_u64(&j, "flows", c.src_count * c.sport_count * c.dst_count);
+	json_u64(&j, "cookie", c.cookie);
+	json_u64(&j, "t0_ns", c.t0);
+	json_u64(&j, "end_ns", end);
+	json_u64(&j, "sent", sent);
+	json_u64(&j, "send_errors", errors);
+	json_u64(&j, "refused_by_next_hop", refused);
+	json_num(&j, "active_s", active_s);
+	json_num(&j, "achieved_pps", achieved);
+	json_arr(&j, "streams");
+	for (t = 0; t < c.threads; t++) {
+		json_obj(&j, NULL);
+		json_u64(&j, "stream", t);
+		json_u64(&j, "sent", s[t].sent);
+		json_u64(&j, "quota", s[t].quota == UINT64_MAX ? 0 : s[t].quota);
+		json_close_obj(&j);
+	}
+	json_close_arr(&j);
+	json_latency(&j, "send_lag_ns", lag_hist, sent, lag_sum,
+		     sent ? lag_min : 0, lag_max);
+	json_end(&j);
+	note("sent %lu packets of %lu B in %.3f s: %.0f pps (offered %.0f)",
+	     (unsigned long)sent, (unsigned long)c.frame_size, active_s,
+	     achieved, c.rate);
+	for (t = 0; t < c.threads; t++)
+		free(s[t].lag_hist);
+	free(lag_hist);
+	return 0;
+}

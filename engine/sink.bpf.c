@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The kernel-side sink: on the server's interface, count and time-stamp every
+ * engine packet with the clock the sender used (bpf_ktime_get_ns() is
+ * CLOCK_MONOTONIC) and drop it, so no user-space receiver sits on the
+ * measured path. Everything else (ARP, ping, iperf3) passes untouched.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "common.h"
+
+const volatile __u16 engine_port = 9;	/* UDP destination port, set at load */
+const volatile __u64 late_ns = 1000000000ULL;
+
+/* Written by user space when a trial is armed; 0 = disarmed. */
+volatile __u32 cookie;
+
+struct fwb_counters counters;
+__u64 hist[FWB_HIST_BUCKETS];
+__u64 next_seq[FWB_MAX_STREAMS];	/* highest seq seen + 1, per stream */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, FWB_SEEN_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} seen SEC(".maps");
+
+static __always_inline struct udphdr *engine_udp(void *data, void *end)
+{
+	struct ethhdr *eth = data;
+	struct udphdr *udp;
+
+	if ((void *)(eth + 1) > end)
+		return NULL;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > end || ip->protocol != IPPROTO_UDP ||
+		    ip->ihl != 5 || (ip->frag_off & bpf_htons(0x3fff)))
+			return NULL;
+		udp = (void *)(ip + 1);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP)
+			return NULL;
+		udp = (void *)(ip6 + 1);
+	} else {
+		return NULL;
+	}
+	if ((void *)(udp + 1) > end || udp->dest != bpf_htons(engine_port))
+		return NULL;
+	return udp;
+}
+
+SEC("xdp")
+int fwb_sink(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct udphdr *udp = engine_udp(data, end);
+	struct fwb_stamp st;
+	__u64 now, lat, bit, old, *word;
+	__u32 key, idx, armed = cookie;
+
+	if (!udp)
+		return XDP_PASS;
+	now = bpf_ktime_get_ns();
+	if ((void *)(udp + 1) + FWB_STAMP_LEN > end) {
+		__sync_fetch_and_add(&counters.malformed, 1);
+		return XDP_DROP;
+	}
+	__builtin_memcpy(&st, udp + 1, FWB_STAMP_LEN);
+	if (!armed || st.cookie != armed) {
+		__sync_fetch_and_add(&counters.stale, 1);
+		return XDP_DROP;
+	}
+	if (st.stream >= FWB_MAX_STREAMS) {
+		__sync_fetch_and_add(&counters.malformed, 1);
+		return XDP_DROP;
+	}
+
+	bit = fwb_seen_bit(st.stream, st.seq);
+	key = bit >> 6;
+	word = bpf_map_lookup_elem(&seen, &key);
+	if (!word)
+		return XDP_DROP;
+	old = __sync_fetch_and_or(word, 1ULL << (bit & 63));
+	if (old & (1ULL << (bit & 63))) {
+		__sync_fetch_and_add(&counters.duplicated, 1);
+		return XDP_DROP;
+	}
+
+	/* One receive queue: packets of a trial arrive here one at a time. */
+	if (st.seq + 1ULL < next_seq[st.stream & (FWB_MAX_STREAMS - 1)])
+		__sync_fetch_and_add(&counters.reordered, 1);
+	else
+		next_seq[st.stream & (FWB_MAX_STREAMS - 1)] = st.seq + 1ULL;
+
+	if (now < st.sched_ns) {
+		__sync_fetch_and_add(&counters.early, 1);
+		lat = 0;
+	} else {
+		lat = now - st.sched_ns;
+	}
+	if (lat > late_ns)
+		__sync_fetch_and_add(&counters.late, 1);
+	idx = fwb_hist_index(lat);
+	if (idx < FWB_HIST_BUCKETS)
+		__sync_fetch_and_add(&hist[idx], 1);
+	__sync_fetch_and_add(&counters.received, 1);
+	__sync_fetch_and_add(&counters.lat_sum_ns, lat);
+	__sync_fetch_and_add(&counters.bytes, (__u64)(end - data));
+	if (!counters.first_ns)
+		counters.first_ns = now;
+	counters.last_ns = now;
+	if (lat > counters.lat_max_ns)
+		counters.lat_max_ns = lat;
+	if (!counters.lat_min_ns || lat < counters.lat_min_ns)
+		counters.lat_min_ns = lat ? lat : 1;
+	return XDP_DROP;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The XDP sink's loader: attach sink.bpf.c to the server's interface, then
+ * arm and read it over stdin (see control_loop). Its counters live in the
+ * program's global data, mapped into this process, so arming is a memset and
+ * reading is a copy: no system call per bucket.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <linux/if_link.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <bpf/libbpf.h>
+#include <bpf/bpf.h>
+#include "engine.h"
+#include "sink.skel.h"
+
+struct sink {
+	struct fwb_sink *skel;
+	uint64_t *seen;
+	size_t seen_len;
+	uint32_t cookie;
+};
+
+static void sink_arm(void *ctx, uint32_t cookie)
+{
+	struct sink *s = ctx;
+	struct fwb_sink__bss *bss = s->skel->bss;
+
+	/* Disarm first: packets arriving during the reset count as stale. */
+	__atomic_store_n(&bss->cookie, 0, __ATOMIC_SEQ_CST);
+	memset(&bss->counters, 0, sizeof(bss->counters));
+	memset(bss->hist, 0, sizeof(bss->hist));
+	memset(bss->next_seq, 0, sizeof(bss->next_seq));
+	memset(s->seen, 0, s->seen_len);
+	__atomic_store_n(&bss->cookie, cookie, __ATOMIC_SEQ_CST);
+	s->cookie = cookie;
+}
+
+static void sink_report(void *ctx, struct json *j)
+{
+	struct sink *s = ctx;
+	struct fwb_counters c;
+	static uint64_t hist[FWB_HIST_BUCKETS];
+
+	memcpy(&c, (void *)&s->skel->bss->counters, sizeof(c));
+	memcpy(hist, (void *)s->skel->bss->hist, sizeof(hist));
+	json_rx_report(j, "sink", s->cookie, &c, hist);
+}
+
+static const struct option sink_opts[] = {
+	{ "ifname", required_argument, NULL, 'i' },
+	{ "port", required_argument, NULL, 'p' },
+	{ "late-us", required_argument, NULL, 'l' },
+	{ "xdp-mode", required_argument, NULL, 'x' },
+	{ "help", no_argument, NULL, 'h' },
+	{ 0 }
+};
+
+static const char sink_usage[] =
+"usage: fwbench-engine sink --ifname IF [--port P] [--late-us US]\n"
+"         [--xdp-mode native|generic]\n"
+"  Counts, time-stamps and drops engine packets to UDP port P in XDP on IF;\n"
+"  everything else passes. Then reads commands on stdin: arm COOKIE | read | quit.\n";
+
+static int silent_libbpf(enum libbpf_print_level level, const char *fmt,
+			 va_list ap)
+{
+	return level == LIBBPF_WARN ? vfprintf(stderr, fmt, ap) : 0;
+}
+
+int cmd_sink(int argc, char **argv)
+{
+	const char *ifname = NULL;
+	uint64_t port = 9, late_us = 1000000;
+	uint32_t flags = XDP_FLAGS_DRV_MODE;
+	struct sink s = { 0 };
+	struct rx_ops ops = { sink_arm, sink_report, &s };
+	volatile int stop = 0;
+	int opt, ifindex, err, ret = EXIT_RUNTIME;
+	struct json j;
+
+	while ((opt = getopt_long(argc, argv, "", sink_opts, NULL)) != -1) {
+		switch (opt) {
+		case 'i': ifname = optarg; break;
+		case 'p': port = parse_u64("port", optarg, 1, 65535); break;
+		case 'l': late_us = parse_u64("late-us", optarg, 1, 3600000000ULL); break;
+		case 'x':
+			if (!strcmp(optarg, "native"))
+				flags = XDP_FLAGS_DRV_MODE;
+			else if (!strcmp(optarg, "generic"))
+				flags = XDP_FLAGS_SKB_MODE;
+			else
+				usage_error("--xdp-mode: %s is not native or generic", optarg);
+			break;
+		case 'h': fputs(sink_usage, stdout); exit(0);
+		default: usage_error("sink: bad option (see sink --help)");
+		}
+	}
+	if (optind < argc)
+		usage_error("sink: unexpected argument %s", argv[optind]);
+	if (!ifname)
+		usage_error("sink: --ifname is required");
+	ifindex = if_index_or_die(ifname);
+	libbpf_set_print(silent_libbpf);
+
+	s.skel = fwb_sink__open();
+	if (!s.skel)
+		runtime_error("cannot open the XDP sink: %s", strerror(errno));
+	s.skel->rodata->engine_port = port;
+	s.skel->rodata->late_ns = late_us * 1000ULL;
+	err = fwb_sink__load(s.skel);
+	if (err) {
+		note("cannot load the XDP sink: %s", strerror(-err));
+		goto out;
+	}
+	s.seen_len = (size_t)FWB_SEEN_WORDS * sizeof(uint64_t);
+	s.seen = mmap(NULL, s.seen_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+		      bpf_map__fd(s.skel->maps.seen), 0);
+	if (s.seen == MAP_FAILED) {
+		note("cannot map the sink's duplicate detector: %s", strerror(errno));
+		s.seen = NULL;
+		goto out;
+	}
+	err = bpf_xdp_attach(ifindex, bpf_program__fd(s.skel->progs.fwb_sink),
+			     flags, NULL);
+	if (err) {
+		note("cannot attach XDP (%s) to %s: %s",
+		     flags == XDP_FLAGS_DRV_MODE ? "native" : "generic", ifname,
+		     strerror(-err));
+		goto out;
+	}
+	install_stop_handlers(&stop);
+	json_begin(&j, stdout);
+	json_bool(&j, "ready", true);
+	json_str(&j, "mode", "sink");
+	json_str(&j, "xdp_mode", flags == XDP_FLAGS_DRV_MODE ? "native" : "generic");
+	json_u64(&j, "port", port);
+	json_end(&j);
+	control_loop(&ops);
+	bpf_xdp_detach(ifindex, flags, NULL);
+	ret = 0;
+out:
+	if (s.seen)
+		munmap(s.seen, s.seen_len);
+	fwb_sink__destroy(s.skel);
+	return ret;
+}

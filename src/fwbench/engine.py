@@ -1,0 +1,124 @@
+"""The Python side of the traffic engine (`engine/`, C): find the binary, launch its
+sender and receivers inside the testbed, and parse their JSON.
+
+The sink (XDP on the server's interface, or the user-space receiver) lives for a
+whole testbed session and is driven over its stdin: `arm COOKIE` before a trial,
+`read` after it. The sender is one process per trial.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+from pathlib import Path
+
+from fwbench import proc
+from fwbench.errors import FwbenchError
+from fwbench.testbed.netns import NetnsTestbed
+
+# The policy's test entry (seed 000's iperf3 port): the flow every rule set is built
+# to let through after N rules, so the engine sends exactly the flow under test.
+ENGINE_PORT = 5201
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def binary() -> Path:
+    """The engine executable: $FWBENCH_ENGINE, or the one `scripts/setup.sh` built."""
+    p = Path(os.environ.get("FWBENCH_ENGINE", _REPO / "engine" / "build" / "fwbench-engine"))
+    if not os.access(p, os.X_OK):
+        raise FwbenchError(f"traffic engine not found at {p}: build it with "
+                           f"./scripts/setup.sh (or make -C engine)")
+    return p
+
+
+def version() -> str | None:
+    try:
+        return f"fwbench-engine ({binary().stat().st_size} B, built from engine/)"
+    except FwbenchError:
+        return None
+
+
+def _one_line(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
+
+
+class Receiver:
+    """A long-lived engine receiver in the server namespace.
+
+    `kind` is "sink" (XDP: counts in the kernel, the receiver is off the measured
+    path) or "recv" (a user-space UDP socket; slower, for comparison).
+    """
+
+    def __init__(self, tb: NetnsTestbed, kind: str = "sink", late_us: int = 1_000_000):
+        if kind not in ("sink", "recv"):
+            raise FwbenchError(f"engine receiver {kind!r}: expected sink or recv")
+        srv = tb.topo.server
+        argv = [str(binary()), kind, "--port", str(ENGINE_PORT), "--late-us", str(late_us)]
+        argv += ["--ifname", srv.ifname] if kind == "sink" else ["--bind", srv.ip4,
+                                                                 "--cpu", str(tb.topo.settings.server_cpu)]
+        self.kind = kind
+        self._tb = tb
+        self._p = tb.spawn("server", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.info = self._reply(10.0)
+        if not self.info.get("ready"):
+            raise FwbenchError(f"engine {kind} did not start: {self.info}")
+
+    def _reply(self, timeout_s: float) -> dict:
+        ready, _, _ = select.select([self._p.stdout], [], [], timeout_s)
+        line = self._p.stdout.readline() if ready else ""
+        if not line:
+            self._p.poll()
+            err = ""
+            if self._p.returncode is not None:
+                err = self._p.stderr.read()
+            raise FwbenchError(f"engine {self.kind}: {_one_line(err) if err else 'no answer'}")
+        return json.loads(line)
+
+    def _ask(self, command: str, timeout_s: float = 5.0) -> dict:
+        try:
+            self._p.stdin.write(command + "\n")
+            self._p.stdin.flush()
+        except BrokenPipeError:
+            raise FwbenchError(f"engine {self.kind} has stopped: "
+                               f"{_one_line(self._p.stderr.read())}") from None
+        return self._reply(timeout_s)
+
+    def arm(self, cookie: int) -> None:
+        got = self._ask(f"arm {cookie}")
+        if got.get("armed") != cookie:
+            raise FwbenchError(f"engine {self.kind} did not arm: {got}")
+
+    def read(self) -> dict:
+        return self._ask("read")
+
+    def close(self) -> None:
+        if self._p.poll() is None:
+            try:
+                self._p.stdin.write("quit\n")
+                self._p.stdin.flush()
+                self._p.wait(3)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                pass
+        self._tb.forget(self._p)
+
+
+def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: float,
+         cookie: int, threads: int = 1, cpus: list[int] | None = None,
+         sport_count: int = 1, src_count: int = 1) -> dict:
+    """Run the sender in the client namespace for one trial and return its report."""
+    t = tb.topo
+    cpus = cpus if cpus is not None else [t.settings.sender_cpu]
+    argv = [str(binary()), "send", "--ifname", t.client.ifname, "--src-mac", t.client.mac,
+            "--dst-mac", t.fw_client_side.mac, "--src", t.client.ip4, "--dst", t.server.ip4,
+            "--dport", str(ENGINE_PORT), "--frame-size", str(frame_size),
+            "--mtu", str(t.settings.mtu), "--rate", f"{rate_pps:.3f}",
+            "--duration", f"{duration_s:g}", "--cookie", str(cookie),
+            "--threads", str(threads), "--cpus", ",".join(map(str, cpus)),
+            "--sport-count", str(sport_count), "--src-count", str(src_count)]
+    cp = proc.run(argv, netns=t.netns("client"), check=False, timeout=duration_s + 30)
+    if cp.returncode != 0:
+        raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")
+    return json.loads(cp.stdout)

@@ -1,0 +1,89 @@
+"""`fixedrate`: seed 003's flows. A fixed offered load per frame size (128 B at
+15 Mbit/s, 512 B at 30 Mbit/s, 1280 B at 45 Mbit/s), and what the firewall
+processes of it as the rule set grows.
+
+Rates count whole frames (incl. FCS): 15 Mbit/s of 128-byte frames is 14,648 pps.
+(Seed 003 used iPerf, whose rate counts payload; the packet rate is the same if its
+"128 B packet" was the payload, only each frame is 46 B longer.)
+
+The degradation point, where loss begins, is found by search instead of a coarse
+grid: in the cell with the largest planned rule count, if that cell loses packets,
+the method bisects the rule count (reloading and re-verifying the backend each step)
+down to the largest N that still forwards everything.
+"""
+from __future__ import annotations
+
+import math
+
+from fwbench.errors import FwbenchError
+from fwbench.methods.base import Method, Reload
+from fwbench.scenario import FIXED_FLOWS_BPS, FixedRateSettings
+from fwbench.traffic.engine import EngineTraffic
+
+
+def flow_pps(frame_size: int) -> float:
+    try:
+        return FIXED_FLOWS_BPS[frame_size] / (frame_size * 8)
+    except KeyError:
+        raise FwbenchError(f"fixedrate: no seed-003 flow for {frame_size} B frames "
+                           f"(flows: {', '.join(map(str, FIXED_FLOWS_BPS))} B)") from None
+
+
+class FixedRate(Method):
+    name = "fixedrate"
+
+    def __init__(self, traffic: EngineTraffic, settings: FixedRateSettings, max_rules: int):
+        super().__init__(traffic)
+        self.settings = settings
+        self.max_rules = max_rules
+
+    def _point(self, m, duration_s, pps) -> dict:
+        r = m.measure(duration_s, pps)
+        return {"offered_pps": pps, "achieved_pps": r.achieved_pps,
+                "processed_pps": r.forwarded_pps, "loss_ratio": r.loss_ratio,
+                "sender_short": r.sender_short,
+                "p50_us": (r.latency_us or {}).get("p50"),
+                "fw_cpu_ns_per_pkt": (r.cpu or {}).get("fw_cpu_ns_per_pkt")}
+
+    def run(self, tb, frame_size, duration_s, *, rules: int | None = None,
+            reload: Reload | None = None) -> dict:
+        pps = flow_pps(frame_size)
+        m = self.measurer(tb, frame_size)
+        here = self._point(m, duration_s, pps)
+        out = {"flow_bps": FIXED_FLOWS_BPS[frame_size], **here}
+        if (self.settings.find_degradation and reload is not None and rules
+                and rules == self.max_rules and here["loss_ratio"] > 0):
+            out.update(self._degradation(m, duration_s, pps, rules, reload))
+        return out
+
+    def _degradation(self, m, duration_s, pps, n_lossy, reload: Reload) -> dict:
+        """Bisect the rule count in log space between 1 (assumed clean, checked) and
+        n_lossy until the bracket is within the configured relative width."""
+        steps = []
+
+        def lossy(n: int) -> bool:
+            reload(n)
+            p = self._point(m, duration_s, pps)
+            steps.append({"rules": n, **p})
+            return p["loss_ratio"] > 0
+
+        lo, hi = 1, n_lossy
+        if lossy(lo):
+            return {"degradation_rules": None, "degradation_bounds": [None, 1],
+                    "trials": steps}
+        while (hi - lo) / hi > self.settings.rules_width and hi - lo > 1:
+            mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
+            if lossy(mid):
+                hi = mid
+            else:
+                lo = mid
+        reload(n_lossy)  # leave the cell's own rule set in place
+        return {"degradation_rules": lo, "degradation_bounds": [lo, hi], "trials": steps}
+
+    def line(self, m: dict) -> str:
+        s = (f"{m['processed_pps']:,.0f} of {m['offered_pps']:,.0f} pps processed, "
+             f"loss {m['loss_ratio']:.2%}")
+        if m.get("degradation_bounds"):
+            lo, hi = m["degradation_bounds"]
+            s += f"; loss begins between {lo} and {hi} rules"
+        return s

@@ -1,0 +1,125 @@
+"""The native engine as an instrument: one trial = arm the receiver, send at an
+offered load (or open throttle) for a duration, wait for the path to drain, read.
+
+`EngineTraffic.measurer(tb, frame_size)` gives the one-call interface every method
+is written against (`measure(duration_s, offered_pps) -> TrialResult`);
+`EngineTraffic.measure(...)` is the open-throttle maximum rate the `maxrate` method
+asks for.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from fwbench import cpu, engine
+from fwbench.methods.measurer import TrialResult
+from fwbench.testbed.netns import NetnsTestbed
+
+_DRAIN_POLL_S = 0.02
+_DRAIN_LIMIT_S = 2.0   # RFC 2544 waits 2 s for stragglers; we stop once nothing moves
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    receiver: str = "sink"     # "sink" (XDP) or "recv" (user-space socket)
+    threads: int = 1
+    flows: int = 1             # source ports, round robin
+    late_us: int = 1_000_000
+
+
+def _us(lat_ns: dict) -> dict[str, float] | None:
+    if not lat_ns.get("count"):
+        return None
+    return {k: round(v / 1000, 3) for k, v in lat_ns.items() if k != "count"}
+
+
+class EngineMeasurer:
+    """`measure(duration_s, offered_pps)` through one testbed at one frame size."""
+
+    def __init__(self, traffic: "EngineTraffic", tb: NetnsTestbed, frame_size: int):
+        self.traffic = traffic
+        self.tb = tb
+        self.frame_size = frame_size
+        self._rng = random.Random()
+
+    def measure(self, duration_s: float, offered_pps: float) -> TrialResult:
+        """`offered_pps` 0 means open throttle: as fast as the sender can."""
+        rx = self.traffic.receiver(self.tb)
+        st = self.traffic.settings
+        cookie = self._rng.randrange(1, 2**32)
+        rx.arm(cookie)
+        before = cpu.CpuSample.now()
+        sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
+                           duration_s=duration_s, cookie=cookie, threads=st.threads,
+                           sport_count=st.flows)
+        got = self._drain(rx)
+        after = cpu.CpuSample.now()
+        fw_cpu = self.tb.topo.settings.firewall_cpu
+        return TrialResult(
+            offered_pps=offered_pps if offered_pps > 0 else sent["achieved_pps"],
+            duration_s=duration_s,
+            sent=sent["sent"],
+            received=got["received"],
+            achieved_pps=sent["achieved_pps"],
+            reordered=got["reordered"],
+            duplicated=got["duplicated"],
+            late=got["late"],
+            latency_us=_us(got["latency_ns"]),
+            cpu=cpu.delta(before, after, got["received"], fw_cpu),
+            extra={"open_throttle": offered_pps <= 0,
+                   "send_lag_us": _us(sent["send_lag_ns"]),
+                   "send_errors": sent["send_errors"],
+                   "refused_by_next_hop": sent["refused_by_next_hop"],
+                   "stale": got["stale"], "early": got["early"],
+                   "malformed": got["malformed"], "receiver": rx.kind},
+        )
+
+    @staticmethod
+    def _drain(rx: engine.Receiver) -> dict:
+        """Read until the count stops moving: packets queued in the firewall
+        still arrive after the sender has finished."""
+        got = rx.read()
+        deadline = time.monotonic() + _DRAIN_LIMIT_S
+        while time.monotonic() < deadline:
+            time.sleep(_DRAIN_POLL_S)
+            again = rx.read()
+            if again["received"] == got["received"] and again["stale"] == got["stale"]:
+                return again
+            got = again
+        return got
+
+
+class EngineTraffic:
+    name = "engine"
+
+    def __init__(self, settings: EngineSettings | None = None):
+        self.settings = settings or EngineSettings()
+        self._rx: engine.Receiver | None = None
+
+    def versions(self) -> dict[str, str | None]:
+        return {"fwbench-engine": engine.version()}
+
+    def start(self, tb: NetnsTestbed) -> None:
+        self.receiver(tb)
+
+    def receiver(self, tb: NetnsTestbed) -> engine.Receiver:
+        if self._rx is None:
+            self._rx = engine.Receiver(tb, self.settings.receiver, self.settings.late_us)
+        return self._rx
+
+    def restart(self, tb: NetnsTestbed) -> None:
+        if self._rx is not None:
+            self._rx.close()
+            self._rx = None
+        self.start(tb)
+
+    def measurer(self, tb: NetnsTestbed, frame_size: int) -> EngineMeasurer:
+        return EngineMeasurer(self, tb, frame_size)
+
+    def measure(self, tb: NetnsTestbed, frame_size: int, duration_s: float) -> dict:
+        """Open throttle for `duration_s`: the rate the firewall forwards under overload."""
+        r = self.measurer(tb, frame_size).measure(duration_s, 0)
+        return {"rx_pps": r.forwarded_pps, "tx_pps": r.achieved_pps,
+                "sent": r.sent, "received": r.received, "loss_ratio": r.loss_ratio,
+                "latency_us": r.latency_us, "cpu": r.cpu}
