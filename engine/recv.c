@@ -179,6 +179,7 @@ int cmd_recv(int argc, char **argv)
 	pthread_mutex_init(&r->lock, NULL);
 	r->late_ns = 1000000000ULL;
 	r->cpu = -1;
+	opterr = 0;	/* our own one-line message instead */
 	while ((opt = getopt_long(argc, argv, "", recv_opts, NULL)) != -1) {
 		switch (opt) {
 		case 'b': parse_bench_addr("bind", optarg, &addr); have_addr = true; break;
@@ -187,7 +188,8 @@ int cmd_recv(int argc, char **argv)
 		case 'c': r->cpu = parse_u64("cpu", optarg, 0, 1023); break;
 		case 'r': r->reflect = true; break;
 		case 'h': fputs(recv_usage, stdout); exit(0);
-		default: usage_error("recv: bad option (see recv --help)");
+		default: usage_error("recv: unknown option or missing value: %s "
+					    "(see recv --help)", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)

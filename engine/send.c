@@ -403,6 +403,7 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 		.dport = 9, .frame_size = 64, .mtu = 1500, .threads = 1,
 		.batch = 64,
 	};
+	opterr = 0;	/* our own one-line message instead */
 	while ((opt = getopt_long(argc, argv, "", send_opts, NULL)) != -1) {
 		switch (opt) {
 		case 'i': c->ifname = optarg; break;
@@ -425,7 +426,8 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 		case 'k': c->cookie = parse_u64("cookie", optarg, 1, UINT32_MAX); break;
 		case 'B': c->batch = parse_u64("batch", optarg, 1, MAX_BATCH); break;
 		case 'h': fputs(send_usage, stdout); exit(0);
-		default: usage_error("send: bad option (see send --help)");
+		default: usage_error("send: unknown option or missing value: %s "
+					    "(see send --help)", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)

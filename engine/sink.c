@@ -83,6 +83,7 @@ int cmd_sink(int argc, char **argv)
 	int opt, ifindex, err, ret = EXIT_RUNTIME;
 	struct json j;
 
+	opterr = 0;	/* our own one-line message instead */
 	while ((opt = getopt_long(argc, argv, "", sink_opts, NULL)) != -1) {
 		switch (opt) {
 		case 'i': ifname = optarg; break;
@@ -97,7 +98,8 @@ int cmd_sink(int argc, char **argv)
 				usage_error("--xdp-mode: %s is not native or generic", optarg);
 			break;
 		case 'h': fputs(sink_usage, stdout); exit(0);
-		default: usage_error("sink: bad option (see sink --help)");
+		default: usage_error("sink: unknown option or missing value: %s "
+					    "(see sink --help)", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)

@@ -108,10 +108,14 @@ class EngineTraffic:
             self._rx = engine.Receiver(tb, self.settings.receiver, self.settings.late_us)
         return self._rx
 
-    def restart(self, tb: NetnsTestbed) -> None:
+    def close(self) -> None:
+        """Stop the receiver (detaching the XDP sink); the next trial starts one."""
         if self._rx is not None:
             self._rx.close()
             self._rx = None
+
+    def restart(self, tb: NetnsTestbed) -> None:
+        self.close()
         self.start(tb)
 
     def measurer(self, tb: NetnsTestbed, frame_size: int) -> EngineMeasurer:

@@ -1,0 +1,102 @@
+"""Is the engine fast enough to be invisible? Two ratios, measured in one run:
+
+  engine / iperf3          packets per second each gets through the no-firewall
+                           path at 64-byte frames, both at full throttle from the
+                           same single sender core (target >= 2)
+  ceiling / legacy-1k      the engine's no-firewall rate over its rate through
+                           iptables-legacy with 1,000 linear rules (target >= 3),
+                           so the firewall is the bottleneck being measured
+
+The three treatments run interleaved in a shuffled order in every repetition, in
+one testbed, so the machine's drift hits them alike. Ratios come from the medians
+and, per repetition, from paired values (min..max shown). Prints the ratios last;
+exits 1 if a target is missed. Run as root:  .venv/bin/python bench/engine_ratios.py
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+
+from fwbench import backends, environment
+from fwbench.errors import FwbenchError
+from fwbench.ruleset import seed000
+from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.topology import TestbedSettings, Topology
+from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.iperf3 import Iperf3Rate
+
+TARGETS = {"engine/iperf3": 2.0, "ceiling/iptables-legacy-1k": 3.0}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=1.0, help="seconds per measurement")
+    ap.add_argument("--frame-size", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    env = environment.collect({})
+    print(f"machine: {env['cpu_model']}, {env['cpus']} CPUs; kernel {env['kernel']}")
+    print(f"{a.reps} repetitions x 3 treatments, {a.duration:g} s each, "
+          f"{a.frame_size} B frames, sender pinned to CPU 0, firewall ingress on CPU 1")
+
+    # Server-side RPS on, as the iperf3 adapter needs it; the engine's XDP sink
+    # does not care.
+    topo = Topology.new(TestbedSettings(server_rps=True))
+    legacy, none = backends.get("iptables-legacy"), backends.get("none")
+    got: dict[str, list[float]] = {"engine": [], "iperf3": [], "legacy-1k": []}
+    with NetnsTestbed(topo) as tb:
+        pol_1k = seed000(1000, topo.server.ip4)
+        pol_1 = seed000(1, topo.server.ip4)
+        engine, iperf3 = EngineTraffic(), Iperf3Rate()
+        iperf3.start(tb)
+        for rep in range(a.reps):
+            order = list(got)
+            rng.shuffle(order)
+            row = {}
+            for what in order:
+                if what == "iperf3":
+                    engine.close()  # the XDP sink would take iperf3's UDP port
+                    none.apply(tb, pol_1)
+                    row[what] = iperf3.measure(tb, a.frame_size, a.duration)["rx_pps"]
+                    continue
+                b, pol = (none, pol_1) if what == "engine" else (legacy, pol_1k)
+                b.apply(tb, pol)
+                if what == "legacy-1k" and not (v := legacy.verify(tb, pol)).ok:
+                    raise FwbenchError(f"iptables-legacy did not verify: {v.reason}")
+                r = engine.measurer(tb, a.frame_size).measure(a.duration, 0)
+                row[what] = r.forwarded_pps
+            for k, v in row.items():
+                got[k].append(v)
+            print(f"rep {rep + 1}: " + ", ".join(f"{k} {row[k]:,.0f} pps" for k in got)
+                  + f"  (order: {' '.join(order)})")
+        engine.close()
+
+    def ratio(num: str, den: str) -> tuple[float, float, float]:
+        paired = [x / y for x, y in zip(got[num], got[den])]
+        return (statistics.median(got[num]) / statistics.median(got[den]),
+                min(paired), max(paired))
+
+    print("medians: " + ", ".join(f"{k} {statistics.median(v):,.0f} pps" for k, v in got.items()))
+    ok = True
+    for name, (num, den) in (("engine/iperf3", ("engine", "iperf3")),
+                             ("ceiling/iptables-legacy-1k", ("engine", "legacy-1k"))):
+        r, lo, hi = ratio(num, den)
+        passed = r >= TARGETS[name] and lo >= TARGETS[name]
+        ok &= passed
+        print(f"{name} = {r:.2f} (paired per repetition {lo:.2f}..{hi:.2f}; "
+              f"target >= {TARGETS[name]:g}: {'met' if passed else 'MISSED'})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except FwbenchError as e:
+        print(f"engine_ratios: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,113 @@
+"""The methods built on `measure(duration, load)`, against the simulated firewall:
+no root, no traffic. The engine is replaced by a stand-in whose measurer is a
+SimulatedFirewall, so only the method's own logic is under test."""
+import math
+
+from fwbench.methods.fixedrate import FixedRate, flow_pps
+from fwbench.methods.latency import Latency
+from fwbench.methods.lossload import LossLoad
+from fwbench.methods.simulated import SimulatedFirewall
+from fwbench.methods.throughput import Throughput
+from fwbench.scenario import (FixedRateSettings, LatencySettings, LossLoadSettings,
+                              ThroughputSettings)
+
+
+class FakeEngine:
+    name = "simulated"
+
+    def __init__(self, fw):
+        self.fw = fw
+
+    def measurer(self, tb, frame_size):
+        return self.fw
+
+    def versions(self):
+        return {}
+
+
+def method_with(cls, fw, *args, ceiling=1_000_000.0):
+    m = cls(FakeEngine(fw), *args)
+    m.ceilings[64] = m.ceilings[128] = ceiling
+    return m
+
+
+def test_throughput_records_ndr_pdr_bounds_and_every_trial():
+    fw = SimulatedFirewall(true_ndr_pps=40_000, noise=0.005, knee=0.05, seed=3)
+    m = method_with(Throughput, fw, ThroughputSettings())
+    out = m.run(None, 64, 1.0)
+    lo, hi = out["ndr_bounds_pps"]
+    assert lo <= 40_000 * 1.02 and hi >= 40_000 * 0.98 and (hi - lo) / hi <= 0.011
+    assert out["pdr_pps"] >= out["ndr_pps"]
+    assert len(out["trials"]) == fw.calls and out["trials"][0]["phase"] == "warmup"
+
+
+def test_lossload_steps_down_until_two_clean_loads():
+    fw = SimulatedFirewall(true_ndr_pps=450_000, seed=1)
+    m = method_with(LossLoad, fw, LossLoadSettings(step=0.1))
+    out = m.run(None, 64, 1.0)
+    loads = [p["offered_pps"] for p in out["curve"]]
+    # 1.0M .. 0.5M lose, 0.4M and 0.3M are clean: stop there.
+    assert [round(x) for x in loads] == [round(1e6 * (1 - 0.1 * i)) for i in range(8)]
+    assert out["curve"][0]["loss_ratio"] > 0.5 and math.isclose(out["max_lossless_offered_pps"], 400_000)
+    assert all(p["loss_ratio"] == 0 for p in out["curve"][-2:])
+
+
+class RuleCostFirewall:
+    """A firewall whose capacity falls with the rule count: 1/pps = a + b*N."""
+
+    def __init__(self, a_ns=500.0, b_ns=10.0):
+        self.a, self.b, self.n = a_ns, b_ns, 1
+        self.reloads = []
+
+    def reload(self, n):
+        self.n = n
+        self.reloads.append(n)
+
+    def measure(self, duration_s, offered_pps):
+        cap = 1e9 / (self.a + self.b * self.n)
+        return SimulatedFirewall(true_ndr_pps=cap, seed=self.n).measure(duration_s, offered_pps)
+
+    def degradation_rules(self, pps):
+        return (1e9 / pps - self.a) / self.b
+
+
+def test_fixedrate_finds_the_degradation_point_by_search():
+    fw = RuleCostFirewall()
+    pps = flow_pps(128)
+    assert math.isclose(pps, 15e6 / 1024)
+    m = method_with(FixedRate, fw, FixedRateSettings(rules_width=0.05), 20_000)
+    fw.reload(20_000)
+    out = m.run(None, 128, 1.0, rules=20_000, reload=fw.reload)
+    true_n = fw.degradation_rules(pps)  # ~6,777 rules
+    lo, hi = out["degradation_bounds"]
+    assert lo <= true_n <= hi and (hi - lo) / hi <= 0.05
+    assert out["loss_ratio"] > 0 and fw.reloads[-1] == 20_000  # cell's rule set restored
+    assert len(out["trials"]) < 20  # a search, not a grid
+
+
+def test_fixedrate_does_not_search_below_the_largest_cell():
+    fw = RuleCostFirewall()
+    m = method_with(FixedRate, fw, FixedRateSettings(), 20_000)
+    fw.reload(10_000)
+    out = m.run(None, 128, 1.0, rules=10_000, reload=fw.reload)
+    assert "degradation_bounds" not in out and fw.reloads == [10_000]
+
+
+class FakePing:
+    def measure(self, tb, frame_size):
+        return {"rtt_us_median": 40.0}
+
+    def versions(self):
+        return {}
+
+
+def test_latency_points_follow_the_search():
+    fw = SimulatedFirewall(true_ndr_pps=100_000, knee=0.05, seed=2)
+    m = method_with(Latency, fw, ThroughputSettings(), LatencySettings(), FakePing())
+    out = m.run(None, 64, 1.0)
+    pts = out["latency_us"]
+    assert set(pts) == {"idle", "pdr_10", "pdr_50", "pdr_90", "ndr"}
+    assert pts["idle"]["offered_pps"] == 1000
+    assert math.isclose(pts["pdr_50"]["offered_pps"], 0.5 * out["pdr_pps"])
+    assert pts["ndr"]["loss_ratio"] == 0 and pts["ndr"]["p50"] > pts["idle"]["p50"]
+    assert out["ping_one_way_us"] == 20.0
