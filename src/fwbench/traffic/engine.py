@@ -34,6 +34,20 @@ def _us(lat_ns: dict) -> dict[str, float] | None:
     return {k: round(v / 1000, 3) for k, v in lat_ns.items() if k != "count"}
 
 
+def drain(rx: engine.Receiver) -> dict:
+    """Read until the count stops moving: packets queued in the firewall
+    still arrive after the sender has finished."""
+    got = rx.read()
+    deadline = time.monotonic() + _DRAIN_LIMIT_S
+    while time.monotonic() < deadline:
+        time.sleep(_DRAIN_POLL_S)
+        again = rx.read()
+        if again["received"] == got["received"] and again["stale"] == got["stale"]:
+            return again
+        got = again
+    return got
+
+
 class EngineMeasurer:
     """`measure(duration_s, offered_pps)` through one testbed at one frame size."""
 
@@ -53,7 +67,7 @@ class EngineMeasurer:
         sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
                            duration_s=duration_s, cookie=cookie, threads=st.threads,
                            sport_count=st.flows)
-        got = self._drain(rx)
+        got = drain(rx)
         after = cpu.CpuSample.now()
         fw_cpu = self.tb.topo.settings.firewall_cpu
         return TrialResult(
@@ -74,21 +88,6 @@ class EngineMeasurer:
                    "stale": got["stale"], "early": got["early"],
                    "malformed": got["malformed"], "receiver": rx.kind},
         )
-
-    @staticmethod
-    def _drain(rx: engine.Receiver) -> dict:
-        """Read until the count stops moving: packets queued in the firewall
-        still arrive after the sender has finished."""
-        got = rx.read()
-        deadline = time.monotonic() + _DRAIN_LIMIT_S
-        while time.monotonic() < deadline:
-            time.sleep(_DRAIN_POLL_S)
-            again = rx.read()
-            if again["received"] == got["received"] and again["stale"] == got["stale"]:
-                return again
-            got = again
-        return got
-
 
 class EngineTraffic:
     name = "engine"
