@@ -56,8 +56,10 @@ class Receiver:
             raise FwbenchError(f"engine receiver {kind!r}: expected sink or recv")
         srv = tb.topo.server
         argv = [str(binary()), kind, "--port", str(ENGINE_PORT), "--late-us", str(late_us)]
-        argv += ["--ifname", srv.ifname] if kind == "sink" else ["--bind", srv.ip4,
-                                                                 "--cpu", str(tb.topo.settings.server_cpu)]
+        if kind == "sink":
+            argv += ["--ifname", srv.ifname]
+        else:
+            argv += ["--bind", srv.ip4, "--cpu", str(tb.topo.settings.server_cpu)]
         self.kind = kind
         self._tb = tb
         self._p = tb.spawn("server", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -218,8 +218,11 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("trials", total=len(plan), completed=len(plan) - len(todo))
             for idx, key in todo:
-                progress.update(task, description=f"{key.backend} N={key.rules} "
-                                                  f"{key.frame_size}B")
+                cell = f"{key.backend} N={key.rules} {key.frame_size}B"
+                progress.update(task, description=cell)
+                if isinstance(method, Method):
+                    method.on_step = lambda line, cell=cell: progress.update(
+                        task, description=f"{cell} {line}")
                 policy = _policy_for(key.rules, sc, topo, policies)
                 rec = run_trial(tb, backends[key.backend], policy, key, idx, sc, method,
                                 policies)

@@ -48,7 +48,8 @@ def test_lossload_steps_down_until_two_clean_loads():
     loads = [p["offered_pps"] for p in out["curve"]]
     # 1.0M .. 0.5M lose, 0.4M and 0.3M are clean: stop there.
     assert [round(x) for x in loads] == [round(1e6 * (1 - 0.1 * i)) for i in range(8)]
-    assert out["curve"][0]["loss_ratio"] > 0.5 and math.isclose(out["max_lossless_offered_pps"], 400_000)
+    assert out["curve"][0]["loss_ratio"] > 0.5
+    assert math.isclose(out["max_lossless_offered_pps"], 400_000)
     assert all(p["loss_ratio"] == 0 for p in out["curve"][-2:])
 
 

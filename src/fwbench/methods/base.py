@@ -24,6 +24,14 @@ class Method:
         # frame size -> the sender's open-throttle rate, measured by the runner with
         # no firewall loaded (runner.calibrate); measured here only when missing.
         self.ceilings: dict[int, float] = {}
+        # Called with one line per sub-trial, for progress output on long cells.
+        self.on_step: Callable[[str], None] | None = None
+
+    def step(self, index: int, trial: dict) -> None:
+        """Report one search trial to whoever watches (the runner's progress bar)."""
+        if self.on_step is not None:
+            self.on_step(f"trial {index}: {trial['offered_pps']:,.0f} pps offered, "
+                         f"loss {trial['loss_ratio']:.3%}")
 
     @property
     def traffic(self) -> str:

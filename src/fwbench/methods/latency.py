@@ -46,7 +46,8 @@ class Latency(Method):
         if self.settings.pdr_fractions or self.settings.at_ndr:
             cfg = search_config(self.search_settings, duration_s,
                                 self.sender_ceiling(tb, frame_size))
-            metrics = search_metrics(search(self.measurer(tb, frame_size), cfg))
+            found = search(self.measurer(tb, frame_size), cfg, on_trial=self.step)
+            metrics = search_metrics(found)
             ndr, pdr = metrics.get("ndr_pps"), metrics.get("pdr_pps")
         m = self.measurer(tb, frame_size)
         points = {}

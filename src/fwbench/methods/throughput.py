@@ -58,7 +58,7 @@ class Throughput(Method):
 
     def search(self, tb: NetnsTestbed, frame_size: int, duration_s: float) -> SearchResult:
         cfg = search_config(self.settings, duration_s, self.sender_ceiling(tb, frame_size))
-        return search(self.measurer(tb, frame_size), cfg)
+        return search(self.measurer(tb, frame_size), cfg, on_trial=self.step)
 
     def run(self, tb, frame_size, duration_s, **_) -> dict:
         return search_metrics(self.search(tb, frame_size, duration_s))
