@@ -112,3 +112,13 @@ def test_latency_points_follow_the_search():
     assert math.isclose(pts["pdr_50"]["offered_pps"], 0.5 * out["pdr_pps"])
     assert pts["ndr"]["loss_ratio"] == 0 and pts["ndr"]["p50"] > pts["idle"]["p50"]
     assert out["ping_one_way_us"] == 20.0
+
+
+def test_no_loss_up_to_the_sender_ceiling_is_reported_as_a_floor():
+    """A firewall faster than the sender: the NDR is 'at least the ceiling', and the
+    record must not present it as the firewall's throughput."""
+    fw = SimulatedFirewall(true_ndr_pps=5_000_000, seed=4)
+    m = method_with(Throughput, fw, ThroughputSettings())
+    out = m.run(None, 64, 1.0)
+    assert out["ndr_bounds_pps"] == [1_000_000.0, None]
+    assert out["ndr_generator_limited"] is True and "NDR >=" in m.line(out)

@@ -47,7 +47,7 @@ class Latency(Method):
             cfg = search_config(self.search_settings, duration_s,
                                 self.sender_ceiling(tb, frame_size))
             found = search(self.measurer(tb, frame_size), cfg, on_trial=self.step)
-            metrics = search_metrics(found)
+            metrics = search_metrics(found, self.search_settings.max_load_pps is None)
             ndr, pdr = metrics.get("ndr_pps"), metrics.get("pdr_pps")
         m = self.measurer(tb, frame_size)
         points = {}

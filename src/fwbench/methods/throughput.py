@@ -27,16 +27,23 @@ def search_config(s: ThroughputSettings, duration_s: float, ceiling_pps: float) 
         max_trials=s.max_trials)
 
 
-def search_metrics(res: SearchResult) -> dict:
-    """The record's view of a search: NDR/PDR with bounds up front, trials apart."""
+def search_metrics(res: SearchResult, top_is_sender_ceiling: bool = True) -> dict:
+    """The record's view of a search: NDR/PDR with bounds up front, trials apart.
+
+    With no loss up to the top of the range and the top being the sender's measured
+    ceiling, the answer is "at least the ceiling": the generator was the limit, and
+    the record says so (`*_generator_limited`)."""
     out: dict = {}
     for goal, key in ((res.ndr, "ndr"), (res.pdr, "pdr")):
         if goal is None:
             continue
+        capped = goal.generator_limited or (top_is_sender_ceiling
+                                            and goal.upper_bound_pps is None
+                                            and goal.lower_bound_pps is not None)
         out[f"{key}_pps"] = goal.lower_bound_pps
         out[f"{key}_bounds_pps"] = [goal.lower_bound_pps, goal.upper_bound_pps]
         out[f"{key}_finished"] = goal.finished
-        out[f"{key}_generator_limited"] = goal.generator_limited
+        out[f"{key}_generator_limited"] = capped
     d = res.to_dict()
     out["trials"] = d.pop("trials")
     out["search"] = d
@@ -61,9 +68,12 @@ class Throughput(Method):
         return search(self.measurer(tb, frame_size), cfg, on_trial=self.step)
 
     def run(self, tb, frame_size, duration_s, **_) -> dict:
-        return search_metrics(self.search(tb, frame_size, duration_s))
+        return search_metrics(self.search(tb, frame_size, duration_s),
+                              self.settings.max_load_pps is None)
 
     def line(self, m: dict) -> str:
         ndr, pdr = m.get("ndr_pps"), m.get("pdr_pps")
-        note = " (generator-limited)" if m.get("ndr_generator_limited") else ""
-        return f"NDR {fmt_pps(ndr)} pps, PDR {fmt_pps(pdr)} pps{note}"
+        if m.get("ndr_generator_limited"):
+            return (f"NDR >= {fmt_pps(ndr)} pps, PDR >= {fmt_pps(pdr)} pps "
+                    f"(no loss up to the sender's ceiling)")
+        return f"NDR {fmt_pps(ndr)} pps, PDR {fmt_pps(pdr)} pps"
