@@ -244,6 +244,13 @@ static void record_lag(struct sender *s, uint64_t lag)
 		s->lag_min = lag;
 }
 
+/* When packet seq is due: on the schedule, or now at open throttle. */
+static uint64_t due_at(const struct send_cfg *c, double interval, uint64_t seq,
+		       uint64_t now)
+{
+	return interval > 0 ? c->t0 + (uint64_t)(seq * interval) : now;
+}
+
 static void *sender_main(void *arg)
 {
 	struct sender *s = arg;
@@ -255,7 +262,7 @@ static void *sender_main(void *arg)
 	uint8_t *frames = NULL;
 	struct mmsghdr msgs[MAX_BATCH];
 	struct iovec iov[MAX_BATCH];
-	int fd = -1, nflows_stride = c->threads;
+	int fd = -1;
 
 	if (c->ncpus)
 		pin_to_cpu(c->cpus[s->stream % c->ncpus]);
@@ -291,8 +298,7 @@ static void *sender_main(void *arg)
 			if (due > s->quota)
 				due = s->quota;
 			if (due <= s->sent) {
-				uint64_t next = c->t0 +
-					(uint64_t)(s->sent * interval);
+				uint64_t next = due_at(c, interval, s->sent, now);
 				wait_until(next < deadline ? next : deadline);
 				continue;
 			}
@@ -308,14 +314,12 @@ static void *sender_main(void *arg)
 				.cookie = c->cookie,
 				.stream = s->stream,
 				.seq = (uint32_t)seq,
-				.sched_ns = interval > 0 ?
-					c->t0 + (uint64_t)(seq * interval) : now,
+				.sched_ns = due_at(c, interval, seq, now),
 			};
 
 			/* Threads interleave flows so together they cover all. */
 			fill_packet(c, frames + k * flen,
-				    seq * nflows_stride + s->stream, &st);
-			record_lag(s, now - st.sched_ns);
+				    seq * c->threads + s->stream, &st);
 		}
 		r = sendmmsg(fd, msgs, n, 0);
 		refused = 0;
@@ -338,16 +342,8 @@ static void *sender_main(void *arg)
 		 */
 		if (r < (int)n && (r > 0 || errno == ENOBUFS))
 			refused = 1;
-		/* Lag was counted for n; uncount what was not sent. */
-		for (k = r + refused; k < (int)n; k++) {
-			uint64_t seq = s->sent + k;
-			uint64_t sched = interval > 0 ?
-				c->t0 + (uint64_t)(seq * interval) : now;
-			uint64_t lag = now - sched;
-
-			s->lag_hist[fwb_hist_index(lag)]--;
-			s->lag_sum -= lag;
-		}
+		for (k = 0; k < r + refused; k++)
+			record_lag(s, now - due_at(c, interval, s->sent + k, now));
 		s->sent += r + refused;
 		s->refused += refused;
 	}

@@ -320,7 +320,6 @@ void control_loop(const struct rx_ops *ops)
 		} else if (!strncmp(line, "quit", 4)) {
 			return;
 		} else {
-			line[strcspn(line, "\n")] = 0;
 			json_begin(&j, stdout);
 			json_str(&j, "error", "unknown command (arm COOKIE | read | quit)");
 			json_end(&j);

@@ -7,13 +7,14 @@ whole testbed session and is driven over its stdin: `arm COOKIE` before a trial,
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
 import subprocess
 from pathlib import Path
 
-from fwbench import proc
+from fwbench import __version__, proc
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 
@@ -33,15 +34,24 @@ def binary() -> Path:
 
 
 def version() -> str | None:
+    """fwbench's version and the binary's hash: the engine is built from this tree."""
     try:
-        return f"fwbench-engine ({binary().stat().st_size} B, built from engine/)"
+        digest = hashlib.sha256(binary().read_bytes()).hexdigest()[:12]
     except FwbenchError:
         return None
+    return f"fwbench-engine {__version__} (sha256 {digest})"
 
 
 def _one_line(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     return lines[-1] if lines else "no message"
+
+
+def _parse(text: str, who: str) -> dict:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise FwbenchError(f"{who}: unreadable report: {text.strip()[:80]!r}") from None
 
 
 class Receiver:
@@ -77,7 +87,7 @@ class Receiver:
             if self._p.returncode is not None:
                 err = self._p.stderr.read()
             raise FwbenchError(f"engine {self.kind}: {_one_line(err) if err else 'no answer'}")
-        return json.loads(line)
+        return _parse(line, f"engine {self.kind}")
 
     def _ask(self, command: str, timeout_s: float = 5.0) -> dict:
         try:
@@ -123,4 +133,4 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
     cp = proc.run(argv, netns=t.netns("client"), check=False, timeout=duration_s + 30)
     if cp.returncode != 0:
         raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")
-    return json.loads(cp.stdout)
+    return _parse(cp.stdout, "engine sender")

@@ -287,7 +287,7 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
         method.restart(tb)  # a broken test can leave iperf3's server busy
     except FwbenchError as e:
         status, reason = "failed", str(e)
-        if not metrics:
+        if "measure_s" in phases:
             method.restart(tb)  # the receiver may be what failed
     return TrialRecord(
         schema_version=SCHEMA_VERSION, run_id=tb.topo.run_id, trial=idx,

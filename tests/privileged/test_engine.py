@@ -4,6 +4,7 @@ duplicates and stale packets apart."""
 import json
 import statistics
 import subprocess
+import time
 
 import pytest
 
@@ -122,7 +123,6 @@ def test_reflect_gives_round_trips(testbed):
         near.stdin.flush()
         assert json.loads(near.stdout.readline())["armed"] == 21
         engine.send(testbed, frame_size=64, rate_pps=2000, duration_s=0.5, cookie=21)
-        import time
         time.sleep(0.3)
         near.stdin.write("read\n")
         near.stdin.flush()

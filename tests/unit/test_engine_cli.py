@@ -2,6 +2,7 @@
 
 Every bad input is one line on stderr starting `fwbench-engine:` and exit 2; these
 checks run before the engine touches an interface, so no namespace is needed."""
+import json
 import subprocess
 
 import pytest
@@ -55,7 +56,6 @@ def test_bad_mode_or_receiver_input_is_one_line(args):
 def test_histogram_error_within_one_percent():
     """hist-test walks 1 ns .. 2^42 ns and checks every value's bucket, then the
     percentiles of 1..100,000 ns."""
-    import json
     exe = engine.binary().parent / "hist-test"
     cp = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout

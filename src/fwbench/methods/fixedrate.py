@@ -68,16 +68,18 @@ class FixedRate(Method):
             return p["loss_ratio"] > 0
 
         lo, hi = 1, n_lossy
-        if lossy(lo):
-            return {"degradation_rules": None, "degradation_bounds": [None, 1],
-                    "trials": steps}
-        while (hi - lo) / hi > self.settings.rules_width and hi - lo > 1:
-            mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
-            if lossy(mid):
-                hi = mid
-            else:
-                lo = mid
-        reload(n_lossy)  # leave the cell's own rule set in place
+        try:
+            if lossy(lo):
+                return {"degradation_rules": None, "degradation_bounds": [None, 1],
+                        "trials": steps}
+            while (hi - lo) / hi > self.settings.rules_width and hi - lo > 1:
+                mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
+                if lossy(mid):
+                    hi = mid
+                else:
+                    lo = mid
+        finally:
+            reload(n_lossy)  # leave the cell's own rule set in place
         return {"degradation_rules": lo, "degradation_bounds": [lo, hi], "trials": steps}
 
     def line(self, m: dict) -> str:

@@ -110,11 +110,8 @@ class SearchConfig:
             raise _config_error("exceed_ratio", self.exceed_ratio, "must be in [0, 1)")
         self._set("exceed_ratio", exceed)
 
-        for name in ("final_trial_duration_s", "initial_trial_duration_s"):
-            value = _number(name, getattr(self, name))
-            if value <= 0:
-                raise _config_error(name, value, "must be > 0")
-            self._set(name, value)
+        self._positive("final_trial_duration_s", "initial_trial_duration_s",
+                       "min_load_pps", "max_load_pps")
         if self.initial_trial_duration_s > self.final_trial_duration_s:
             raise _config_error("initial_trial_duration_s", self.initial_trial_duration_s,
                                 f"must not exceed final_trial_duration_s "
@@ -132,11 +129,6 @@ class SearchConfig:
             raise _config_error("relative_width", width, "must be in (0, 1)")
         self._set("relative_width", width)
 
-        for name in ("min_load_pps", "max_load_pps"):
-            value = _number(name, getattr(self, name))
-            if value <= 0:
-                raise _config_error(name, value, "must be > 0")
-            self._set(name, value)
         if self.min_load_pps >= self.max_load_pps:
             raise _config_error("min_load_pps", self.min_load_pps,
                                 f"must be below max_load_pps ({self.max_load_pps})")
@@ -149,6 +141,13 @@ class SearchConfig:
         if isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int) \
                 or self.max_trials < 1:
             raise _config_error("max_trials", self.max_trials, "must be an integer >= 1")
+
+    def _positive(self, *names: str) -> None:
+        for name in names:
+            value = _number(name, getattr(self, name))
+            if value <= 0:
+                raise _config_error(name, value, "must be > 0")
+            self._set(name, value)
 
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)  # normalising a frozen instance
