@@ -101,15 +101,15 @@ def _delta(a: int | None, b: int | None) -> int | None:
 
 
 def verify(backend: Backend, tb: NetnsTestbed, policy: Policy) -> Verification:
-    topo, test = tb.topo, policy.test_entry
+    test = policy.test_entry
     problems: list[str] = []
     details: dict = {}
 
     def forwarded(action) -> int:
-        before = tb.stats(topo.fw_server_side).tx_packets
+        before = tb.ipv4_transmits()
         action()
         time.sleep(_SETTLE_S)
-        return tb.stats(topo.fw_server_side).tx_packets - before
+        return tb.ipv4_transmits() - before
 
     s0 = backend.snapshot(tb, policy)
     expected = policy.size if backend.filters else 0

@@ -188,6 +188,21 @@ class NetnsTestbed:
         return IfStats(s["rx"]["packets"], s["tx"]["packets"], s["rx"]["dropped"],
                        s["tx"]["dropped"], t)
 
+    def ipv4_transmits(self) -> int:
+        """IPv4 packets the firewall has put on a wire (Ip: OutTransmits of its netns).
+
+        The firewall originates no IPv4 itself, so during a probe this counts what it
+        forwarded. Unlike a link's tx counter it ignores ARP, ND and MLD chatter, which
+        can fall inside a short probe window. (ForwDatagrams will not do: on 6.18
+        it counts before the FORWARD hook, so dropped packets too.) Kernels older
+        than 6.3 lack the counter; there the server-side link's tx count stands in.
+        """
+        text = self.exec("fw", ["cat", "/proc/net/snmp"])
+        head, values = [l.split() for l in text.splitlines() if l.startswith("Ip:")][:2]
+        if "OutTransmits" not in head:
+            return self.stats(self.topo.fw_server_side).tx_packets
+        return int(values[head.index("OutTransmits")])
+
     def send_udp(self, dst: str, port: int, count: int, payload: int = 18) -> None:
         """Send `count` UDP datagrams from the client; used by verification probes."""
         self.exec("client", [sys.executable, "-m", "fwbench.testbed.probe", dst, str(port),
