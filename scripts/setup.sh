@@ -40,5 +40,6 @@ if [ "$(cat .setup-stamp 2>/dev/null || true)" != "$want" ]; then
 	echo "$want" > .setup-stamp
 fi
 
-# The engine: make rebuilds only what changed.
+# The engine and the eBPF firewalls: make rebuilds only what changed.
 make -s -C engine >/dev/null
+make -s -C bpf >/dev/null
