@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: MIT
+/*
+ * fwbench-bpf: load the eBPF firewall (filter.bpf.c) onto an interface, read
+ * back what the kernel holds, or run packets through it without traffic.
+ *
+ *   fwbench-bpf load --hook xdp|tc --mode linear|set --ifname IF
+ *                    [--local ADDR]... [--xdp-mode native|generic]  < RULES
+ *   fwbench-bpf dump --hook xdp|tc --ifname IF
+ *   fwbench-bpf test-run --hook xdp|tc --mode linear|set --rules FILE
+ *                    [--local ADDR]...  < PACKETS (one hex frame per line)
+ *
+ * RULES has one line per rule, in order: `set|rule DADDR PROTO PORT` (PROTO as
+ * a number, PORT the ICMP type for ICMP). Each line gets the next counter
+ * slot; `set` lines go into the hash (set mode only), `rule` lines into the
+ * array scanned in order. The attachment outlives this process; the kernel
+ * keeps program and maps while they are attached, so `dump` finds them again
+ * from the interface, with no pinning and nothing left behind once detached.
+ * Output is one JSON line; errors are one line on stderr, exit 2 for bad
+ * input, 1 when the kernel refuses.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <linux/if_link.h>
+#include <linux/pkt_cls.h>
+#include <net/if.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "engine.h"
+#include "filter.h"
+#include "filter.skel.h"
+
+#define TC_HANDLE 1
+#define TC_PRIO 1
+
+struct line {
+	int in_set;
+	struct fwb_key key;
+};
+
+struct opts {
+	const char *hook, *mode, *ifname, *rules_path;
+	__u32 local[FWB_MAX_LOCAL];
+	int nlocal;
+	__u32 xdp_flags;
+};
+
+static const struct option long_opts[] = {
+	{ "hook", required_argument, NULL, 'H' },
+	{ "mode", required_argument, NULL, 'm' },
+	{ "ifname", required_argument, NULL, 'i' },
+	{ "local", required_argument, NULL, 'l' },
+	{ "rules", required_argument, NULL, 'r' },
+	{ "xdp-mode", required_argument, NULL, 'x' },
+	{ 0 }
+};
+
+static const char usage[] =
+"usage: fwbench-bpf load --hook xdp|tc --mode linear|set --ifname IF [--local ADDR]...\n"
+"                        [--xdp-mode native|generic] < RULES\n"
+"       fwbench-bpf dump --hook xdp|tc --ifname IF\n"
+"       fwbench-bpf test-run --hook xdp|tc --mode linear|set --rules FILE\n"
+"                        [--local ADDR]... < PACKETS\n";
+
+static int is_xdp(const struct opts *o)
+{
+	return strcmp(o->hook, "xdp") == 0;
+}
+
+static void parse_opts(int argc, char **argv, struct opts *o)
+{
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->xdp_flags = XDP_FLAGS_DRV_MODE;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+		switch (c) {
+		case 'H': o->hook = optarg; break;
+		case 'm': o->mode = optarg; break;
+		case 'i': o->ifname = optarg; break;
+		case 'r': o->rules_path = optarg; break;
+		case 'l':
+			if (o->nlocal == FWB_MAX_LOCAL)
+				usage_error("at most %d --local addresses", FWB_MAX_LOCAL);
+			if (inet_pton(AF_INET, optarg, &o->local[o->nlocal++]) != 1)
+				usage_error("--local: not an IPv4 address: %s", optarg);
+			break;
+		case 'x':
+			if (strcmp(optarg, "native") == 0)
+				o->xdp_flags = XDP_FLAGS_DRV_MODE;
+			else if (strcmp(optarg, "generic") == 0)
+				o->xdp_flags = XDP_FLAGS_SKB_MODE;
+			else
+				usage_error("--xdp-mode: native or generic, not %s", optarg);
+			break;
+		default:
+			usage_error("unknown or incomplete option %s", argv[optind - 1]);
+		}
+	}
+	if (optind != argc)
+		usage_error("unexpected argument %s", argv[optind]);
+	if (!o->hook || (strcmp(o->hook, "xdp") && strcmp(o->hook, "tc")))
+		usage_error("--hook: xdp or tc");
+	if (o->mode && strcmp(o->mode, "linear") && strcmp(o->mode, "set"))
+		usage_error("--mode: linear or set, not %s", o->mode);
+}
+
+static double ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1e3 + (t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* Read `set|rule DADDR PROTO PORT` lines. */
+static struct line *read_rules(FILE *f, size_t *n)
+{
+	size_t cap = 1024, len = 0, lineno = 0;
+	struct line *v = malloc(cap * sizeof(*v));
+	char buf[256], kind[8], addr[64];
+	unsigned proto, port;
+
+	if (!v)
+		runtime_error("out of memory");
+	while (fgets(buf, sizeof(buf), f)) {
+		lineno++;
+		if (buf[0] == '\n' || buf[0] == '#')
+			continue;
+		if (sscanf(buf, "%7s %63s %u %u", kind, addr, &proto, &port) != 4 ||
+		    (strcmp(kind, "set") && strcmp(kind, "rule")) || proto > 255 ||
+		    port > 65535)
+			usage_error("rules line %zu: expected `set|rule DADDR PROTO PORT`",
+				    lineno);
+		if (len == cap && !(v = realloc(v, (cap *= 2) * sizeof(*v))))
+			runtime_error("out of memory");
+		memset(&v[len], 0, sizeof(v[len]));
+		v[len].in_set = kind[0] == 's';
+		if (inet_pton(AF_INET, addr, &v[len].key.daddr) != 1)
+			usage_error("rules line %zu: not an IPv4 address: %s", lineno, addr);
+		v[len].key.proto = proto;
+		v[len].key.port = port;
+		len++;
+	}
+	*n = len;
+	return v;
+}
+
+static int quiet_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	return level == LIBBPF_WARN ? vfprintf(stderr, fmt, ap) : 0;
+}
+
+struct loaded {
+	struct fwb_filter *skel;
+	struct bpf_program *prog;
+	size_t n_rules, n_set, slots;
+	double open_ms, load_ms, fill_ms;
+};
+
+/* Open, size, load into the kernel and fill the maps; nothing attached yet. */
+static void load_filter(const struct opts *o, struct line *lines, size_t n,
+			struct loaded *L)
+{
+	int set_mode = strcmp(o->mode, "set") == 0;
+	struct timespec t0;
+	size_t i;
+	int err;
+
+	memset(L, 0, sizeof(*L));
+	for (i = 0; i < n; i++) {
+		if (lines[i].in_set && !set_mode)
+			usage_error("rules line %zu: `set` needs --mode set", i + 1);
+		if (lines[i].in_set)
+			L->n_set++;
+		else
+			L->n_rules++;
+	}
+	L->slots = n + 1;	/* one per line, and the default drop */
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	libbpf_set_print(quiet_libbpf);
+	L->skel = fwb_filter__open();
+	if (!L->skel)
+		runtime_error("cannot open the filter program: %s", strerror(errno));
+	L->skel->rodata->mode = set_mode ? FWB_SET : FWB_LINEAR;
+	L->skel->rodata->nr_rules = L->n_rules;
+	L->skel->rodata->drop_slot = n;
+	for (i = 0; i < (size_t)o->nlocal; i++)
+		L->skel->rodata->local_addrs[i] = o->local[i];
+	bpf_map__set_max_entries(L->skel->maps.rules, L->n_rules ? L->n_rules : 1);
+	bpf_map__set_max_entries(L->skel->maps.set, L->n_set ? L->n_set : 1);
+	bpf_map__set_max_entries(L->skel->maps.counters, L->slots);
+	L->prog = is_xdp(o) ? L->skel->progs.fwb_xdp_filter : L->skel->progs.fwb_tc_filter;
+	bpf_program__set_autoload(is_xdp(o) ? L->skel->progs.fwb_tc_filter
+					    : L->skel->progs.fwb_xdp_filter, false);
+	L->open_ms = ms_since(&t0);
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	err = fwb_filter__load(L->skel);
+	if (err)
+		runtime_error("the kernel refused the %s filter: %s", o->hook, strerror(-err));
+	L->load_ms = ms_since(&t0);
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	{
+		int rules_fd = bpf_map__fd(L->skel->maps.rules);
+		int set_fd = bpf_map__fd(L->skel->maps.set);
+		__u32 idx = 0, slot;
+
+		for (slot = 0; slot < n; slot++) {
+			if (lines[slot].in_set) {
+				/* First occurrence wins, as in a chain. */
+				err = bpf_map_update_elem(set_fd, &lines[slot].key, &slot,
+							  BPF_NOEXIST);
+				if (err && err != -EEXIST)
+					runtime_error("set update: %s", strerror(-err));
+			} else {
+				struct fwb_rule r = { .key = lines[slot].key, .id = slot };
+
+				err = bpf_map_update_elem(rules_fd, &idx, &r, BPF_ANY);
+				if (err)
+					runtime_error("rules update: %s", strerror(-err));
+				idx++;
+			}
+		}
+	}
+	L->fill_ms = ms_since(&t0);
+}
+
+static void json_loaded(struct json *j, const struct loaded *L)
+{
+	struct bpf_prog_info info = { 0 };
+	__u32 len = sizeof(info);
+
+	bpf_obj_get_info_by_fd(bpf_program__fd(L->prog), &info, &len);
+	json_u64(j, "prog_id", info.id);
+	json_u64(j, "rules", L->n_rules);
+	json_u64(j, "set", L->n_set);
+	json_num(j, "open_ms", L->open_ms);
+	json_num(j, "load_ms", L->load_ms);
+	json_num(j, "fill_ms", L->fill_ms);
+}
+
+static int cmd_load(int argc, char **argv)
+{
+	struct opts o;
+	struct loaded L;
+	struct line *lines;
+	struct timespec t0;
+	struct json j;
+	size_t n;
+	int ifindex, err;
+
+	parse_opts(argc, argv, &o);
+	if (!o.mode || !o.ifname)
+		usage_error("load needs --mode and --ifname");
+	ifindex = if_index_or_die(o.ifname);
+	lines = read_rules(stdin, &n);
+	load_filter(&o, lines, n, &L);
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (is_xdp(&o)) {
+		err = bpf_xdp_attach(ifindex, bpf_program__fd(L.prog), o.xdp_flags, NULL);
+		if (err)
+			runtime_error("cannot attach XDP to %s: %s", o.ifname, strerror(-err));
+	} else {
+		LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
+			    .attach_point = BPF_TC_INGRESS);
+		LIBBPF_OPTS(bpf_tc_opts, tco, .handle = TC_HANDLE, .priority = TC_PRIO,
+			    .prog_fd = bpf_program__fd(L.prog), .flags = BPF_TC_F_REPLACE);
+
+		err = bpf_tc_hook_create(&hook);
+		if (err && err != -EEXIST)
+			runtime_error("cannot create clsact on %s: %s", o.ifname, strerror(-err));
+		err = bpf_tc_attach(&hook, &tco);
+		if (err)
+			runtime_error("cannot attach tc filter to %s: %s", o.ifname,
+				      strerror(-err));
+	}
+	json_begin(&j, stdout);
+	json_str(&j, "hook", o.hook);
+	json_str(&j, "mode", o.mode);
+	json_str(&j, "ifname", o.ifname);
+	json_loaded(&j, &L);
+	json_num(&j, "attach_ms", ms_since(&t0));
+	json_str(&j, "libbpf", libbpf_version_string());
+	json_end(&j);
+	/* Attached programs hold their maps; this process may go. */
+	fwb_filter__destroy(L.skel);
+	free(lines);
+	return 0;
+}
+
+/* The program attached to IF at the hook, or die. */
+static __u32 attached_prog(const struct opts *o)
+{
+	int ifindex = if_index_or_die(o->ifname);
+	__u32 id = 0;
+	int err;
+
+	if (is_xdp(o)) {
+		err = bpf_xdp_query_id(ifindex, 0, &id);
+	} else {
+		LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
+			    .attach_point = BPF_TC_INGRESS);
+		LIBBPF_OPTS(bpf_tc_opts, tco, .handle = TC_HANDLE, .priority = TC_PRIO);
+
+		err = bpf_tc_query(&hook, &tco);
+		id = err ? 0 : tco.prog_id;
+		if (err == -ENOENT || err == -EINVAL)
+			err = 0;
+	}
+	if (err)
+		runtime_error("cannot query %s on %s: %s", o->hook, o->ifname, strerror(-err));
+	if (!id)
+		runtime_error("no %s program on %s", o->hook, o->ifname);
+	return id;
+}
+
+static void addr_str(__u32 a, char *buf)
+{
+	inet_ntop(AF_INET, &a, buf, INET_ADDRSTRLEN);
+}
+
+static void json_counters(struct json *j, int fd, __u32 slots)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	struct fwb_count *v = calloc(ncpu, sizeof(*v));
+	__u32 k;
+
+	if (!v)
+		runtime_error("out of memory");
+	json_arr(j, "counters");
+	for (k = 0; k < slots; k++) {
+		__u64 p = 0, b = 0;
+
+		if (bpf_map_lookup_elem(fd, &k, v) == 0)
+			for (int c = 0; c < ncpu; c++) {
+				p += v[c].packets;
+				b += v[c].bytes;
+			}
+		json_arr(j, NULL);
+		json_u64(j, NULL, p);
+		json_u64(j, NULL, b);
+		json_close_arr(j);
+	}
+	json_close_arr(j);
+	free(v);
+}
+
+static int cmd_dump(int argc, char **argv)
+{
+	struct opts o;
+	struct bpf_prog_info info = { 0 };
+	__u32 len = sizeof(info), map_ids[16], i;
+	int prog_fd, rules_fd = -1, set_fd = -1, cnt_fd = -1, ro_fd = -1;
+	__u32 cnt_slots = 0, ro_size = 0;
+	char tag[2 * BPF_TAG_SIZE + 1], addr[INET_ADDRSTRLEN];
+	struct json j;
+
+	parse_opts(argc, argv, &o);
+	if (!o.ifname)
+		usage_error("dump needs --ifname");
+	prog_fd = bpf_prog_get_fd_by_id(attached_prog(&o));
+	if (prog_fd < 0)
+		runtime_error("cannot open the attached program: %s", strerror(errno));
+	info.nr_map_ids = 16;
+	info.map_ids = (__u64)(unsigned long)map_ids;
+	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len))
+		runtime_error("cannot read the program's info: %s", strerror(errno));
+	for (i = 0; i < info.nr_map_ids && i < 16; i++) {
+		struct bpf_map_info mi = { 0 };
+		__u32 ml = sizeof(mi);
+		int fd = bpf_map_get_fd_by_id(map_ids[i]);
+
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &mi, &ml))
+			runtime_error("cannot open map %u: %s", map_ids[i], strerror(errno));
+		if (strcmp(mi.name, "rules") == 0)
+			rules_fd = fd;
+		else if (strcmp(mi.name, "set") == 0)
+			set_fd = fd;
+		else if (strcmp(mi.name, "counters") == 0)
+			cnt_fd = fd, cnt_slots = mi.max_entries;
+		else if (strstr(mi.name, ".rodata"))
+			ro_fd = fd, ro_size = mi.value_size;
+	}
+	if (rules_fd < 0 || set_fd < 0 || cnt_fd < 0 || ro_fd < 0 ||
+	    ro_size != sizeof(struct fwb_filter__rodata))
+		runtime_error("the program on %s is not fwbench's filter (%s)", o.ifname,
+			      info.name);
+	{
+		struct fwb_filter__rodata ro;
+		__u32 zero = 0;
+		struct fwb_rule r;
+		struct fwb_key k, *prev = NULL;
+		__u32 id;
+
+		if (bpf_map_lookup_elem(ro_fd, &zero, &ro))
+			runtime_error("cannot read the filter's settings: %s", strerror(errno));
+		for (i = 0; i < BPF_TAG_SIZE; i++)
+			sprintf(tag + 2 * i, "%02x", info.tag[i]);
+		json_begin(&j, stdout);
+		json_obj(&j, "prog");
+		json_u64(&j, "id", info.id);
+		json_str(&j, "name", info.name);
+		json_str(&j, "tag", tag);
+		json_u64(&j, "xlated_len", info.xlated_prog_len);
+		json_u64(&j, "jited_len", info.jited_prog_len);
+		json_close_obj(&j);
+		json_str(&j, "mode", ro.mode == FWB_SET ? "set" : "linear");
+		json_u64(&j, "drop_slot", ro.drop_slot);
+		json_arr(&j, "local");
+		for (i = 0; i < FWB_MAX_LOCAL; i++)
+			if (ro.local_addrs[i]) {
+				addr_str(ro.local_addrs[i], addr);
+				json_str(&j, NULL, addr);
+			}
+		json_close_arr(&j);
+		/* rules: [slot, daddr, proto, port] in scan order */
+		json_arr(&j, "rules");
+		for (i = 0; i < ro.nr_rules; i++) {
+			if (bpf_map_lookup_elem(rules_fd, &i, &r))
+				runtime_error("cannot read rule %u: %s", i, strerror(errno));
+			addr_str(r.key.daddr, addr);
+			json_arr(&j, NULL);
+			json_u64(&j, NULL, r.id);
+			json_str(&j, NULL, addr);
+			json_u64(&j, NULL, r.key.proto);
+			json_u64(&j, NULL, r.key.port);
+			json_close_arr(&j);
+		}
+		json_close_arr(&j);
+		/* set: [slot, daddr, proto, port], hash order */
+		json_arr(&j, "set");
+		while (bpf_map_get_next_key(set_fd, prev, &k) == 0) {
+			if (bpf_map_lookup_elem(set_fd, &k, &id) == 0) {
+				addr_str(k.daddr, addr);
+				json_arr(&j, NULL);
+				json_u64(&j, NULL, id);
+				json_str(&j, NULL, addr);
+				json_u64(&j, NULL, k.proto);
+				json_u64(&j, NULL, k.port);
+				json_close_arr(&j);
+			}
+			prev = &k;
+		}
+		json_close_arr(&j);
+		json_counters(&j, cnt_fd, cnt_slots);
+		json_end(&j);
+	}
+	return 0;
+}
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static int cmd_test_run(int argc, char **argv)
+{
+	struct opts o;
+	struct loaded L;
+	struct line *lines;
+	FILE *rf;
+	size_t n, lineno = 0;
+	static char buf[65536];
+	static unsigned char pkt[32768], out[32768 + 256];
+	struct json j;
+
+	parse_opts(argc, argv, &o);
+	if (!o.mode || !o.rules_path)
+		usage_error("test-run needs --mode and --rules");
+	rf = fopen(o.rules_path, "r");
+	if (!rf)
+		usage_error("cannot open %s: %s", o.rules_path, strerror(errno));
+	lines = read_rules(rf, &n);
+	fclose(rf);
+	load_filter(&o, lines, n, &L);
+
+	json_begin(&j, stdout);
+	json_str(&j, "hook", o.hook);
+	json_str(&j, "mode", o.mode);
+	json_loaded(&j, &L);
+	json_arr(&j, "verdicts");
+	while (fgets(buf, sizeof(buf), stdin)) {
+		size_t len = 0, i;
+		int err;
+
+		lineno++;
+		for (i = 0; buf[i] && buf[i] != '\n'; i += 2) {
+			int hi = hexval(buf[i]), lo = hexval(buf[i + 1]);
+
+			if (hi < 0 || lo < 0 || len == sizeof(pkt))
+				usage_error("packets line %zu: expected an even run of hex digits",
+					    lineno);
+			pkt[len++] = hi << 4 | lo;
+		}
+		LIBBPF_OPTS(bpf_test_run_opts, t, .data_in = pkt, .data_size_in = len,
+			    .data_out = out, .data_size_out = sizeof(out), .repeat = 1);
+		err = bpf_prog_test_run_opts(bpf_program__fd(L.prog), &t);
+		if (err)
+			runtime_error("BPF_PROG_RUN on packet %zu: %s", lineno, strerror(-err));
+		json_u64(&j, NULL, t.retval);
+	}
+	json_close_arr(&j);
+	json_counters(&j, bpf_map__fd(L.skel->maps.counters), L.slots);
+	json_end(&j);
+	fwb_filter__destroy(L.skel);
+	free(lines);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		usage_error("%s", usage);
+	if (strcmp(argv[1], "load") == 0)
+		return cmd_load(argc - 1, argv + 1);
+	if (strcmp(argv[1], "dump") == 0)
+		return cmd_dump(argc - 1, argv + 1);
+	if (strcmp(argv[1], "test-run") == 0)
+		return cmd_test_run(argc - 1, argv + 1);
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	usage_error("unknown command %s (load, dump, test-run)", argv[1]);
+}
