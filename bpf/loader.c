@@ -532,6 +532,10 @@ int main(int argc, char **argv)
 		return cmd_dump(argc - 1, argv + 1);
 	if (strcmp(argv[1], "test-run") == 0)
 		return cmd_test_run(argc - 1, argv + 1);
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("libbpf %s\n", libbpf_version_string());
+		return 0;
+	}
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
 		fputs(usage, stdout);
 		return 0;

@@ -7,9 +7,7 @@ whole testbed session and is driven over its stdin: `arm COOKIE` before a trial,
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import select
 import subprocess
 from pathlib import Path
@@ -21,25 +19,20 @@ from fwbench.testbed.netns import NetnsTestbed
 # The policy's test entry (seed 000's iperf3 port): the flow every rule set is built
 # to let through after N rules, so the engine sends exactly the flow under test.
 ENGINE_PORT = 5201
-_REPO = Path(__file__).resolve().parents[2]
 
 
 def binary() -> Path:
     """The engine executable: $FWBENCH_ENGINE, or the one `scripts/setup.sh` built."""
-    p = Path(os.environ.get("FWBENCH_ENGINE", _REPO / "engine" / "build" / "fwbench-engine"))
-    if not os.access(p, os.X_OK):
-        raise FwbenchError(f"traffic engine not found at {p}: build it with "
-                           f"./scripts/setup.sh (or make -C engine)")
-    return p
+    return proc.built_binary("FWBENCH_ENGINE", "engine/build/fwbench-engine",
+                             "traffic engine")
 
 
 def version() -> str | None:
     """fwbench's version and the binary's hash: the engine is built from this tree."""
     try:
-        digest = hashlib.sha256(binary().read_bytes()).hexdigest()[:12]
+        return f"fwbench-engine {__version__} (sha256 {proc.file_digest(binary())})"
     except FwbenchError:
         return None
-    return f"fwbench-engine {__version__} (sha256 {digest})"
 
 
 def _one_line(stderr: str) -> str:

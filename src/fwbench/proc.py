@@ -5,10 +5,29 @@ here, so a failure always becomes a CommandError with the tool's own message.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from fwbench.errors import CommandError, FwbenchError
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def built_binary(env: str, relpath: str, what: str) -> Path:
+    """A binary built from this tree by scripts/setup.sh, or $env when set."""
+    p = Path(os.environ.get(env, REPO / relpath))
+    if not os.access(p, os.X_OK):
+        raise FwbenchError(f"{what} not found at {p}: build it with ./scripts/setup.sh")
+    return p
+
+
+def file_digest(p: Path) -> str:
+    """Short sha256 of a file: which build of a tree's binary was used."""
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:12]
 
 
 def in_netns(netns: str | None, argv: list[str]) -> list[str]:

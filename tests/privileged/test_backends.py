@@ -66,14 +66,19 @@ def test_none_forwards_everything(testbed):
 
 
 def test_backends_do_not_stack(testbed):
-    """Loading one backend after another leaves only the second: legacy and nft rules
-    would otherwise both apply."""
-    legacy, nft = backend_or_skip("iptables-legacy"), backend_or_skip("nftables")
+    """Loading one backend after another leaves only the last: legacy and nft rules
+    would otherwise both apply, and an XDP or tc filter would sit under either."""
     policy = seed000(100, testbed.topo.server.ip4)
-    legacy.apply(testbed, policy)
+    for name in ("iptables-legacy", "xdp-set", "tc-linear"):
+        backend_or_skip(name).apply(testbed, policy)
+    nft = backend_or_skip("nftables")
     nft.apply(testbed, policy)
     state = ruleset_state(testbed)
     assert state["iptables-legacy"] == 0 and state["nftables_tables"] == 1
+    assert state["bpf_programs"] == 0
     assert nft.verify(testbed, policy).ok
+    backend_or_skip("tc-set").apply(testbed, policy)
+    assert ruleset_state(testbed)["bpf_programs"] == 1
     flush_all(testbed)
-    assert ruleset_state(testbed) == {"iptables-legacy": 0, "nftables_tables": 0, "ipsets": 0}
+    assert ruleset_state(testbed) == {"iptables-legacy": 0, "nftables_tables": 0, "ipsets": 0,
+                                      "bpf_programs": 0}

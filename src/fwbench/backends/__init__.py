@@ -14,6 +14,10 @@ REGISTRY: dict[str, str] = {
     "nftables": "fwbench.backends.nftables:NftLinear",
     "ipset": "fwbench.backends.iptables:Ipset",
     "nftset": "fwbench.backends.nftables:NftSet",
+    "xdp-linear": "fwbench.backends.ebpf:XdpLinear",
+    "xdp-set": "fwbench.backends.ebpf:XdpSet",
+    "tc-linear": "fwbench.backends.ebpf:TcLinear",
+    "tc-set": "fwbench.backends.ebpf:TcSet",
 }
 
 

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from fwbench import proc
+from fwbench import bpf, proc
 from fwbench.ruleset import Interfaces, Policy
 from fwbench.testbed.netns import NetnsTestbed
 
@@ -93,7 +93,9 @@ class Backend(abc.ABC):
 
 
 def interfaces(tb: NetnsTestbed) -> Interfaces:
-    return Interfaces(tb.topo.fw_client_side.ifname, tb.topo.fw_server_side.ifname)
+    topo = tb.topo
+    return Interfaces(topo.fw_client_side.ifname, topo.fw_server_side.ifname,
+                      (topo.fw_client_side.ip4, topo.fw_server_side.ip4))
 
 
 def _delta(a: int | None, b: int | None) -> int | None:
@@ -181,6 +183,8 @@ def flush_all(tb: NetnsTestbed) -> None:
         tb.exec("fw", ["nft", "flush", "ruleset"])  # also removes iptables-nft's tables
     if proc.have("ipset"):
         tb.exec("fw", ["ipset", "destroy"])
+    for port in (tb.topo.fw_client_side, tb.topo.fw_server_side):
+        bpf.detach_all(tb.topo.netns("fw"), port.ifname)
 
 
 def ruleset_state(tb: NetnsTestbed) -> dict[str, int]:
@@ -194,4 +198,6 @@ def ruleset_state(tb: NetnsTestbed) -> dict[str, int]:
         out["nftables_tables"] = sum(1 for ln in text.splitlines() if ln.startswith("table "))
     if proc.have("ipset"):
         out["ipsets"] = len(tb.exec("fw", ["ipset", "list", "-n"]).split())
+    out["bpf_programs"] = sum(len(bpf.attached(tb.topo.netns("fw"), port.ifname))
+                              for port in (tb.topo.fw_client_side, tb.topo.fw_server_side))
     return out

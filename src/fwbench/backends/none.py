@@ -20,5 +20,5 @@ class NoFirewall(Backend):
     def snapshot(self, tb: NetnsTestbed, policy: Policy) -> Snapshot:
         state = ruleset_state(tb)
         rules = state.get("iptables-legacy", 0) + state.get("nftables_tables", 0) \
-            + state.get("ipsets", 0)
+            + state.get("ipsets", 0) + state.get("bpf_programs", 0)
         return Snapshot(rules, None, None, {"firewall_state": state})

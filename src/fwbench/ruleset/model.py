@@ -24,9 +24,11 @@ class Entry:
 @dataclass(frozen=True)
 class Interfaces:
     """The firewall's two interfaces: facing the client (ingress of the test flow)
-    and facing the server (ingress of the return path)."""
+    and facing the server (ingress of the return path), and the firewall's own
+    IPv4 addresses (the eBPF filters pass traffic to them, as INPUT would)."""
     client_side: str
     server_side: str
+    local4: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

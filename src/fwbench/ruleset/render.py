@@ -124,3 +124,29 @@ def nft_set(p: Policy, ifs: Interfaces) -> str:
                  f"{t}{t}}}",
                  f"{t}}}"]
     return _nft_table(ifs, [nft_set_rule()] + nft_aux_rules(p), set_block)
+
+
+# --- eBPF (bpf/filter.bpf.c, loaded by fwbench-bpf) -------------------------------
+
+BPF_PROTO = {"icmp": 1, "tcp": 6, "udp": 17}
+ICMP_ECHO_REQUEST = 8
+
+
+def bpf_line(kind: str, daddr: str, proto: str, port: int) -> str:
+    return f"{kind} {daddr} {BPF_PROTO[proto]} {port}"
+
+
+def bpf_aux_lines(p: Policy) -> list[str]:
+    """The auxiliary rules, scanned after the entries in both modes (the ICMP
+    rule's "port" is the ICMP type, as the filter keys it)."""
+    return [bpf_line("rule", p.control.daddr, p.control.proto, p.control.dport),
+            bpf_line("rule", p.ping_daddr, "icmp", ICMP_ECHO_REQUEST)]
+
+
+def bpf_rules(p: Policy, set_mode: bool) -> str:
+    """fwbench-bpf load input: one line per rule in order, each its own counter slot.
+    Linear: every entry a `rule` in the scanned array; set: every entry a `set`
+    element, the hash looked up before the array."""
+    kind = "set" if set_mode else "rule"
+    lines = [bpf_line(kind, e.daddr, e.proto, e.dport) for e in p.entries]
+    return "\n".join(lines + bpf_aux_lines(p)) + "\n"
