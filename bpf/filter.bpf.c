@@ -14,8 +14,8 @@
  *    truncated header) matches no rule, as with iptables' tcp/udp/icmp
  *    matches.
  *
- * Linear mode scans the `rules` array in order with bpf_loop (first match
- * wins, like an iptables chain). Set mode looks the key up in the `set` hash
+ * Linear mode scans the `rules` array in order with bpf_loop, FWB_CHUNK rules
+ * per element (first match wins, like an iptables chain). Set mode looks the key up in the `set` hash
  * (like ipset hash:ip,port) and then scans `rules`, which then holds only the
  * auxiliary rules. Every rule has a per-CPU counter; the last slot counts
  * drops.
@@ -30,7 +30,8 @@
 #include "filter.h"
 
 const volatile __u32 mode = FWB_LINEAR;
-const volatile __u32 nr_rules;		/* entries of `rules` to scan */
+const volatile __u32 nr_rules;		/* rules to scan */
+const volatile __u32 nr_chunks;		/* elements of `rules` holding them */
 const volatile __u32 drop_slot;		/* counter slot of the default drop */
 const volatile __u32 local_addrs[FWB_MAX_LOCAL];	/* network order, 0 = none */
 
@@ -39,7 +40,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct fwb_rule);
+	__type(value, struct fwb_chunk);
 } rules SEC(".maps");
 
 struct {
@@ -69,18 +70,22 @@ static __always_inline __u64 key64(const struct fwb_key *k)
 	return *(const __u64 *)k;
 }
 
-static int scan_one(__u32 i, void *ctx)
+static int scan_chunk(__u32 i, void *ctx)
 {
 	struct scan *s = ctx;
-	struct fwb_rule *r = bpf_map_lookup_elem(&rules, &i);
+	struct fwb_chunk *c = bpf_map_lookup_elem(&rules, &i);
 
-	if (!r)
+	if (!c)
 		return 1;
-	if (key64(&r->key) != s->key)
-		return 0;
-	s->hit = r->id;
-	s->found = 1;
-	return 1;
+#pragma unroll
+	for (int j = 0; j < FWB_CHUNK; j++) {
+		if (c->keys[j] == s->key) {
+			s->hit = c->ids[j];
+			s->found = 1;
+			return 1;
+		}
+	}
+	return 0;
 }
 
 static __always_inline void count(__u32 slot, __u64 len)
@@ -170,7 +175,7 @@ static __always_inline int classify(void *data, void *end, __u64 len)
 		}
 	}
 	s.key = key64(&k);
-	bpf_loop(nr_rules, scan_one, &s, 0);
+	bpf_loop(nr_chunks, scan_chunk, &s, 0);
 	if (s.found) {
 		count(s.hit, len);
 		return VERDICT_PASS;

@@ -22,10 +22,16 @@ struct fwb_key {
 	__u8 pad;
 };
 
-struct fwb_rule {
-	struct fwb_key key;
-	__u32 id;		/* its counter slot */
-	__u32 pad;
+/*
+ * The scanned rules, FWB_CHUNK to a map element: one map lookup per chunk,
+ * then an unrolled run of 64-bit compares. Unused slots are zero, which no
+ * packet's key equals (a key reaching the scan has a nonzero protocol).
+ */
+#define FWB_CHUNK 32
+
+struct fwb_chunk {
+	__u64 keys[FWB_CHUNK];	/* struct fwb_key, as one word */
+	__u32 ids[FWB_CHUNK];	/* counter slot of each rule */
 };
 
 struct fwb_count {

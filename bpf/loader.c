@@ -159,7 +159,7 @@ static int quiet_libbpf(enum libbpf_print_level level, const char *fmt, va_list 
 struct loaded {
 	struct fwb_filter *skel;
 	struct bpf_program *prog;
-	size_t n_rules, n_set, slots;
+	size_t n_rules, n_chunks, n_set, slots;
 	double open_ms, load_ms, fill_ms;
 };
 
@@ -182,6 +182,7 @@ static void load_filter(const struct opts *o, struct line *lines, size_t n,
 			L->n_rules++;
 	}
 	L->slots = n + 1;	/* one per line, and the default drop */
+	L->n_chunks = (L->n_rules + FWB_CHUNK - 1) / FWB_CHUNK;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	libbpf_set_print(quiet_libbpf);
@@ -190,10 +191,11 @@ static void load_filter(const struct opts *o, struct line *lines, size_t n,
 		runtime_error("cannot open the filter program: %s", strerror(errno));
 	L->skel->rodata->mode = set_mode ? FWB_SET : FWB_LINEAR;
 	L->skel->rodata->nr_rules = L->n_rules;
+	L->skel->rodata->nr_chunks = L->n_chunks;
 	L->skel->rodata->drop_slot = n;
 	for (i = 0; i < (size_t)o->nlocal; i++)
 		L->skel->rodata->local_addrs[i] = o->local[i];
-	bpf_map__set_max_entries(L->skel->maps.rules, L->n_rules ? L->n_rules : 1);
+	bpf_map__set_max_entries(L->skel->maps.rules, L->n_chunks ? L->n_chunks : 1);
 	bpf_map__set_max_entries(L->skel->maps.set, L->n_set ? L->n_set : 1);
 	bpf_map__set_max_entries(L->skel->maps.counters, L->slots);
 	L->prog = is_xdp(o) ? L->skel->progs.fwb_xdp_filter : L->skel->progs.fwb_tc_filter;
@@ -211,8 +213,10 @@ static void load_filter(const struct opts *o, struct line *lines, size_t n,
 	{
 		int rules_fd = bpf_map__fd(L->skel->maps.rules);
 		int set_fd = bpf_map__fd(L->skel->maps.set);
+		struct fwb_chunk chunk;
 		__u32 idx = 0, slot;
 
+		memset(&chunk, 0, sizeof(chunk));
 		for (slot = 0; slot < n; slot++) {
 			if (lines[slot].in_set) {
 				/* First occurrence wins, as in a chain. */
@@ -221,12 +225,16 @@ static void load_filter(const struct opts *o, struct line *lines, size_t n,
 				if (err && err != -EEXIST)
 					runtime_error("set update: %s", strerror(-err));
 			} else {
-				struct fwb_rule r = { .key = lines[slot].key, .id = slot };
+				memcpy(&chunk.keys[idx % FWB_CHUNK], &lines[slot].key, 8);
+				chunk.ids[idx % FWB_CHUNK] = slot;
+				if (++idx % FWB_CHUNK == 0 || idx == L->n_rules) {
+					__u32 c = (idx - 1) / FWB_CHUNK;
 
-				err = bpf_map_update_elem(rules_fd, &idx, &r, BPF_ANY);
-				if (err)
-					runtime_error("rules update: %s", strerror(-err));
-				idx++;
+					err = bpf_map_update_elem(rules_fd, &c, &chunk, BPF_ANY);
+					if (err)
+						runtime_error("rules update: %s", strerror(-err));
+					memset(&chunk, 0, sizeof(chunk));
+				}
 			}
 		}
 	}
@@ -397,7 +405,7 @@ static int cmd_dump(int argc, char **argv)
 	{
 		struct fwb_filter__rodata ro;
 		__u32 zero = 0;
-		struct fwb_rule r;
+		struct fwb_chunk chunk;
 		struct fwb_key k, *prev = NULL;
 		__u32 id;
 
@@ -425,14 +433,18 @@ static int cmd_dump(int argc, char **argv)
 		/* rules: [slot, daddr, proto, port] in scan order */
 		json_arr(&j, "rules");
 		for (i = 0; i < ro.nr_rules; i++) {
-			if (bpf_map_lookup_elem(rules_fd, &i, &r))
-				runtime_error("cannot read rule %u: %s", i, strerror(errno));
-			addr_str(r.key.daddr, addr);
+			__u32 c = i / FWB_CHUNK;
+			struct fwb_key rk;
+
+			if (i % FWB_CHUNK == 0 && bpf_map_lookup_elem(rules_fd, &c, &chunk))
+				runtime_error("cannot read rules %u: %s", i, strerror(errno));
+			memcpy(&rk, &chunk.keys[i % FWB_CHUNK], sizeof(rk));
+			addr_str(rk.daddr, addr);
 			json_arr(&j, NULL);
-			json_u64(&j, NULL, r.id);
+			json_u64(&j, NULL, chunk.ids[i % FWB_CHUNK]);
 			json_str(&j, NULL, addr);
-			json_u64(&j, NULL, r.key.proto);
-			json_u64(&j, NULL, r.key.port);
+			json_u64(&j, NULL, rk.proto);
+			json_u64(&j, NULL, rk.port);
 			json_close_arr(&j);
 		}
 		json_close_arr(&j);
