@@ -24,6 +24,8 @@ CASES = {
     "ipset.restore": r.ipset_restore,
     "nft-linear.nft": lambda p: r.nft_linear(p, IFS),
     "nft-set.nft": lambda p: r.nft_set(p, IFS),
+    "bpf-linear.rules": lambda p: r.bpf_rules(p, set_mode=False),
+    "bpf-set.rules": lambda p: r.bpf_rules(p, set_mode=True),
 }
 
 
