@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
+
+from _ratios import check, interleave
 
 from fwbench import backends, environment
 from fwbench.errors import FwbenchError
@@ -47,48 +48,29 @@ def main() -> int:
     # does not care.
     topo = Topology.new(TestbedSettings(server_rps=True))
     legacy, none = backends.get("iptables-legacy"), backends.get("none")
-    got: dict[str, list[float]] = {"engine": [], "iperf3": [], "legacy-1k": []}
     with NetnsTestbed(topo) as tb:
         pol_1k = seed000(1000, topo.server.ip4)
         pol_1 = seed000(1, topo.server.ip4)
         engine, iperf3 = EngineTraffic(), Iperf3Rate()
         iperf3.start(tb)
-        for rep in range(a.reps):
-            order = list(got)
-            rng.shuffle(order)
-            row = {}
-            for what in order:
-                if what == "iperf3":
-                    engine.close()  # the XDP sink would take iperf3's UDP port
-                    none.apply(tb, pol_1)
-                    row[what] = iperf3.measure(tb, a.frame_size, a.duration)["rx_pps"]
-                    continue
-                b, pol = (none, pol_1) if what == "engine" else (legacy, pol_1k)
-                b.apply(tb, pol)
-                if what == "legacy-1k" and not (v := legacy.verify(tb, pol)).ok:
-                    raise FwbenchError(f"iptables-legacy did not verify: {v.reason}")
-                r = engine.measurer(tb, a.frame_size).measure(a.duration, 0)
-                row[what] = r.forwarded_pps
-            for k, v in row.items():
-                got[k].append(v)
-            print(f"rep {rep + 1}: " + ", ".join(f"{k} {row[k]:,.0f} pps" for k in got)
-                  + f"  (order: {' '.join(order)})")
+
+        def measure(what: str) -> float:
+            if what == "iperf3":
+                engine.close()  # the XDP sink would take iperf3's UDP port
+                none.apply(tb, pol_1)
+                return iperf3.measure(tb, a.frame_size, a.duration)["rx_pps"]
+            b, pol = (none, pol_1) if what == "engine" else (legacy, pol_1k)
+            b.apply(tb, pol)
+            if what == "legacy-1k" and not (v := legacy.verify(tb, pol)).ok:
+                raise FwbenchError(f"iptables-legacy did not verify: {v.reason}")
+            return engine.measurer(tb, a.frame_size).measure(a.duration, 0).forwarded_pps
+
+        got = interleave(["engine", "iperf3", "legacy-1k"], a.reps, rng, measure)
         engine.close()
 
-    def ratio(num: str, den: str) -> tuple[float, float, float]:
-        paired = [x / y for x, y in zip(got[num], got[den])]
-        return (statistics.median(got[num]) / statistics.median(got[den]),
-                min(paired), max(paired))
-
-    print("medians: " + ", ".join(f"{k} {statistics.median(v):,.0f} pps" for k, v in got.items()))
-    ok = True
-    for name, (num, den) in (("engine/iperf3", ("engine", "iperf3")),
-                             ("ceiling/iptables-legacy-1k", ("engine", "legacy-1k"))):
-        r, lo, hi = ratio(num, den)
-        passed = r >= TARGETS[name] and lo >= TARGETS[name]
-        ok &= passed
-        print(f"{name} = {r:.2f} (paired per repetition {lo:.2f}..{hi:.2f}; "
-              f"target >= {TARGETS[name]:g}: {'met' if passed else 'MISSED'})")
+    ok = check(got, "engine/iperf3", "engine", "iperf3", TARGETS["engine/iperf3"])
+    ok &= check(got, "ceiling/iptables-legacy-1k", "engine", "legacy-1k",
+                TARGETS["ceiling/iptables-legacy-1k"])
     return 0 if ok else 1
 
 
