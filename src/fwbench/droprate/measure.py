@@ -128,7 +128,7 @@ def send(tb: NetnsTestbed, t: Target, frame_size: int, *, duration_s: float = 0,
 
 def _hashlimit_max(t: Target, active_s: float) -> float:
     from fwbench.droprate.treatments import HASHLIMIT_BURST
-    return HASHLIMIT_BURST + t.hashlimit_pps * active_s * 1.2 + 2
+    return HASHLIMIT_BURST + t.hashlimit_pps * active_s * 1.5 + 5
 
 
 def verify(tb: NetnsTestbed, tr: Treatment, t: Target, files: dict[str, str],
