@@ -24,6 +24,7 @@ from fwbench.droprate.treatments import BPF_OBJECT, Target, Treatment, build, cl
 from fwbench.errors import FwbenchError
 from fwbench.plan import TrialKey, interleave
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
+from fwbench.runner import RunOutcome, now, progress_bar, sigterm_raises
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
@@ -68,7 +69,7 @@ def versions() -> dict[str, str | None]:
             "fwbench-engine": engine.version()}
 
 
-def start(sc: Scenario, out: str | Path, console: Console):
+def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
     trs = treatments(sc)
     check(trs)
     frame = sc.frame_sizes[0]
@@ -82,9 +83,7 @@ def start(sc: Scenario, out: str | Path, console: Console):
     return execute(rd, console)
 
 
-def execute(rd: RunDir, console: Console):
-    from fwbench.runner import RunOutcome
-
+def execute(rd: RunDir, console: Console) -> RunOutcome:
     meta = rd.meta()
     sc = from_dict(meta["scenario"])
     trs = {tr.key: tr for tr in treatments(sc)}
@@ -104,8 +103,6 @@ def _settings(sc: Scenario) -> TestbedSettings:
 
 
 def _run(rd, sc, plan, todo, trs, console) -> None:
-    from fwbench.runner import progress_bar, sigterm_raises, now
-
     topo = Topology.new(_settings(sc))
     with sigterm_raises(), NetnsTestbed(topo) as tb:
         t = target(tb, sc)
@@ -139,8 +136,6 @@ def _run(rd, sc, plan, todo, trs, console) -> None:
 
 def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: int,
               sc: Scenario) -> TrialRecord:
-    from fwbench.runner import now
-
     d = sc.droprate
     started = now()
     t0 = time.perf_counter()
@@ -148,7 +143,7 @@ def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: in
     verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
     phases: dict[str, float] = {}
     attempts: list[dict] = []
-    files = tr.render(t)
+    files: dict[str, str] = {}
 
     def timed(name, fn, *args):
         t1 = time.perf_counter()
@@ -158,6 +153,7 @@ def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: in
             phases[name] = round(time.perf_counter() - t1, 4)
 
     try:
+        files = tr.render(t)
         timed("clear_s", clear, tb, t)
         if left := leftovers(tb, t):
             raise FwbenchError(f"clearing the firewall left {', '.join(left)}")

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 from fwbench import cpu, engine
 from fwbench.backends.base import Verification
-from fwbench.droprate.treatments import Expect, Listing, Target, Treatment
+from fwbench.droprate.treatments import HASHLIMIT_BURST, Expect, Listing, Target, Treatment
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 
@@ -127,7 +127,7 @@ def send(tb: NetnsTestbed, t: Target, frame_size: int, *, duration_s: float = 0,
 
 
 def _hashlimit_max(t: Target, active_s: float) -> float:
-    from fwbench.droprate.treatments import HASHLIMIT_BURST
+    """The most a probe or flood may pass: the burst, the rate for its time, margin."""
     return HASHLIMIT_BURST + t.hashlimit_pps * active_s * 1.5 + 5
 
 

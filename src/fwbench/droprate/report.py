@@ -14,7 +14,6 @@ Accept / Drop, with intervals, CPU cost per packet and the seed's own figures.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass
 
 from rich.console import Group
@@ -153,7 +152,7 @@ def _k(pps: float) -> str:
     return f"{pps / 1000:,.0f}k"
 
 
-def conditions(meta: dict, records: list[TrialRecord]) -> Table:
+def conditions(meta: dict) -> Table:
     sc, env = meta["scenario"], meta["environment"]
     d = sc["droprate"]
     session = (meta.get("sessions") or [{}])[-1]
@@ -236,4 +235,4 @@ def render(records: list[TrialRecord], meta: dict) -> Group:
         lines.insert(0, Text("Not counted (failed verification, or invalid: see trials.jsonl):"))
     lines.append(Text("Acceptance (a / b - 1, 95 % bootstrap interval over rounds):"))
     lines += [Text(f"  {o.line()}") for o in orderings(table_rows)]
-    return Group(conditions(meta, records), table(table_rows), *lines)
+    return Group(conditions(meta), table(table_rows), *lines)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fwbench import proc
-from fwbench.backends.base import ruleset_state
+from fwbench.backends.base import flush_all, ruleset_state
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 
@@ -668,8 +668,6 @@ def build(names: list[str], set_sizes: list[int], nonmatching: int) -> list[Trea
 def clear(tb: NetnsTestbed, t: Target) -> None:
     """Remove every treatment: all netfilter firewalls (flush_all), the XDP program,
     the clsact qdisc with its filter, and the conntrack table's entries."""
-    from fwbench.backends.base import flush_all
-
     flush_all(tb)
     tb.run("fw", ["ip", "link", "set", "dev", t.ifname, "xdp", "off"], check=False)
     if _has_clsact(tb, t):
