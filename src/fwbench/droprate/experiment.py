@@ -12,6 +12,7 @@ trial and when the run stops, however it stops.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -49,8 +50,12 @@ def target(tb: NetnsTestbed, sc: Scenario) -> Target:
                   hashlimit_pps=sc.droprate.hashlimit_above_pps, bpf_object=str(BPF_OBJECT))
 
 
-def check(trs: list[Treatment]) -> None:
+def check(trs: list[Treatment], path_cpu: int) -> None:
     """Everything the chosen treatments need, or one line saying what is missing."""
+    ncpu = os.cpu_count() or 1
+    if path_cpu >= ncpu:
+        raise FwbenchError(f"droprate.cpu: CPU {path_cpu} does not exist "
+                           f"(this machine has {ncpu})")
     for tool, package in REQUIRED_TOOLS.items():
         if not proc.have(tool):
             raise FwbenchError(f"{tool} not found: install the Debian package {package} "
@@ -71,7 +76,7 @@ def versions() -> dict[str, str | None]:
 
 def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
     trs = treatments(sc)
-    check(trs)
+    check(trs, sc.droprate.cpu)
     frame = sc.frame_sizes[0]
     plan = interleave([(tr.id, tr.size, frame) for tr in trs], sc.repeat, sc.seed)
     rd = RunDir.create(out, {
@@ -87,7 +92,7 @@ def execute(rd: RunDir, console: Console) -> RunOutcome:
     meta = rd.meta()
     sc = from_dict(meta["scenario"])
     trs = {tr.key: tr for tr in treatments(sc)}
-    check(list(trs.values()))
+    check(list(trs.values()), sc.droprate.cpu)
     plan = [TrialKey(**k) for k in meta["plan"]]
     done = {r.key for r in rd.records()}
     todo = [(i, k) for i, k in enumerate(plan) if k not in done]
