@@ -179,7 +179,7 @@ def conditions(meta: dict) -> Table:
 
 
 def _span(iv: Interval | None, fmt) -> str:
-    return f" ({fmt(iv.low)}-{fmt(iv.high)})" if iv else ""
+    return f" [{fmt(iv.low)}, {fmt(iv.high)}]" if iv else ""
 
 
 def table(table_rows: list[Row]) -> Table:
@@ -188,7 +188,7 @@ def table(table_rows: list[Row]) -> Table:
     t = Table(title="Seed 002, where to drop: disposal rate of a UDP flood on one CPU",
               caption="Accepted packets reach UDP, where no socket listens. seed: 4.4 "
                       "kernel, loopback, one EC2 core; its cost % as published, in "
-                      "brackets best / pps - 1 recomputed from its own PPS.")
+                      "parentheses best / pps - 1 recomputed from its own PPS.")
     for col, just in (("Method", "left"),
                       (f"PPS ({100 * cov:.1f} % interval)" if cov else "PPS", "right"),
                       ("Cost % (95 %)", "right"), ("CPU ns/pkt (softirq)", "right"),
@@ -201,7 +201,7 @@ def table(table_rows: list[Row]) -> Table:
             t.add_row(f"[bold]{GROUP_TITLES.get(group, group)}[/]", *[""] * 6)
         seed = seed_figures(w.tid, w.size)
         seed_pps = _k(seed[0]) if seed else ""
-        seed_cost = f"{seed[1]} [{seed[2]:.1f}]" if seed and seed[1] is not None else ""
+        seed_cost = f"{seed[1]} ({seed[2]:.1f})" if seed and seed[1] is not None else ""
         n = f"{len(w.pps)}" + (f" [red]+{len(w.not_ok)}[/]" if w.not_ok else "")
         if w.median is None:
             t.add_row(Text(w.label), Text(w.not_ok[0][0] if w.not_ok else "-", style="red"),
@@ -209,7 +209,7 @@ def table(table_rows: list[Row]) -> Table:
             continue
         cost_s = "best" if w.is_best else \
             f"{100 * w.cost:.1f}{_span(w.cost_interval, lambda x: f'{100 * x:.1f}')}"
-        t.add_row(Text(w.label), f"{_k(w.median)}{_span(w.interval, _k)}", cost_s,
+        t.add_row(Text(w.label), Text(f"{_k(w.median)}{_span(w.interval, _k)}"), Text(cost_s),
                   f"{statistics.median(w.cpu_ns):,.0f} "
                   f"({statistics.median(w.softirq_ns):,.0f})",
                   n, seed_pps, Text(seed_cost))
