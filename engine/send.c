@@ -45,7 +45,17 @@ struct send_cfg {
 	uint32_t cookie;
 	int batch;
 	uint64_t t0;
+	const char *text;	/* written right after the stamp, or NULL */
+	size_t text_len;
+	uint32_t text_sum;	/* its share of the UDP checksum, summed once */
 };
+
+/*
+ * The text starts at an even offset from the UDP header, so its 16-bit words
+ * line up with the checksum's and its sum can be added as computed alone.
+ */
+_Static_assert((sizeof(struct udphdr) + FWB_STAMP_LEN) % 2 == 0,
+	       "payload text must start on a 16-bit boundary");
 
 struct sender {
 	const struct send_cfg *cfg;
@@ -124,6 +134,8 @@ static void fill_template(const struct send_cfg *c, uint8_t *f)
 		ip6->ip6_hlim = 64;
 	}
 	udp->len = htons(ulen);
+	if (c->text_len)
+		memcpy((uint8_t *)(udp + 1) + FWB_STAMP_LEN, c->text, c->text_len);
 }
 
 static void set_addr(const struct bench_addr *base, uint64_t off, int family,
@@ -147,8 +159,9 @@ static void set_addr(const struct bench_addr *base, uint64_t off, int family,
 /*
  * Per packet: the flow (source address and port, destination address, taken
  * round robin so every flow gets the same share), the stamp and checksums.
- * The payload after the stamp is zeros, so the UDP checksum over IPv6 only
- * needs the headers and the stamp.
+ * The payload after the stamp is the same in every packet (the payload text,
+ * then zeros), so the UDP checksum over IPv6 needs the headers, the stamp and
+ * the text's sum computed once. Over IPv4 the checksum is 0: none (RFC 768).
  */
 static void fill_packet(const struct send_cfg *c, uint8_t *f, uint64_t n,
 			const struct fwb_stamp *st)
@@ -180,6 +193,7 @@ static void fill_packet(const struct send_cfg *c, uint8_t *f, uint64_t n,
 		sum += htons(len >> 16) + htons(len & 0xffff);
 		sum += htons(IPPROTO_UDP);
 		sum = csum_add(sum, udp, sizeof(*udp) + FWB_STAMP_LEN);
+		sum += c->text_sum;
 		udp->check = csum_fold(sum);
 		if (!udp->check)
 			udp->check = 0xffff;
@@ -375,6 +389,7 @@ static const struct option send_opts[] = {
 	{ "cpus", required_argument, NULL, 'c' },
 	{ "cookie", required_argument, NULL, 'k' },
 	{ "batch", required_argument, NULL, 'B' },
+	{ "payload-text", required_argument, NULL, 'x' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
 };
@@ -383,8 +398,10 @@ static const char send_usage[] =
 "usage: fwbench-engine send --ifname IF --src-mac MAC --dst-mac MAC --src ADDR\n"
 "         --dst ADDR [--src-count N] [--dst-count N] [--sport P] [--sport-count N]\n"
 "         [--dport P] [--frame-size B] [--mtu B] [--rate PPS] (--duration S | --count N)\n"
-"         [--threads T] [--cpus LIST] [--cookie C] [--batch N]\n"
+"         [--threads T] [--cpus LIST] [--cookie C] [--batch N] [--payload-text STR]\n"
 "  Frame size includes the 4-byte FCS (RFC 2544): 64..MTU+18. Rate 0 = open throttle.\n"
+"  --payload-text writes STR right after the 18-byte stamp of every packet (for\n"
+"  content-matching firewalls); the frame must have room for both.\n"
 "  Addresses must lie in 198.18.0.0/15 or 2001:2::/48.\n";
 
 static void parse_send(int argc, char **argv, struct send_cfg *c)
@@ -421,6 +438,7 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 		case 'c': c->ncpus = parse_cpus("cpus", optarg, c->cpus, MAX_THREADS); break;
 		case 'k': c->cookie = parse_u64("cookie", optarg, 1, UINT32_MAX); break;
 		case 'B': c->batch = parse_u64("batch", optarg, 1, MAX_BATCH); break;
+		case 'x': c->text = optarg; c->text_len = strlen(optarg); break;
 		case 'h': fputs(send_usage, stdout); exit(0);
 		default: usage_error("send: unknown option or missing value: %s "
 					    "(see send --help)", argv[optind - 1]);
@@ -448,6 +466,14 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 			    "MTU %lu + 18)", (unsigned long)c->frame_size,
 			    min_frame, (unsigned long)(c->mtu + 18),
 			    (unsigned long)c->mtu);
+	if (c->text && !c->text_len)
+		usage_error("--payload-text: empty");
+	if (c->text_len > payload_len(c) - FWB_STAMP_LEN)
+		usage_error("--payload-text: %zu bytes do not fit after the %d-byte "
+			    "stamp of a %lu-byte frame (room for %zu)", c->text_len,
+			    FWB_STAMP_LEN, (unsigned long)c->frame_size,
+			    payload_len(c) - FWB_STAMP_LEN);
+	c->text_sum = c->text_len ? csum_add(0, c->text, c->text_len) : 0;
 	if (c->duration_s <= 0 && !c->count)
 		usage_error("send: give --duration or --count");
 	if (!c->cookie) {
@@ -519,6 +545,7 @@ int cmd_send(int argc, char **argv)
 	json_u64(&j, "family", c.src.family == AF_INET ? 4 : 6);
 	json_u64(&j, "frame_size", c.frame_size);
 	json_u64(&j, "payload_len", payload_len(&c));
+	json_u64(&j, "payload_text_len", c.text_len);
 	json_num(&j, "offered_pps", c.rate);
 	json_num(&j, "duration_s", c.duration_s);
 	json_u64(&j, "threads", c.threads);

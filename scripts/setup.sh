@@ -10,10 +10,11 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-# The firewalls under test, the seed-faithful traffic tools, and what builds the testbed.
+# The firewalls under test (conntrack: the drop-position experiment reads the
+# connection table), the seed-faithful traffic tools, and what builds the testbed.
 # The traffic engine (engine/, C + an XDP program) needs a compiler, clang for BPF,
 # bpftool for the skeleton and libbpf.
-debs=(iptables nftables ipset iperf3 iputils-ping iproute2 ethtool util-linux procps
+debs=(iptables nftables ipset conntrack iperf3 iputils-ping iproute2 ethtool util-linux procps
       python3 python3-venv
       gcc make libc6-dev clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev)
 missing=()

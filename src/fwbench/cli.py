@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="maxrate: open-throttle rate + ping RTT; throughput: NDR/PDR by "
                         "MLRsearch; latency: percentiles at no load, fractions of PDR and "
                         "NDR; lossload: RFC 2544 frame-loss curve; fixedrate: seed 003's "
-                        "flows (frame sizes 128, 512, 1280)")
+                        "flows (frame sizes 128, 512, 1280); droprate: seed 002's "
+                        "where-to-drop table (treatments in the scenario's [droprate], "
+                        "e.g. scenarios/seed002-drop.toml)")
     r.add_argument("--traffic",
                    help="engine: fwbench's own paced sender + XDP sink (default); "
                         "iperf3: seed 000's instruments (maxrate only)")
@@ -101,7 +103,13 @@ def cmd_run(args, out: Console, err: Console) -> int:
         print(f"fwbench: interrupted; finished trials are in {path}/trials.jsonl; "
               f"finish with: fwbench run --resume {path}", file=sys.stderr)
         return 130
-    out.print(summary.table(outcome.records, registry.names()))
+    if outcome.method == "droprate":
+        from fwbench.droprate import report
+        from fwbench.results import RunDir
+        wide = out if out.is_terminal else Console(width=max(out.width, 140))
+        wide.print(report.render(outcome.records, RunDir.open(outcome.path).meta()))
+    else:
+        out.print(summary.table(outcome.records, registry.names()))
     not_ok = sum(1 for r in outcome.records if r.status != "ok")
     print(f"{len(outcome.records)} of {outcome.planned} trials recorded"
           f"{f', {not_ok} not ok (see reason in trials.jsonl)' if not_ok else ''}.")

@@ -112,17 +112,29 @@ class Receiver:
 
 def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: float,
          cookie: int, threads: int = 1, cpus: list[int] | None = None,
-         sport_count: int = 1, src_count: int = 1) -> dict:
-    """Run the sender in the client namespace for one trial and return its report."""
+         sport_count: int = 1, src_count: int = 1, dst: str | None = None,
+         dport: int = ENGINE_PORT, count: int | None = None,
+         payload_text: str | None = None) -> dict:
+    """Run the sender in the client namespace for one trial and return its report.
+
+    By default it sends to the server's test flow; `dst`/`dport` aim it elsewhere
+    (e.g. at the firewall itself). `count` sends that many packets instead of
+    running for `duration_s` (give 0); `payload_text` follows the stamp in every
+    packet."""
     t = tb.topo
     cpus = cpus if cpus is not None else [t.settings.sender_cpu]
     argv = [str(binary()), "send", "--ifname", t.client.ifname, "--src-mac", t.client.mac,
-            "--dst-mac", t.fw_client_side.mac, "--src", t.client.ip4, "--dst", t.server.ip4,
-            "--dport", str(ENGINE_PORT), "--frame-size", str(frame_size),
+            "--dst-mac", t.fw_client_side.mac, "--src", t.client.ip4,
+            "--dst", dst or t.server.ip4, "--dport", str(dport),
+            "--frame-size", str(frame_size),
             "--mtu", str(t.settings.mtu), "--rate", f"{rate_pps:.3f}",
             "--duration", f"{duration_s:g}", "--cookie", str(cookie),
             "--threads", str(threads), "--cpus", ",".join(map(str, cpus)),
             "--sport-count", str(sport_count), "--src-count", str(src_count)]
+    if count:
+        argv += ["--count", str(count)]
+    if payload_text:
+        argv += ["--payload-text", payload_text]
     cp = proc.run(argv, netns=t.netns("client"), check=False, timeout=duration_s + 30)
     if cp.returncode != 0:
         raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")

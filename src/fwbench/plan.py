@@ -29,6 +29,12 @@ def make_plan(backend_names: list[str], rules: list[int], frame_sizes: list[int]
              for b in backend_names
              for n in (rules if b != "none" else [0])
              for f in frame_sizes]
+    return interleave(cells, repeat, seed)
+
+
+def interleave(cells: list[tuple[str, int, int]], repeat: int, seed: int) -> list[TrialKey]:
+    """`repeat` rounds of every (backend, rules, frame_size) cell, each round in its
+    own seeded random order."""
     rng = random.Random(seed)
     plan = []
     for rep in range(repeat):

@@ -61,6 +61,7 @@ class RunOutcome:
     records: list[TrialRecord]
     planned: int
     skipped_backends: dict[str, str]
+    method: str = "maxrate"
 
 
 def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:
@@ -129,6 +130,9 @@ def default_out(sc: Scenario) -> Path:
 
 
 def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
+    if sc.method == "droprate":  # its own plan: treatments, not backends x rules
+        from fwbench.droprate import experiment
+        return experiment.start(sc, out, console)
     check_tools()
     names, skipped = resolve_backends(sc)
     for name, why in skipped.items():
@@ -171,9 +175,12 @@ def check_tools() -> None:
 
 
 def execute(rd: RunDir, console: Console) -> RunOutcome:
-    check_tools()
     meta = rd.meta()
     sc = from_dict(meta["scenario"])
+    if sc.method == "droprate":
+        from fwbench.droprate import experiment
+        return experiment.execute(rd, console)
+    check_tools()
     plan = [TrialKey(**k) for k in meta["plan"]]
     done = {r.key for r in rd.records()}
     todo = [(i, k) for i, k in enumerate(plan) if k not in done]
@@ -187,7 +194,8 @@ def execute(rd: RunDir, console: Console) -> RunOutcome:
     if todo:
         _run_trials(rd, sc, plan, todo, backends, console)
     records = rd.records()
-    return RunOutcome(rd.path, records, len(plan), meta.get("skipped_backends", {}))
+    return RunOutcome(rd.path, records, len(plan), meta.get("skipped_backends", {}),
+                      method=sc.method)
 
 
 def _run_trials(rd, sc, plan, todo, backends, console) -> None:
@@ -196,11 +204,9 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
                                         t.server_cpu, server_rps=sc.traffic == "iperf3"))
     method = make_method(sc)
     policies: dict[int, Policy] = {}
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
     with sigterm_raises(), NetnsTestbed(topo) as tb:
         method.prepare(tb)
-        session = {"testbed_id": topo.run_id, "started_at": _now(),
+        session = {"testbed_id": topo.run_id, "started_at": now(),
                    "testbed": {**topo.settings.as_dict(), "provider": "netns", **tb.recorded},
                    "trials_left": len(todo)}
         meta = rd.meta()
@@ -215,7 +221,7 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
             session["engine"] = cal
             env = {**env, "engine_bias": cal["bias"]}
         rd.update_meta(sessions=meta["sessions"] + [session], environment=env)
-        with Progress(*columns, console=console, transient=False) as progress:
+        with progress_bar(console) as progress:
             task = progress.add_task("trials", total=len(plan), completed=len(plan) - len(todo))
             for idx, key in todo:
                 cell = f"{key.backend} N={key.rules} {key.frame_size}B"
@@ -229,6 +235,13 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
                 rd.append(rec)
                 progress.advance(task)
                 progress.console.print(_trial_line(idx + 1, len(plan), rec, method))
+
+
+def progress_bar(console: Console) -> Progress:
+    """The bar every run shows: the current cell, done/total, time spent and left."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                    console=console, transient=False)
 
 
 def _engine_of(method) -> EngineTraffic | None:
@@ -257,7 +270,7 @@ def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int]) -
 
 def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey, idx: int,
               sc: Scenario, method, policies: dict | None = None) -> TrialRecord:
-    started = _now()
+    started = now()
     t0 = time.perf_counter()
     status, reason, load_s, metrics = "ok", None, None, {}
     verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
@@ -321,5 +334,5 @@ def _trial_line(n: int, total: int, rec: TrialRecord, method) -> str:
     return f"{head} {method.line(rec.metrics)}{subs}"
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

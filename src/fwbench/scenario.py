@@ -6,6 +6,7 @@ commented example.
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
     model_validator
 
 from fwbench import backends
+from fwbench.droprate import treatments as drop
 from fwbench.errors import FwbenchError
 from fwbench.frames import check_frame
 from fwbench.ruleset import MAX_ENTRIES
@@ -97,6 +99,68 @@ class FixedRateSettings(BaseModel):
     rules_width: Annotated[float, Field(gt=0, lt=1)] = 0.1
 
 
+# Payload text for string matching: kept to characters iptables-save prints as they
+# are, so what the kernel holds can be compared with what was loaded.
+_TEXT = re.compile(r"^[A-Za-z0-9._:/@+=-]+$")
+
+
+class DropRateSettings(BaseModel):
+    """The drop-position experiment (seed 002): a UDP flood at the firewall's own
+    address, disposed of under each treatment, on one CPU."""
+    model_config = _STRICT
+    treatments: Annotated[list[str], Field(min_length=1)] = Field(
+        list(drop.NAMES), description="which treatments; sets run once per set size")
+    set_sizes: Annotated[list[Annotated[int, Field(ge=1, le=drop.MAX_SET_SIZE)]],
+                         Field(min_length=1)] = Field(
+        [1, 65_536, drop.MAX_SET_SIZE],
+        description="entries in the ipset / nft set blacklists: the client's address "
+                    "plus fillers from 198.18.0.0/15 outside the testbed's subnets")
+    payload_text: Annotated[str, Field(min_length=1, max_length=64)] = "foo.com"
+    nonmatching_rules: Annotated[int, Field(ge=1, le=100)] = 5
+    hashlimit_above_pps: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    probe_packets: Annotated[int, Field(ge=100, le=100_000)] = 2000
+    cpu: Annotated[int, Field(ge=0)] = Field(0, description="the one CPU of the path: "
+                                                "sender and firewall ingress")
+    min_cpu_share: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.95, description="a flood counts only if the sender (and ksoftirqd) had at "
+                          "least this share of the path CPU")
+    attempts: Annotated[int, Field(ge=1, le=10)] = Field(
+        3, description="floods per trial while another process shares the path CPU")
+
+    @field_validator("treatments")
+    @classmethod
+    def _known_treatments(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in drop.NAMES:
+                raise ValueError(f"unknown treatment {name!r} (known: {', '.join(drop.NAMES)})")
+        if len(set(v)) != len(v):
+            raise ValueError("a treatment is listed twice")
+        return v
+
+    @field_validator("set_sizes")
+    @classmethod
+    def _distinct_sizes(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError("a set size is listed twice")
+        return v
+
+    @field_validator("payload_text")
+    @classmethod
+    def _plain_text(cls, v: str) -> str:
+        if not _TEXT.match(v):
+            raise ValueError("letters, digits and . _ : / @ + = - only")
+        return v
+
+    @field_validator("hashlimit_above_pps")
+    @classmethod
+    def _exact_rate(cls, v: int) -> int:
+        # hashlimit keeps the interval between packets in whole microseconds.
+        if 1_000_000 % v:
+            raise ValueError(f"{v} does not divide 1,000,000: hashlimit would hold "
+                             f"{1_000_000 // (1_000_000 // v):,}/sec instead")
+        return v
+
+
 class Scenario(BaseModel):
     model_config = _STRICT
     name: str = "custom"
@@ -108,7 +172,8 @@ class Scenario(BaseModel):
     repeat: Annotated[int, Field(ge=1, le=1000)] = 3
     duration_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
     seed: int = 1
-    method: Literal["maxrate", "throughput", "latency", "lossload", "fixedrate"] = "maxrate"
+    method: Literal["maxrate", "throughput", "latency", "lossload", "fixedrate",
+                    "droprate"] = "maxrate"
     traffic: Literal["engine", "iperf3"] = "engine"
     policy: PolicySettings = PolicySettings()
     testbed: TestbedSettings = TestbedSettings()
@@ -118,6 +183,16 @@ class Scenario(BaseModel):
     latency: LatencySettings = LatencySettings()
     lossload: LossLoadSettings = LossLoadSettings()
     fixedrate: FixedRateSettings = FixedRateSettings()
+    droprate: DropRateSettings = DropRateSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _droprate_frame(cls, data):
+        # Seed 002's 128-byte frames, unless the scenario says otherwise.
+        if isinstance(data, dict) and data.get("method") == "droprate" \
+                and "frame_sizes" not in data:
+            data = {**data, "frame_sizes": [128]}
+        return data
 
     @field_validator("backends")
     @classmethod
@@ -150,6 +225,16 @@ class Scenario(BaseModel):
                 raise ValueError(f"fixedrate has seed-003 flows for "
                                  f"{', '.join(map(str, FIXED_FLOWS_BPS))} B frames only, "
                                  f"not {bad[0]}")
+        if self.method == "droprate":
+            if len(self.frame_sizes) != 1:
+                raise ValueError("droprate measures one frame size per run")
+            room = self.frame_sizes[0] - 64  # after headers, FCS and the 18-byte stamp
+            if "string-bm" in self.droprate.treatments or \
+                    "string-kmp" in self.droprate.treatments:
+                if len(self.droprate.payload_text) > room:
+                    raise ValueError(f"droprate.payload_text: {len(self.droprate.payload_text)}"
+                                     f" characters do not fit a {self.frame_sizes[0]}-byte "
+                                     f"frame after the stamp (room for {max(room, 0)})")
         t = self.throughput
         if len(set(t.loss_ratios)) != len(t.loss_ratios):
             raise ValueError("throughput.loss_ratios has duplicates")
@@ -170,6 +255,28 @@ def _one_line(e: ValidationError, origin: str) -> str:
     return f"{origin}: {loc}: {msg}{more}"
 
 
+# What a droprate scenario must not set: it has treatments instead of backends and
+# rule sets, its own engine flood and one CPU for the whole path.
+_NOT_FOR_DROPRATE = ("backends", "rules", "policy", "engine", "instrument", "throughput",
+                     "latency", "lossload", "fixedrate")
+_NOT_FOR_DROPRATE_TESTBED = ("sender_cpu", "firewall_cpu", "server_cpu")
+
+
+def _check_droprate_keys(data: dict, origin: str) -> None:
+    if data.get("method") != "droprate":
+        if "droprate" in data:
+            raise FwbenchError(f"{origin}: droprate: applies to method droprate only")
+        return
+    for key in _NOT_FOR_DROPRATE:
+        if key in data:
+            raise FwbenchError(f"{origin}: {key}: does not apply to method droprate "
+                               f"(its treatments are set in [droprate])")
+    for key in _NOT_FOR_DROPRATE_TESTBED:
+        if key in (data.get("testbed") or {}):
+            raise FwbenchError(f"{origin}: testbed.{key}: does not apply to method "
+                               f"droprate (the whole path runs on droprate.cpu)")
+
+
 def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
     """Read a scenario file (or start from defaults), lay the overrides on top and
     validate the result."""
@@ -188,6 +295,7 @@ def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
         except OSError as e:
             raise FwbenchError(f"{p}: cannot read: {e.strerror}") from None
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    _check_droprate_keys(data, origin)
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:

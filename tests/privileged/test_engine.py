@@ -4,6 +4,7 @@ duplicates and stale packets apart."""
 import json
 import statistics
 import subprocess
+import sys
 import time
 
 import pytest
@@ -133,3 +134,88 @@ def test_reflect_gives_round_trips(testbed):
         testbed.forget(near)
     assert got["mode"] == "recv" and got["received"] == 1000
     assert got["latency_ns"]["p50"] > 0 and got["duplicated"] == 0
+
+
+_CAPTURE = """
+import json, socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.bind((sys.argv[1], 0))
+s.settimeout(0.2)
+print("ready", flush=True)
+frames, deadline = [], time.monotonic() + 5
+while len(frames) < int(sys.argv[2]) and time.monotonic() < deadline:
+    try:
+        f, addr = s.recvfrom(4096)
+    except socket.timeout:
+        continue
+    if addr[2] == socket.PACKET_HOST and f[12:14] in (b"\\x08\\x00", b"\\x86\\xdd"):
+        frames.append(f.hex())
+print(json.dumps(frames), flush=True)
+"""
+
+
+def _udp6_checksum_ok(frame: bytes) -> bool:
+    """RFC 8200 pseudo-header sum over the whole UDP datagram, computed here
+    independently of the engine: a correct checksum sums to 0xffff."""
+    ip6, udp = frame[14:54], frame[54:]
+    ulen = int.from_bytes(udp[4:6], "big")
+    data = ip6[8:40] + ulen.to_bytes(4, "big") + b"\0\0\0\x11" + udp[:ulen]
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return s == 0xffff and udp[6:8] != b"\0\0"
+
+
+def _udp_counters(tb, family: int) -> dict[str, int]:
+    """The server namespace's UDP counters: NoPorts counts a datagram for no socket
+    only once its checksum verified; a bad one counts in InCsumErrors instead."""
+    if family == 6:
+        text = tb.exec("server", ["cat", "/proc/net/snmp6"])
+        rows = dict(line.split() for line in text.splitlines() if line.strip())
+        return {"no_ports": int(rows["Udp6NoPorts"]), "csum_errors": int(rows["Udp6InCsumErrors"])}
+    lines = [ln.split() for ln in tb.exec("server", ["cat", "/proc/net/snmp"]).splitlines()
+             if ln.startswith("Udp:")]
+    row = dict(zip(lines[0][1:], map(int, lines[1][1:])))
+    return {"no_ports": row["NoPorts"], "csum_errors": row["InCsumErrors"]}
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_payload_text_follows_the_stamp_with_a_valid_checksum(testbed, family):
+    """`--payload-text` bytes sit right after the 18-byte stamp, the rest is zeros;
+    over IPv6 the UDP checksum covers them: checked here independently of the engine,
+    and by the server's kernel, which counts a datagram for no socket (NoPorts) only
+    after its checksum verified."""
+    t = testbed.topo
+    text = "odd-length.example1"  # 19 bytes: the checksum's odd tail is exercised
+    src, dst = (t.client.ip4, t.server.ip4) if family == 4 else (t.client.ip6, t.server.ip6)
+    cap = testbed.spawn("server", [sys.executable, "-c", _CAPTURE, t.server.ifname, "20"],
+                        stdout=subprocess.PIPE, text=True)
+    try:
+        assert cap.stdout.readline().strip() == "ready"
+        before = _udp_counters(testbed, family)
+        cp = subprocess.run(["ip", "netns", "exec", t.netns("client"), str(engine.binary()),
+                             "send", "--ifname", t.client.ifname, "--src-mac", t.client.mac,
+                             "--dst-mac", t.fw_client_side.mac, "--src", src, "--dst", dst,
+                             "--dport", str(engine.ENGINE_PORT), "--frame-size", "128",
+                             "--rate", "2000", "--count", "20", "--payload-text", text],
+                            capture_output=True, text=True, timeout=30)
+        assert cp.returncode == 0, cp.stderr
+        assert json.loads(cp.stdout)["payload_text_len"] == len(text)
+        frames = [bytes.fromhex(h) for h in json.loads(cap.stdout.readline())]
+        time.sleep(0.05)
+        after = _udp_counters(testbed, family)
+    finally:
+        testbed.forget(cap)
+    assert after["no_ports"] - before["no_ports"] == 20
+    assert after["csum_errors"] == before["csum_errors"]
+    assert len(frames) == 20
+    l4 = 14 + (20 if family == 4 else 40)
+    for f in frames:
+        payload = f[l4 + 8:]
+        assert len(f) == 124  # 128 with the FCS
+        assert payload[18:18 + len(text)] == text.encode()
+        assert payload[18 + len(text):] == bytes(len(payload) - 18 - len(text))
+        if family == 6:
+            assert _udp6_checksum_ok(f)

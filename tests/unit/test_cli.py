@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,23 @@ def test_missing_tool_is_one_line(monkeypatch):
     monkeypatch.setattr(runner.proc, "have", lambda tool: tool != "iperf3")
     with pytest.raises(FwbenchError, match="iperf3 not found: install the Debian package iperf3"):
         runner.check_tools()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", str(Path(__file__).parents[2] / "scenarios" / "seed002-drop.toml"), "--rules", "5"],
+     "rules: does not apply to method droprate"),
+    (["run", "--method", "droprate", "--frame-sizes", "64"], "do not fit a 64-byte frame"),
+])
+def test_droprate_input_errors_are_one_line(args, needle):
+    cp = run_cli(*args)
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(lines) == 1 and needle in lines[0], cp.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the not-root check comes first")
+def test_droprate_cpu_that_does_not_exist_stops_before_anything(tmp_path):
+    sc = tmp_path / "s.toml"
+    sc.write_text(f"method = 'droprate'\n[droprate]\ncpu = {os.cpu_count()}\n")
+    cp = run_cli("run", str(sc), "--out", str(tmp_path / "out"))
+    assert cp.returncode == 2 and "droprate.cpu: CPU" in cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

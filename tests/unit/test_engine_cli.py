@@ -32,6 +32,12 @@ def run(*args):
     (["--src-mac", "zz"], "--src-mac: zz is not a MAC address"),
     (["--threads", "0"], "--threads: 0 is outside 1..64"),
     (["--bogus"], "unknown option or missing value: --bogus"),
+    (["--payload-text", "x"], "--payload-text: 1 bytes do not fit after the 18-byte stamp "
+                              "of a 64-byte frame (room for 0)"),
+    (["--frame-size", "128", "--payload-text", "y" * 65],
+     "--payload-text: 65 bytes do not fit after the 18-byte stamp of a 128-byte frame "
+     "(room for 64)"),
+    (["--payload-text", ""], "--payload-text: empty"),
 ])
 def test_bad_sender_input_is_one_line(args, says):
     cp = run(*BASE, *args)

@@ -100,3 +100,69 @@ def test_plan_is_interleaved_complete_and_seeded():
                          ids=lambda p: p.name)
 def test_every_shipped_scenario_is_valid(path):
     scenario.load(path)
+
+
+# --- method droprate (seed 002's drop-position experiment) -------------------------
+
+DROP = "method = 'droprate'\n"
+
+
+def test_droprate_defaults_to_seed_002s_frames_and_every_treatment():
+    sc = scenario.load(None, {"method": "droprate"})
+    assert sc.frame_sizes == [128] and sc.droprate.set_sizes == [1, 65_536, 130_561]
+    assert "xdp" in sc.droprate.treatments and sc.droprate.payload_text == "foo.com"
+
+
+def test_seed002_scenario_is_a_droprate_run():
+    sc = scenario.load(ROOT / "scenarios" / "seed002-drop.toml")
+    assert sc.method == "droprate" and sc.repeat == 5 and sc.frame_sizes == [128]
+
+
+def test_droprate_frame_sizes_can_be_given(tmp_path):
+    sc = load_text(tmp_path, DROP + "frame_sizes = [256]\n")
+    assert sc.frame_sizes == [256]
+
+
+@pytest.mark.parametrize("text, where", [
+    (DROP + "[droprate]\ntreatments = ['warp']\n", "unknown treatment 'warp'"),
+    (DROP + "[droprate]\ntreatments = ['raw', 'raw']\n", "listed twice"),
+    (DROP + "[droprate]\ntreatments = []\n", "droprate.treatments"),
+    (DROP + "[droprate]\nset_sizes = [265000]\n",
+     "droprate.set_sizes.0: Input should be less than or equal to 130561"),
+    (DROP + "[droprate]\nset_sizes = [0]\n", "droprate.set_sizes.0"),
+    (DROP + "[droprate]\nset_sizes = [5, 5]\n", "a set size is listed twice"),
+    (DROP + "[droprate]\npayload_text = 'foo bar'\n", "droprate.payload_text: letters"),
+    (DROP + "[droprate]\npayload_text = 'a\\\"b'\n", "droprate.payload_text"),
+    (DROP + "[droprate]\npayload_text = ''\n", "droprate.payload_text"),
+    (DROP + "frame_sizes = [64]\n", "do not fit a 64-byte frame after the stamp (room for 0)"),
+    (DROP + "frame_sizes = [128, 256]\n", "one frame size per run"),
+    (DROP + "[droprate]\nhashlimit_above_pps = 3000\n", "hashlimit would hold 3,003/sec"),
+    (DROP + "[droprate]\nmin_cpu_share = 0\n", "droprate.min_cpu_share"),
+    (DROP + "[droprate]\nbogus = 1\n", "droprate.bogus: unknown key"),
+    (DROP + "backends = ['nftables']\n", "backends: does not apply to method droprate"),
+    (DROP + "rules = [10]\n", "rules: does not apply to method droprate"),
+    (DROP + "[engine]\nthreads = 2\n", "engine: does not apply to method droprate"),
+    (DROP + "[testbed]\nfirewall_cpu = 1\n", "testbed.firewall_cpu: does not apply"),
+    ("[droprate]\ncpu = 1\n", "droprate: applies to method droprate only"),
+])
+def test_bad_droprate_scenarios_name_the_problem(tmp_path, text, where):
+    with pytest.raises(FwbenchError) as e:
+        load_text(tmp_path, text)
+    msg = str(e.value)
+    assert where in msg and "\n" not in msg
+
+
+def test_a_long_text_fits_a_longer_frame(tmp_path):
+    sc = load_text(tmp_path, DROP + "frame_sizes = [200]\n[droprate]\npayload_text = '" +
+                   "x" * 64 + "'\n")
+    assert len(sc.droprate.payload_text) == 64
+
+
+def test_without_string_treatments_the_text_need_not_fit(tmp_path):
+    sc = load_text(tmp_path, DROP + "frame_sizes = [64]\n[droprate]\ntreatments = ['raw']\n")
+    assert sc.frame_sizes == [64]
+
+
+def test_droprate_run_json_round_trips():
+    sc = scenario.load(ROOT / "scenarios" / "seed002-drop.toml")
+    assert scenario.from_dict(sc.dump()) == sc

@@ -139,13 +139,14 @@ class NetnsTestbed:
         for cpu in (s.sender_cpu, s.firewall_cpu, s.server_cpu):
             if not 0 <= cpu < ncpu:
                 raise FwbenchError(f"testbed: CPU {cpu} does not exist (this machine has {ncpu})")
-        steer = {self.topo.fw_client_side: s.firewall_cpu}
+        # CPU mask per port; 0 turns RPS off explicitly.
+        steer = {self.topo.fw_client_side: 1 << s.firewall_cpu if s.firewall_rps else 0}
         if s.server_rps:
-            steer[self.topo.server] = s.server_cpu
+            steer[self.topo.server] = 1 << s.server_cpu
         rps = {}
-        for port, cpu in steer.items():
+        for port, mask in steer.items():
             path = f"/sys/class/net/{port.ifname}/queues/rx-0/rps_cpus"
-            self.exec(port.host, ["sh", "-c", f"echo {1 << cpu:x} > {path}"])
+            self.exec(port.host, ["sh", "-c", f"echo {mask:x} > {path}"])
             rps[port.ifname] = self.exec(port.host, ["cat", path]).strip()
         self.recorded["rps_cpus"] = rps
         self.recorded["pinning"] = {"sender_cpu": s.sender_cpu, "server_cpu": s.server_cpu}

@@ -27,6 +27,10 @@ class TestbedSettings:
     sender_cpu: int = 0         # the traffic generator is pinned here
     firewall_cpu: int = 1       # RPS steers the firewall's ingress here
     server_cpu: int = 0         # the server's user-space receivers run here
+    # False: no RPS on the firewall's ingress. veth then hands each packet to the
+    # sending CPU's backlog, processed in the sender's own softirq: sender and
+    # firewall share one CPU (the drop-position experiment's single-core model).
+    firewall_rps: bool = True
     # RPS steers the server's ingress to server_cpu too: right for a user-space
     # receiver (iperf3), needless for the XDP sink, which counts in the firewall's
     # softirq; the extra hop would add an inter-CPU wake-up to every ping.

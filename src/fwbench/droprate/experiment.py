@@ -1,0 +1,211 @@
+"""Running the drop-position experiment: `fwbench run` with `method = "droprate"`.
+
+One testbed for the whole run, its path on one CPU (the sender pinned there, RPS off
+on the firewall's ingress). The plan is `repeat` rounds, each running every
+treatment once in a seeded random order. One trial: clear every firewall, check
+nothing is left, load the treatment in one step, verify it with a probe, then flood
+for `duration_s`; if another process took the path CPU during the flood, flood again
+(up to `attempts` times, every attempt kept in the record). Each record is appended
+to trials.jsonl the moment its trial ends; the firewall is cleared after every
+trial and when the run stops, however it stops.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from fwbench import engine, environment, proc
+from fwbench.droprate import measure
+from fwbench.droprate.treatments import BPF_OBJECT, Target, Treatment, build, clear, leftovers
+from fwbench.errors import FwbenchError
+from fwbench.plan import TrialKey, interleave
+from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
+from fwbench.runner import RunOutcome, now, progress_bar, sigterm_raises
+from fwbench.scenario import Scenario, from_dict
+from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.topology import TestbedSettings, Topology
+
+METHOD = "droprate"
+# Before flooding again after another process shared the path CPU.
+_RETRY_PAUSE_S = 1.0
+# The testbed, the flood's tools and what reads the counters, with their packages.
+REQUIRED_TOOLS = {"ip": "iproute2", "ethtool": "ethtool", "sysctl": "procps",
+                  "conntrack": "conntrack", "iptables-legacy": "iptables"}
+
+
+def treatments(sc: Scenario) -> list[Treatment]:
+    d = sc.droprate
+    return build(d.treatments, d.set_sizes, d.nonmatching_rules)
+
+
+def target(tb: NetnsTestbed, sc: Scenario) -> Target:
+    t = tb.topo
+    return Target(t.fw_client_side.ifname, t.client.ip4, t.fw_client_side.ip4,
+                  text=sc.droprate.payload_text, nonmatching=sc.droprate.nonmatching_rules,
+                  hashlimit_pps=sc.droprate.hashlimit_above_pps, bpf_object=str(BPF_OBJECT))
+
+
+def check(trs: list[Treatment], path_cpu: int) -> None:
+    """Everything the chosen treatments need, or one line saying what is missing."""
+    ncpu = os.cpu_count() or 1
+    if path_cpu >= ncpu:
+        raise FwbenchError(f"droprate.cpu: CPU {path_cpu} does not exist "
+                           f"(this machine has {ncpu})")
+    for tool, package in REQUIRED_TOOLS.items():
+        if not proc.have(tool):
+            raise FwbenchError(f"{tool} not found: install the Debian package {package} "
+                               f"(./scripts/setup.sh installs everything)")
+    engine.binary()
+    for tr in trs:
+        if why := tr.unavailable():
+            raise FwbenchError(f"treatment {tr.id} cannot run here: {why}")
+
+
+def versions() -> dict[str, str | None]:
+    v = proc.version_line
+    return {"iptables": v(["iptables-legacy", "-V"]), "nft": v(["nft", "-v"]),
+            "ipset": v(["ipset", "-v"]), "tc": v(["tc", "-V"]),
+            "conntrack": v(["conntrack", "-V"]), "bpftool": v(["bpftool", "version"]),
+            "fwbench-engine": engine.version()}
+
+
+def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
+    trs = treatments(sc)
+    check(trs, sc.droprate.cpu)
+    frame = sc.frame_sizes[0]
+    plan = interleave([(tr.id, tr.size, frame) for tr in trs], sc.repeat, sc.seed)
+    rd = RunDir.create(out, {
+        "scenario": sc.dump(),
+        "plan": [k.as_dict() for k in plan],
+        "environment": environment.collect(versions()),
+        "sessions": [],
+    })
+    return execute(rd, console)
+
+
+def execute(rd: RunDir, console: Console) -> RunOutcome:
+    meta = rd.meta()
+    sc = from_dict(meta["scenario"])
+    trs = {tr.key: tr for tr in treatments(sc)}
+    check(list(trs.values()), sc.droprate.cpu)
+    plan = [TrialKey(**k) for k in meta["plan"]]
+    done = {r.key for r in rd.records()}
+    todo = [(i, k) for i, k in enumerate(plan) if k not in done]
+    if todo:
+        _run(rd, sc, plan, todo, trs, console)
+    return RunOutcome(rd.path, rd.records(), len(plan), {}, method=METHOD)
+
+
+def _settings(sc: Scenario) -> TestbedSettings:
+    c = sc.droprate.cpu
+    return TestbedSettings(sc.testbed.mtu, sc.testbed.offloads, sender_cpu=c, firewall_cpu=c,
+                           server_cpu=c, server_rps=False, firewall_rps=False)
+
+
+def _run(rd, sc, plan, todo, trs, console) -> None:
+    topo = Topology.new(_settings(sc))
+    with sigterm_raises(), NetnsTestbed(topo) as tb:
+        t = target(tb, sc)
+        # Register raw and filter up front: a legacy table stays registered (its hooks
+        # run for every packet) once anything touches it, so which treatments ran
+        # earlier must not decide which hooks the next one pays for.
+        for table in ("raw", "filter"):
+            tb.exec("fw", ["iptables-legacy", "-t", table, "-S"])
+        session = {"testbed_id": topo.run_id, "started_at": now(),
+                   "testbed": {**topo.settings.as_dict(), "provider": "netns", **tb.recorded},
+                   "target": {"dst": t.fw_ip, "dport": t.port, "ifname": t.ifname,
+                              "payload_text": t.text},
+                   "xt_tables_registered": ["raw", "filter"],
+                   "trials_left": len(todo)}
+        meta = rd.meta()
+        rd.update_meta(sessions=meta["sessions"] + [session])
+        try:
+            with progress_bar(console) as progress:
+                task = progress.add_task("trials", total=len(plan),
+                                         completed=len(plan) - len(todo))
+                for idx, key in todo:
+                    tr = trs[(key.backend, key.rules)]
+                    progress.update(task, description=f"{tr.label(t)} (round {key.repetition})")
+                    rec = run_trial(tb, tr, t, key, idx, sc)
+                    rd.append(rec)
+                    progress.advance(task)
+                    progress.console.print(trial_line(idx + 1, len(plan), tr, t, rec))
+        finally:
+            clear(tb, t)
+
+
+def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: int,
+              sc: Scenario) -> TrialRecord:
+    d = sc.droprate
+    started = now()
+    t0 = time.perf_counter()
+    status, reason, load_s, metrics = "ok", None, None, {}
+    verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
+    phases: dict[str, float] = {}
+    attempts: list[dict] = []
+    files: dict[str, str] = {}
+
+    def timed(name, fn, *args):
+        t1 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            phases[name] = round(time.perf_counter() - t1, 4)
+
+    try:
+        files = tr.render(t)
+        timed("clear_s", clear, tb, t)
+        if left := leftovers(tb, t):
+            raise FwbenchError(f"clearing the firewall left {', '.join(left)}")
+        timed("load_s", tr.load, tb, files)
+        load_s = phases["load_s"]
+        v = timed("verify_s", measure.verify, tb, tr, t, files, key.frame_size,
+                  d.probe_packets)
+        verification = v.as_dict()
+        if not v.ok:
+            status, reason = "failed", f"verification: {v.reason}"
+        else:
+            for n in range(d.attempts):
+                if n:
+                    time.sleep(_RETRY_PAUSE_S)
+                m, problems = timed(f"flood_{n}_s", measure.flood, tb, tr, t,
+                                    key.frame_size, sc.duration_s, d.cpu, d.min_cpu_share)
+                attempts.append({"attempt": n, "problems": problems, **m})
+                if not any(p.startswith("the path CPU was shared") for p in problems):
+                    break
+            metrics = {k: v for k, v in attempts[-1].items() if k not in ("attempt",
+                                                                           "problems")}
+            if attempts[-1]["problems"]:
+                status, reason = "invalid", "; ".join(attempts[-1]["problems"])
+    except FwbenchError as e:
+        status, reason = "failed", str(e)
+    finally:
+        clear(tb, t)
+    return TrialRecord(
+        schema_version=SCHEMA_VERSION, run_id=tb.topo.run_id, trial=idx,
+        backend=tr.id, rules=tr.size, frame_size=key.frame_size, method=METHOD,
+        traffic="engine", repetition=key.repetition, status=status, reason=reason,
+        verification=verification, load_time_s=load_s, metrics=metrics,
+        started_at=started, duration_s=time.perf_counter() - t0,
+        ruleset_sha256=hashlib.sha256("".join(f"{k}\n{v}" for k, v in sorted(files.items()))
+                                      .encode()).hexdigest(),
+        conditions={"group": tr.group, "label": tr.label(t), "duration_s": sc.duration_s,
+                    "path_cpu": d.cpu, "payload_text": t.text, "dst": t.fw_ip,
+                    "dport": t.port, "phases": phases},
+        trials=attempts,
+    )
+
+
+def trial_line(n: int, total: int, tr: Treatment, t: Target, rec: TrialRecord) -> str:
+    head = f"[{n}/{total}] {escape(tr.label(t))} round {rec.repetition}:"
+    if rec.status != "ok":
+        return f"{head} [red]{rec.status}[/]: {escape(rec.reason or '')}"
+    m = rec.metrics
+    extra = f", {len(rec.trials)} attempts" if len(rec.trials) > 1 else ""
+    return (f"{head} {m['disposed_pps']:,.0f} pps, {m['cpu_ns_per_pkt']:,.0f} ns/pkt "
+            f"({m['softirq_ns_per_pkt']:,.0f} in softirq){extra}")

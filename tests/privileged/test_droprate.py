@@ -1,0 +1,184 @@
+"""The drop-position experiment in a real testbed: every treatment loads, is verified
+by its probe, accounts for a short flood and clears; verification fails when a
+treatment is not what it claims; `fwbench run` records, prints, survives Ctrl-C and
+resumes."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fwbench.droprate import measure
+from fwbench.droprate import treatments as tr
+from fwbench.testbed.netns import NetnsTestbed, leftover_netns
+from fwbench.testbed.topology import TestbedSettings, Topology
+
+PROBE = 2000
+ONE_CPU = TestbedSettings(sender_cpu=0, firewall_cpu=0, server_cpu=0, firewall_rps=False,
+                          server_rps=False)
+ALL = tr.build(list(tr.NAMES), [1, 1000], 5)
+
+
+@pytest.fixture(scope="module")
+def bed(root_state_before):
+    with NetnsTestbed(Topology.new(ONE_CPU)) as tb:
+        for table in ("raw", "filter"):
+            tb.exec("fw", ["iptables-legacy", "-t", table, "-S"])
+        t = tr.Target(tb.topo.fw_client_side.ifname, tb.topo.client.ip4,
+                      tb.topo.fw_client_side.ip4)
+        yield tb, t
+        tr.clear(tb, t)
+
+
+def test_the_path_has_no_rps(bed):
+    tb, t = bed
+    assert tb.recorded["rps_cpus"] == {t.ifname: "0"}
+
+
+@pytest.mark.parametrize("treatment", ALL, ids=lambda x: f"{x.id}-{x.size}")
+def test_treatment_loads_verifies_accounts_and_clears(bed, treatment):
+    tb, t = bed
+    tr.clear(tb, t)
+    assert tr.leftovers(tb, t) == []
+    files = treatment.render(t)
+    treatment.load(tb, files)
+    try:
+        v = measure.verify(tb, treatment, t, files, 128, PROBE)
+        assert v.ok, v.reason
+        assert v.rules_loaded == treatment.size
+        assert v.details["probe"]["sent"] == PROBE
+        m, problems = measure.flood(tb, treatment, t, 128, 0.2, 0, 0.95)
+        # Another process may share the CPU in a test run; the counters must add up.
+        assert [p for p in problems if p.startswith("counters")] == []
+        assert m["disposed_pps"] > 10_000 and m["disposed"] == m["sent"] - m["refused"]
+        assert m["counters"]["hits"] > 0 and m["cpu_ns_per_pkt"] > 0
+        if treatment.id == "hashlimit":
+            assert 0 < m["passed_pps"] <= 2 * t.hashlimit_pps
+    finally:
+        tr.clear(tb, t)
+    assert tr.leftovers(tb, t) == []
+    assert measure.conntrack_entries(tb, t)["total"] == 0
+
+
+def _verify_as(tb, t, loaded, claimed):
+    tr.clear(tb, t)
+    loaded.load(tb, loaded.render(t))
+    try:
+        return measure.verify(tb, claimed, t, claimed.render(t), 128, PROBE)
+    finally:
+        tr.clear(tb, t)
+
+
+def test_nothing_loaded_fails_verification(bed):
+    tb, t = bed
+    tr.clear(tb, t)
+    v = measure.verify(tb, tr.FilterInput(), t, {}, 128, PROBE)
+    assert not v.ok and "no rule in filter INPUT" in v.reason
+
+
+def test_a_rule_that_drops_elsewhere_fails_verification(bed):
+    tb, t = bed
+    v = _verify_as(tb, t, tr.RawDrop(), tr.StringMatch("bm"))
+    assert not v.ok and "differ from the 1 loaded" in v.reason
+
+
+def test_untracked_flood_is_not_conntrack(bed):
+    tb, t = bed
+    v = _verify_as(tb, t, tr.Notrack(), tr.Conntrack())
+    assert not v.ok and "conntrack holds no entry for the flood" in v.reason
+    v = _verify_as(tb, t, tr.Conntrack(), tr.Notrack())
+    assert not v.ok and "conntrack tracks the flood" in v.reason
+
+
+def test_a_set_of_another_size_fails_verification(bed):
+    tb, t = bed
+    for kind in (tr.Ipset, tr.NftSet):
+        v = _verify_as(tb, t, kind(1000), kind(999))
+        assert not v.ok and "1,000" in v.reason and "999 asked" in v.reason
+
+
+def test_tc_is_not_xdp(bed):
+    tb, t = bed
+    v = _verify_as(tb, t, tr.TcDrop(), tr.XdpDrop())
+    assert not v.ok and "no program attached" in v.reason
+
+
+# --- the command --------------------------------------------------------------------
+
+SMALL = """name = "drop-test"
+method = "droprate"
+duration_s = 0.2
+repeat = 2
+seed = 5
+[droprate]
+treatments = %s
+probe_packets = 500
+"""
+
+
+def fwbench(*args):
+    return subprocess.run([sys.executable, "-m", "fwbench", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def records(d):
+    return [json.loads(ln) for ln in (d / "trials.jsonl").read_text().splitlines() if ln]
+
+
+def our_namespaces(d):
+    run = json.loads((d / "run.json").read_text())
+    ids = [s["testbed_id"] for s in run["sessions"]]
+    return [n for n in leftover_netns() if any(i in n for i in ids)]
+
+
+def test_run_records_prints_the_table_and_the_acceptance(tmp_path):
+    sc = tmp_path / "s.toml"
+    sc.write_text(SMALL % '["notrack", "conntrack", "raw", "filter-input"]')
+    d = tmp_path / "run"
+    cp = fwbench("run", str(sc), "--out", str(d))
+    assert cp.returncode in (0, 1), cp.stderr  # 1: a trial was not ok (see below)
+    recs = records(d)
+    assert len(recs) == 8 and {r["repetition"] for r in recs} == {0, 1}
+    for r in recs:
+        assert r["verification"]["ok"], r["reason"]
+        assert r["status"] == "ok" or "path CPU was shared" in r["reason"]
+        assert r["method"] == "droprate" and r["frame_size"] == 128
+    ok = [r for r in recs if r["status"] == "ok"]
+    assert ok and all(r["metrics"]["disposed_pps"] > 0 for r in ok)
+    out = cp.stdout
+    assert "Seed 002, where to drop" in out and "Acceptance" in out
+    assert "NOTRACK >= conntrack" in out and "raw PREROUTING >= filter INPUT" in out
+    assert "87k" in out and "280k" in out  # the seed's own figures beside ours
+    run = json.loads((d / "run.json").read_text())
+    assert run["sessions"][0]["testbed"]["firewall_rps"] is False
+    assert our_namespaces(d) == []
+
+
+def test_ctrl_c_keeps_finished_trials_then_resume_finishes(tmp_path):
+    sc = tmp_path / "s.toml"
+    sc.write_text(SMALL % '["raw", "xdp", "tc"]')
+    d = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "fwbench", "run", str(sc), "--out", str(d)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (d / "trials.jsonl").exists() and records(d):
+            break
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130
+    assert err.strip().splitlines()[-1].startswith("fwbench: interrupted;")
+    assert "Traceback" not in err
+    done = records(d)
+    assert 1 <= len(done) < 6
+    assert our_namespaces(d) == []
+    cp = fwbench("run", "--resume", str(d))
+    assert cp.returncode in (0, 1), cp.stderr
+    keys = [(r["backend"], r["repetition"]) for r in records(d)]
+    assert sorted(keys) == sorted((b, r) for b in ("raw", "xdp", "tc") for r in (0, 1))
+    assert records(d)[:len(done)] == done
+    assert our_namespaces(d) == []
