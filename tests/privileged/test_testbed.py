@@ -52,3 +52,13 @@ def test_processes_are_stopped_with_the_testbed():
     with NetnsTestbed(Topology.new()) as tb:
         p = tb.spawn("server", ["sleep", "600"])
     assert p.poll() is not None
+
+
+def test_clean_leaves_a_live_testbed_alone(testbed):
+    """`fwbench clean` run beside a live testbed (another run, another test) must not
+    pull its namespaces away; a killed run's are found by test_run's SIGKILL test."""
+    from fwbench.testbed.netns import clean_leftovers, leftover_netns
+    gone = clean_leftovers()
+    mine = [testbed.topo.netns(r) for r in testbed.topo.roles]
+    assert not set(mine) & set(gone)
+    assert set(mine) <= set(leftover_netns())

@@ -8,6 +8,7 @@ the benchmarking ranges.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from fwbench import proc
 from fwbench.errors import FwbenchError
@@ -42,6 +44,7 @@ class NetnsTestbed:
         self.topo = topo
         self._procs: list[subprocess.Popen] = []
         self._created: list[str] = []
+        self._lock = None
         self.recorded: dict = {}
 
     # --- lifecycle ------------------------------------------------------------
@@ -59,6 +62,9 @@ class NetnsTestbed:
 
     def build(self) -> None:
         t = self.topo
+        # Held while this testbed lives (the kernel drops it if we are killed), so
+        # `fwbench clean` can tell a live run's namespaces from a dead one's.
+        self._lock = _hold(_lock_path(t.run_id))
         for role in t.roles:
             ns = t.netns(role)
             proc.run(["ip", "netns", "add", ns])
@@ -104,6 +110,10 @@ class NetnsTestbed:
             for ns in reversed(self._created):
                 remove_netns(ns)
             self._created.clear()
+            if self._lock is not None:
+                _lock_path(self.topo.run_id).unlink(missing_ok=True)
+                self._lock.close()
+                self._lock = None
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
@@ -256,9 +266,37 @@ def leftover_netns() -> list[str]:
     return [n for n in names if NETNS_RE.match(n)]
 
 
+_LOCK_DIR = Path("/run/fwbench")
+
+
+def _lock_path(run_id: str) -> Path:
+    return _LOCK_DIR / f"{run_id}.lock"
+
+
+def _hold(path: Path, wait: bool = True):
+    """An exclusive flock on path (created if need be), or None if another holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
+
+
 def clean_leftovers() -> list[str]:
-    """Remove what any earlier run left behind (e.g. after SIGKILL)."""
-    gone = leftover_netns()
-    for ns in gone:
+    """Remove what earlier runs left behind (e.g. after SIGKILL); the namespaces of a
+    testbed whose process still lives are left alone."""
+    gone = []
+    for ns in leftover_netns():
+        run_id = ns.split("-")[1]
+        lock = _hold(_lock_path(run_id), wait=False)
+        if lock is None:
+            continue   # a live run's
         remove_netns(ns)
+        gone.append(ns)
+        lock.close()
+    for ns in gone:
+        _lock_path(ns.split("-")[1]).unlink(missing_ok=True)
     return gone
