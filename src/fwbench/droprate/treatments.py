@@ -666,12 +666,9 @@ def build(names: list[str], set_sizes: list[int], nonmatching: int) -> list[Trea
 # --- clearing the firewall between treatments ---------------------------------------
 
 def clear(tb: NetnsTestbed, t: Target) -> None:
-    """Remove every treatment: all netfilter firewalls (flush_all), the XDP program,
-    the clsact qdisc with its filter, and the conntrack table's entries."""
+    """Remove every treatment: all firewalls, netfilter and eBPF (flush_all removes
+    XDP programs and clsact qdiscs too), and the conntrack table's entries."""
     flush_all(tb)
-    tb.run("fw", ["ip", "link", "set", "dev", t.ifname, "xdp", "off"], check=False)
-    if _has_clsact(tb, t):
-        tb.exec("fw", ["tc", "qdisc", "del", "dev", t.ifname, "clsact"])
     if proc.have("conntrack"):
         tb.run("fw", ["conntrack", "-F"], check=False)
 
