@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import random
 import statistics
+import sys
 from typing import Callable
+
+from fwbench.errors import FwbenchError
 
 
 def interleave(names: list[str], reps: int, rng: random.Random,
@@ -33,3 +36,14 @@ def check(got: dict[str, list[float]], name: str, num: str, den: str,
     print(f"{name} = {r:.2f} (paired per repetition {min(paired):.2f}..{max(paired):.2f}; "
           f"target >= {target:g}: {'met' if passed else 'MISSED'})")
     return passed
+
+
+def run_main(main: Callable[[], int], name: str) -> None:
+    """Exit with main()'s code; a user error is one line (exit 2), Ctrl-C exits 130."""
+    try:
+        sys.exit(main())
+    except FwbenchError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)

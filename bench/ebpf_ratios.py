@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 
-from _ratios import check, interleave
+from _ratios import check, interleave, run_main
 
 from fwbench import backends, environment
 from fwbench.errors import FwbenchError
@@ -74,10 +73,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except FwbenchError as e:
-        print(f"ebpf_ratios: {e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_main(main, "ebpf_ratios")

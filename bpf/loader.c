@@ -537,7 +537,7 @@ static int cmd_test_run(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		usage_error("%s", usage);
+		usage_error("no command: load, dump or test-run (--help for usage)");
 	if (strcmp(argv[1], "load") == 0)
 		return cmd_load(argc - 1, argv + 1);
 	if (strcmp(argv[1], "dump") == 0)

@@ -16,7 +16,7 @@
 
 static void vsay(const char *fmt, va_list ap)
 {
-	fputs("fwbench-engine: ", stderr);
+	fprintf(stderr, "%s: ", program_invocation_short_name);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 }

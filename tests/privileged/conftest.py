@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from fwbench.testbed.netns import NetnsTestbed, leftover_netns
+from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
 
 

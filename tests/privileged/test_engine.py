@@ -175,10 +175,8 @@ def _udp_counters(tb, family: int) -> dict[str, int]:
         text = tb.exec("server", ["cat", "/proc/net/snmp6"])
         rows = dict(line.split() for line in text.splitlines() if line.strip())
         return {"no_ports": int(rows["Udp6NoPorts"]), "csum_errors": int(rows["Udp6InCsumErrors"])}
-    lines = [ln.split() for ln in tb.exec("server", ["cat", "/proc/net/snmp"]).splitlines()
-             if ln.startswith("Udp:")]
-    row = dict(zip(lines[0][1:], map(int, lines[1][1:])))
-    return {"no_ports": row["NoPorts"], "csum_errors": row["InCsumErrors"]}
+    row = tb.snmp("server")
+    return {"no_ports": row["Udp:NoPorts"], "csum_errors": row["Udp:InCsumErrors"]}
 
 
 @pytest.mark.parametrize("family", [4, 6])

@@ -1,14 +1,11 @@
 """`fwbench run` end to end, as a user runs it: records, interruption, SIGKILL,
 `fwbench clean`, `--resume`, and the root namespace left as it was."""
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-
-import pytest
 
 from fwbench.testbed.netns import leftover_netns
 

@@ -146,10 +146,7 @@ def test_droprate_frame_sizes_can_be_given(tmp_path):
     ("[droprate]\ncpu = 1\n", "droprate: applies to method droprate only"),
 ])
 def test_bad_droprate_scenarios_name_the_problem(tmp_path, text, where):
-    with pytest.raises(FwbenchError) as e:
-        load_text(tmp_path, text)
-    msg = str(e.value)
-    assert where in msg and "\n" not in msg
+    test_bad_scenarios_name_the_problem(tmp_path, text, where)
 
 
 def test_a_long_text_fits_a_longer_frame(tmp_path):

@@ -74,8 +74,8 @@ class _Ebpf(Backend):
 
     def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
         ifs = interfaces(tb)
-        self.loaded = bpf.load(tb.topo.netns("fw"), self.hook, self.mode, ifs.client_side,
-                               files["rules.bpf"], ifs.local4)
+        bpf.load(tb.topo.netns("fw"), self.hook, self.mode, ifs.client_side,
+                 files["rules.bpf"], ifs.local4)
 
     def snapshot(self, tb: NetnsTestbed, policy: Policy) -> Snapshot:
         ifs = interfaces(tb)

@@ -49,19 +49,8 @@ class Counters:
         return out
 
 
-def snmp(tb: NetnsTestbed) -> dict[str, int]:
-    """/proc/net/snmp of the firewall namespace as {"Ip:InReceives": n, ...}."""
-    lines = tb.exec("fw", ["cat", "/proc/net/snmp"]).splitlines()
-    out = {}
-    for head, vals in zip(lines[::2], lines[1::2]):
-        proto, *names = head.split()
-        for n, v in zip(names, vals.split()[1:]):
-            out[f"{proto}{n}"] = int(v)
-    return out
-
-
 def read(tb: NetnsTestbed, tr: Treatment, t: Target) -> Counters:
-    s = snmp(tb)
+    s = tb.snmp("fw")
     link = tb.stats(tb.topo.fw_client_side)
     return Counters(link.rx_packets, link.rx_dropped, s["Ip:InReceives"],
                     s["Udp:NoPorts"], s["Udp:InDatagrams"], s["Udp:InErrors"],

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import abc
 import functools
-import hashlib
 import ipaddress
 import json
 import re
@@ -513,7 +512,7 @@ class NftSet(_Nft):
 
 def _digest(path: str) -> str | None:
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        return proc.file_digest(Path(path))
     except OSError:
         return None
 

@@ -208,11 +208,18 @@ class NetnsTestbed:
         it counts before the FORWARD hook, so dropped packets too.) Kernels older
         than 6.3 lack the counter; there the server-side link's tx count stands in.
         """
-        text = self.exec("fw", ["cat", "/proc/net/snmp"])
-        head, values = [l.split() for l in text.splitlines() if l.startswith("Ip:")][:2]
-        if "OutTransmits" not in head:
-            return self.stats(self.topo.fw_server_side).tx_packets
-        return int(values[head.index("OutTransmits")])
+        n = self.snmp("fw").get("Ip:OutTransmits")
+        return self.stats(self.topo.fw_server_side).tx_packets if n is None else n
+
+    def snmp(self, role: str) -> dict[str, int]:
+        """/proc/net/snmp of a namespace as {"Ip:InReceives": n, ...}."""
+        lines = self.exec(role, ["cat", "/proc/net/snmp"]).splitlines()
+        out = {}
+        for head, vals in zip(lines[::2], lines[1::2]):
+            proto, *names = head.split()
+            for n, v in zip(names, vals.split()[1:]):
+                out[f"{proto}{n}"] = int(v)
+        return out
 
     def send_udp(self, dst: str, port: int, count: int, payload: int = 18) -> None:
         """Send `count` UDP datagrams from the client; used by verification probes."""
