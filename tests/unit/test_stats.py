@@ -49,3 +49,139 @@ def test_pairing_removes_drift_shared_by_both():
 
 def test_paired_ratio_needs_two_pairs():
     assert paired_ratio_interval([(1.0, 1.0)]) is None
+
+
+# -- tests between treatments: reference values ---------------------------------------
+
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+from scipy import stats as sps  # noqa: E402
+
+from fwbench.stats import (cliffs_delta, crossover, fit_cost, holm, mann_whitney,  # noqa: E402
+                           median_ci, min_two_sided_p, ratio_interval, welch)
+
+# Wikipedia, "Welch's t-test", example 1: t = -2.46, nu = 24.98, p = 0.021.
+A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
+A2 = [27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4]
+
+
+def test_welch_matches_the_textbook_example():
+    r = welch(A1, A2)
+    assert r.statistic == pytest.approx(-2.46, abs=0.005)
+    assert r.df == pytest.approx(24.98, abs=0.01)
+    assert r.p == pytest.approx(0.021, abs=0.0005)
+
+
+def test_welch_is_seed_000s_formula():
+    """t = (mean1 - mean2) / sqrt(S1^2/n1 + S2^2/n2), two-tailed on the
+    Welch-Satterthwaite degrees of freedom."""
+    a, b = [455.0, 457.0, 459.0, 452.0], [694.0, 650.0, 720.0, 701.0, 688.0]
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    t = (np.mean(a) - np.mean(b)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    r = welch(a, b)
+    assert r.statistic == pytest.approx(t) and r.df == pytest.approx(df)
+    assert r.p == pytest.approx(2 * sps.t.sf(abs(t), df))
+
+
+@pytest.mark.parametrize("a,b", [([1.0], [2.0, 3.0]), ([2.0, 2.0], [2.0, 2.0])])
+def test_welch_refuses_what_it_cannot_test(a, b):
+    assert welch(a, b) is None
+
+
+def test_mann_whitney_exact_at_complete_separation():
+    """3 against 3, fully separated: 1 of C(6, 3) = 20 orderings is as extreme."""
+    lo, hi = [1.0, 2.0, 3.0], [4.0, 5.0, 6.0]
+    assert mann_whitney(lo, hi).p == pytest.approx(2 / 20)
+    assert mann_whitney(lo, hi, "less").p == pytest.approx(1 / 20)
+    assert mann_whitney(lo, hi, "greater").p == pytest.approx(1.0)
+    assert mann_whitney(lo, hi).statistic == 0.0       # U of a
+    assert min_two_sided_p(3, 3) == pytest.approx(0.1)
+    assert min_two_sided_p(4, 4) == pytest.approx(2 / 70)
+
+
+def test_mann_whitney_agrees_with_scipy_on_ties():
+    a, b = [1.0, 2.0, 2.0, 3.0, 5.0], [2.0, 3.0, 4.0, 4.0, 6.0, 7.0]
+    ref = sps.mannwhitneyu(a, b, alternative="two-sided")
+    r = mann_whitney(a, b)
+    assert (r.statistic, r.p) == pytest.approx((ref.statistic, ref.pvalue))
+
+
+def test_cliffs_delta_counts_pairs():
+    a, b = [1.0, 2.0, 2.0, 3.0, 5.0], [2.0, 3.0, 4.0, 4.0, 6.0, 7.0]
+    gt = sum(x > y for x in a for y in b)
+    lt = sum(x < y for x in a for y in b)
+    assert cliffs_delta(a, b) == pytest.approx((gt - lt) / (len(a) * len(b)))
+    assert cliffs_delta([5.0, 6.0], [1.0, 2.0]) == 1.0
+
+
+def test_holm_textbook_example_and_gaps():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04 -> 0.06
+    assert holm([0.01, 0.04, None, 0.03, 0.005]) == pytest.approx(
+        [0.03, 0.06, None, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == [1.0, 1.0]
+    assert holm([]) == []
+
+
+def test_median_ci_brackets_the_median_and_is_seeded():
+    xs = [10.0, 12.0, 11.0, 13.0, 9.0, 30.0, 11.5]
+    iv = median_ci(xs)
+    assert min(xs) <= iv.low <= np.median(xs) <= iv.high <= max(xs)
+    assert iv == median_ci(xs)
+    assert median_ci([5.0, 5.0, 5.0]).low == 5.0
+    assert median_ci([1.0]) is None
+
+
+def test_median_ci_covers_the_true_median_about_as_often_as_it_says():
+    rng = np.random.default_rng(7)
+    hits = sum(iv.low <= 100.0 <= iv.high for iv in
+               (median_ci(list(rng.normal(100, 5, 25)), resamples=999, seed=s)
+                for s in range(200)))
+    assert 0.88 <= hits / 200 <= 0.995
+
+
+def test_independent_ratio_interval():
+    iv = ratio_interval([120.0, 121.0, 119.0, 120.5], [100.0, 101.0, 99.0, 100.5])
+    assert iv.low < 0.2 < iv.high and iv.low > 0.15
+
+
+# -- the cost model -------------------------------------------------------------------
+
+def _points(a_ns, b_ns, rules, reps=3, noise=0.0, seed=1):
+    rng = np.random.default_rng(seed)
+    return [(n, 1e9 / ((a_ns + b_ns * n) * (1 + noise * rng.standard_normal())))
+            for n in rules for _ in range(reps)]
+
+
+def test_fit_recovers_an_exact_line():
+    f = fit_cost(_points(1000.0, 4.0, [20, 1000, 10000]))
+    assert f.b_ns == pytest.approx(4.0) and f.a_ns == pytest.approx(1000.0)
+    assert f.b_interval.low == pytest.approx(4.0) and f.r_squared == pytest.approx(1.0)
+    assert (f.rules_min, f.rules_max, f.points) == (20, 10000, 9)
+
+
+def test_fit_interval_covers_the_true_slope_at_its_level():
+    hits = 0
+    for seed in range(200):
+        f = fit_cost(_points(1000.0, 4.0, [20, 1000, 5000, 10000], noise=0.03, seed=seed))
+        hits += f.b_interval.low <= 4.0 <= f.b_interval.high
+    assert 0.88 <= hits / 200 <= 0.99
+
+
+def test_fit_needs_two_rule_counts():
+    assert fit_cost([(100, 1e6), (100, 1.1e6), (100, 0.9e6)]) is None
+    assert fit_cost([(100, 1e6), (200, 1e6)]) is None
+
+
+def test_crossover_of_a_cheap_linear_and_a_flat_set():
+    linear = _points(1000.0, 4.0, [20, 200, 1000, 2000], noise=0.01)
+    flat = _points(3000.0, 0.0, [20, 200, 1000, 2000], noise=0.01, seed=2)
+    c = crossover(linear, flat)
+    assert c.rules == pytest.approx(500, rel=0.1) and c.inside
+    assert c.interval.low < 500 < c.interval.high
+
+
+def test_no_crossover_when_one_is_cheaper_everywhere():
+    assert crossover(_points(1000.0, 1.0, [10, 100, 1000]),
+                     _points(2000.0, 2.0, [10, 100, 1000])) is None
