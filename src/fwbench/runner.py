@@ -4,9 +4,15 @@ and record it the moment it ends.
 The order of work inside one trial: flush every firewall, load the rule set in one
 step, verify what the kernel holds, and only then measure. A trial whose
 verification fails is recorded as `failed` with the reason and never measured.
+
+With `[adaptive] max_repeat` set, the planned trials are followed by adaptive rounds
+on the same testbed: each round appends one trial per cell whose interval is still
+wide (fwbench.adaptive) to run.json's plan before running any of them, so `--resume`
+finishes an interrupted round and then goes on with the next.
 """
 from __future__ import annotations
 
+import random
 import signal
 import time
 from contextlib import contextmanager
@@ -20,7 +26,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from fwbench import backends as registry
-from fwbench import environment, proc
+from fwbench import adaptive, environment, proc
 from fwbench.backends.base import Backend, flush_all
 from fwbench.errors import FwbenchError
 from fwbench.methods.base import Method
@@ -182,20 +188,83 @@ def execute(rd: RunDir, console: Console) -> RunOutcome:
         return experiment.execute(rd, console)
     check_tools()
     plan = [TrialKey(**k) for k in meta["plan"]]
-    done = {r.key for r in rd.records()}
+    records = rd.records()
+    done = {r.key for r in records}
     todo = [(i, k) for i, k in enumerate(plan) if k not in done]
-    names = sorted({k.backend for _, k in todo})
+    more = bool(sc.adaptive.max_repeat) and bool(_needing_more(sc, records))
+    # An adaptive round may repeat any cell of the plan.
+    names = sorted({k.backend for k in plan} if sc.adaptive.max_repeat else
+                   {k.backend for _, k in todo})
     backends: dict[str, Backend] = {}
     for n in names:
         b = registry.get(n)
         if why := b.unavailable():
             raise FwbenchError(f"backend {n} cannot run here: {why}")
         backends[n] = b
-    if todo:
+    if todo or more:
         _run_trials(rd, sc, plan, todo, backends, console)
     records = rd.records()
-    return RunOutcome(rd.path, records, len(plan), meta.get("skipped_backends", {}),
-                      method=sc.method)
+    return RunOutcome(rd.path, records, len(rd.meta()["plan"]),
+                      meta.get("skipped_backends", {}), method=sc.method)
+
+
+def _needing_more(sc: Scenario, records: list[TrialRecord]) -> list[tuple[str, int, int]]:
+    a = sc.adaptive
+    return adaptive.cells_needing_more(records, sc.method, a.rel_width, a.level,
+                                       a.max_repeat)
+
+
+def _cell_name(cell: tuple[str, int, int]) -> str:
+    b, n, f = cell
+    return f"{b} {f}B" if b == "none" else f"{b} N={n} {f}B"
+
+
+@dataclass
+class AdaptiveRound:
+    round: int
+    positions: list[int]          # the new trials' places in the plan
+    widths: dict[tuple[str, int, int], float | None]  # every cell, before the round
+
+
+def adaptive_round(rd: RunDir, sc: Scenario, plan: list[TrialKey]) -> AdaptiveRound | None:
+    """Plan the next adaptive round: one trial per cell that needs more, in an order
+    seeded by the scenario's seed and the round number, appended to `plan` and to
+    run.json's plan (with the round's cells and every cell's width) before any of
+    them runs. None when no cell needs more."""
+    records = rd.records()
+    cells = _needing_more(sc, records)
+    if not cells:
+        return None
+    meta = rd.meta()
+    rounds = meta.get("adaptive", {}).get("rounds", [])
+    k = len(rounds) + 1
+    widths = adaptive.cell_widths(records, sc.method, sc.adaptive.level)
+    next_rep: dict[tuple, int] = {}
+    for key in plan:
+        cell = (key.backend, key.rules, key.frame_size)
+        next_rep[cell] = max(next_rep.get(cell, 0), key.repetition + 1)
+    order = list(cells)
+    random.Random(f"{sc.seed}:adaptive:{k}").shuffle(order)
+    new = [TrialKey(b, n, f, next_rep.get((b, n, f), 0)) for b, n, f in order]
+    first = len(plan)
+    plan.extend(new)
+    rounds = rounds + [{"round": k, "cells": [list(c) for c in order],
+                        "widths": {"/".join(map(str, c)): w
+                                   for c, w in sorted(widths.items())}}]
+    rd.update_meta(plan=[p.as_dict() for p in plan],
+                   adaptive={**meta.get("adaptive", {}), "rounds": rounds})
+    return AdaptiveRound(k, list(range(first, len(plan))), widths)
+
+
+def _round_line(r: AdaptiveRound, plan: list[TrialKey], rel_width: float) -> str:
+    cells = sorted((plan[i].backend, plan[i].rules, plan[i].frame_size) for i in r.positions)
+
+    def width(c):
+        w = r.widths.get(c)
+        return f"{w * 100:.1f} %" if w is not None else "no interval yet"
+    return (f"adaptive round {r.round}: {len(cells)} cell{'s' if len(cells) != 1 else ''} "
+            f"above {rel_width * 100:g} % width: " +
+            ", ".join(f"{_cell_name(c)} {width(c)}" for c in cells))
 
 
 def _run_trials(rd, sc, plan, todo, backends, console) -> None:
@@ -223,7 +292,8 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
         rd.update_meta(sessions=meta["sessions"] + [session], environment=env)
         with progress_bar(console) as progress:
             task = progress.add_task("trials", total=len(plan), completed=len(plan) - len(todo))
-            for idx, key in todo:
+
+            def run(idx: int, key: TrialKey) -> None:
                 cell = f"{key.backend} N={key.rules} {key.frame_size}B"
                 progress.update(task, description=cell)
                 if isinstance(method, Method):
@@ -235,6 +305,15 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
                 rd.append(rec)
                 progress.advance(task)
                 progress.console.print(_trial_line(idx + 1, len(plan), rec, method))
+
+            for idx, key in todo:
+                run(idx, key)
+            while sc.adaptive.max_repeat and \
+                    (r := adaptive_round(rd, sc, plan)) is not None:
+                progress.update(task, total=len(plan))
+                progress.console.print(_round_line(r, plan, sc.adaptive.rel_width))
+                for idx in r.positions:
+                    run(idx, plan[idx])
 
 
 def progress_bar(console: Console) -> Progress:

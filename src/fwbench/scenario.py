@@ -99,6 +99,20 @@ class FixedRateSettings(BaseModel):
     rules_width: Annotated[float, Field(gt=0, lt=1)] = 0.1
 
 
+class AdaptiveSettings(BaseModel):
+    """Adaptive repetitions: after the planned `repeat` rounds, repeat only the cells
+    whose headline interval is still wide, one trial per cell per round, until every
+    cell is narrow enough or has `max_repeat` trials."""
+    model_config = _STRICT
+    max_repeat: Annotated[int, Field(ge=0, le=1000)] = Field(
+        0, description="trials per cell at most, every status counted; 0: off")
+    rel_width: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.05, description="narrow enough: the interval of the cell's median of the "
+        "method's primary metric, as a fraction of that median")
+    level: Annotated[float, Field(gt=0.5, lt=1)] = Field(
+        0.95, description="confidence level of the percentile-bootstrap interval")
+
+
 # Payload text for string matching: kept to characters iptables-save prints as they
 # are, so what the kernel holds can be compared with what was loaded.
 _TEXT = re.compile(r"^[A-Za-z0-9._:/@+=-]+$")
@@ -184,6 +198,7 @@ class Scenario(BaseModel):
     lossload: LossLoadSettings = LossLoadSettings()
     fixedrate: FixedRateSettings = FixedRateSettings()
     droprate: DropRateSettings = DropRateSettings()
+    adaptive: AdaptiveSettings = AdaptiveSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -235,6 +250,13 @@ class Scenario(BaseModel):
                     raise ValueError(f"droprate.payload_text: {len(self.droprate.payload_text)}"
                                      f" characters do not fit a {self.frame_sizes[0]}-byte "
                                      f"frame after the stamp (room for {max(room, 0)})")
+        a = self.adaptive
+        if a.max_repeat and self.method == "droprate":
+            raise ValueError("adaptive.max_repeat does not apply to method droprate "
+                             "(its treatments run `repeat` times each)")
+        if a.max_repeat and a.max_repeat <= self.repeat:
+            raise ValueError(f"adaptive.max_repeat ({a.max_repeat}) must be above repeat "
+                             f"({self.repeat}), or 0 for off")
         t = self.throughput
         if len(set(t.loss_ratios)) != len(t.loss_ratios):
             raise ValueError("throughput.loss_ratios has duplicates")
@@ -279,7 +301,8 @@ def _check_droprate_keys(data: dict, origin: str) -> None:
 
 def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
     """Read a scenario file (or start from defaults), lay the overrides on top and
-    validate the result."""
+    validate the result. An override named `section.key` (e.g. `adaptive.max_repeat`)
+    sets that key of the section and keeps the section's other keys."""
     data: dict = {}
     origin = "command line"
     if path is not None:
@@ -294,7 +317,15 @@ def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
             raise FwbenchError(f"{p}: malformed TOML: {e}") from None
         except OSError as e:
             raise FwbenchError(f"{p}: cannot read: {e.strerror}") from None
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        section, _, key = k.partition(".")
+        if not key:
+            data[k] = v
+        elif isinstance(data.get(section, {}), dict):
+            data[section] = {**data.get(section, {}), key: v}
+        # else: the file's section is not a table; validation names it
     _check_droprate_keys(data, origin)
     try:
         return Scenario.model_validate(data)

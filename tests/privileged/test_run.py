@@ -1,5 +1,6 @@
 """`fwbench run` end to end, as a user runs it: records, interruption, SIGKILL,
 `fwbench clean`, `--resume`, and the root namespace left as it was."""
+import io
 import json
 import signal
 import subprocess
@@ -7,6 +8,10 @@ import sys
 import time
 from collections import Counter
 
+import pytest
+from rich.console import Console
+
+from fwbench import runner, scenario
 from fwbench.testbed.netns import leftover_netns
 
 SMALL = ["--backends", "none,iptables-legacy", "--rules", "100", "--frame-sizes", "64",
@@ -165,6 +170,56 @@ def test_a_second_run_into_a_run_directory_is_refused(tmp_path):
     assert fwbench("run", *args, "--out", str(d)).returncode == 0
     cp = fwbench("run", *args, "--out", str(d))
     assert cp.returncode != 0 and "already holds a run" in cp.stderr
+
+
+def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatch,
+                                                            root_state_before):
+    """With a width no cell can reach, every cell gets exactly max_repeat trials. The
+    run is interrupted inside adaptive round 1 (the round already in run.json's plan),
+    and `--resume` finishes that round and goes on with round 2."""
+    sc = scenario.load(None, {"backends": ["none", "iptables-legacy"], "rules": [20],
+                              "frame_sizes": [64], "repeat": 2, "duration_s": 0.2,
+                              "seed": 3, "instrument.ping_count": 10,
+                              "adaptive.max_repeat": 4, "adaptive.rel_width": 1e-6})
+    d = tmp_path / "run"
+    text = io.StringIO()
+    console = Console(file=text, width=200)
+    real, calls = runner.run_trial, []
+
+    def stopped_at_the_sixth(*args, **kw):  # 4 planned, then round 1's second trial
+        calls.append(1)
+        if len(calls) == 6:
+            raise runner.Interrupted("SIGTERM")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(runner, "run_trial", stopped_at_the_sixth)
+    with pytest.raises(runner.Interrupted):
+        runner.start(sc, d, console)
+    meta = json.loads((d / "run.json").read_text())
+    assert len(meta["plan"]) == 6 and len(records(d)) == 5
+    assert [r["round"] for r in meta["adaptive"]["rounds"]] == [1]
+
+    monkeypatch.setattr(runner, "run_trial", real)
+    outcome = runner.resume(d, console)
+    assert outcome.planned == len(outcome.records) == 8
+    assert record_keys(d) == planned_keys(d)
+    reps = {}
+    for r in records(d):
+        assert r["status"] == "ok", r["reason"]
+        reps.setdefault((r["backend"], r["rules"]), []).append(r["repetition"])
+    assert {k: sorted(v) for k, v in reps.items()} == {
+        ("none", 0): [0, 1, 2, 3], ("iptables-legacy", 20): [0, 1, 2, 3]}
+    meta = json.loads((d / "run.json").read_text())
+    assert [r["round"] for r in meta["adaptive"]["rounds"]] == [1, 2]
+    for rnd in meta["adaptive"]["rounds"]:
+        assert sorted(map(tuple, rnd["cells"])) == [("iptables-legacy", 20, 64), ("none", 0, 64)]
+        assert all(w > 1e-6 for w in rnd["widths"].values())
+    # Each record's place in the plan is its trial number.
+    assert all(meta["plan"][r["trial"]] == {f: r[f] for f in meta["plan"][0]}
+               for r in records(d))
+    assert "adaptive round 2: 2 cells above 0.0001 % width" in text.getvalue()
+    ours = {s["testbed_id"] for s in meta["sessions"]}
+    assert len(ours) == 2 and not [n for n in leftover_netns() if any(i in n for i in ours)]
 
 
 def test_zz_root_namespace_unchanged_and_nothing_left(root_state_before, root_state_now):

@@ -163,3 +163,59 @@ def test_without_string_treatments_the_text_need_not_fit(tmp_path):
 def test_droprate_run_json_round_trips():
     sc = scenario.load(ROOT / "scenarios" / "seed002-drop.toml")
     assert scenario.from_dict(sc.dump()) == sc
+
+
+# --- [adaptive]: repeat the noisy cells up to a cap ----------------------------------
+
+def test_adaptive_is_off_by_default():
+    a = scenario.load(None).adaptive
+    assert (a.max_repeat, a.rel_width, a.level) == (0, 0.05, 0.95)
+
+
+@pytest.mark.parametrize("text, where", [
+    ("[adaptive]\nmax_repeat = -1\n", "adaptive.max_repeat: Input should be greater"),
+    ("[adaptive]\nmax_repeat = '8'\n", "adaptive.max_repeat"),
+    ("[adaptive]\nmax_repeat = 3\n", "adaptive.max_repeat (3) must be above repeat (3)"),
+    ("repeat = 5\n[adaptive]\nmax_repeat = 4\n", "adaptive.max_repeat (4) must be above"),
+    ("[adaptive]\nrel_width = 0\n", "adaptive.rel_width: Input should be greater than 0"),
+    ("[adaptive]\nrel_width = 1.5\n", "adaptive.rel_width: Input should be less than or"),
+    ("[adaptive]\nlevel = 0.5\n", "adaptive.level: Input should be greater than 0.5"),
+    ("[adaptive]\nlevel = 1.0\n", "adaptive.level: Input should be less than 1"),
+    ("[adaptive]\nwidth = 0.1\n", "adaptive.width: unknown key"),
+    ("adaptive = 8\n", "adaptive"),
+    (DROP + "[adaptive]\nmax_repeat = 10\n",
+     "adaptive.max_repeat does not apply to method droprate"),
+])
+def test_bad_adaptive_settings_name_the_key(tmp_path, text, where):
+    test_bad_scenarios_name_the_problem(tmp_path, text, where)
+
+
+def test_adaptive_off_is_fine_for_droprate(tmp_path):
+    assert load_text(tmp_path, DROP + "[adaptive]\nmax_repeat = 0\n").adaptive.max_repeat == 0
+
+
+def test_max_repeat_flag_keeps_the_files_other_adaptive_keys(tmp_path):
+    text = "repeat = 2\n[adaptive]\nmax_repeat = 5\nrel_width = 0.1\n"
+    sc = load_text(tmp_path, text, **{"adaptive.max_repeat": 8})
+    assert (sc.adaptive.max_repeat, sc.adaptive.rel_width) == (8, 0.1)
+    assert load_text(tmp_path, text, **{"adaptive.max_repeat": None}).adaptive.max_repeat == 5
+    assert load_text(tmp_path, text, **{"adaptive.max_repeat": 0}).adaptive.max_repeat == 0
+    assert scenario.load(None, {"adaptive.max_repeat": 4}).adaptive.rel_width == 0.05
+
+
+def test_max_repeat_flag_errors_are_one_line_and_name_the_key():
+    import subprocess
+    import sys
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "run", "--repeat", "3",
+                         "--max-repeat", "2"], capture_output=True, text=True)
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(lines) == 1, cp.stderr
+    assert "adaptive.max_repeat (2) must be above repeat (3)" in lines[0]
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "run", "--max-repeat", "x"],
+                        capture_output=True, text=True)
+    assert cp.returncode == 2 and "--max-repeat" in cp.stderr
+
+
+def test_adaptive_round_trips_through_run_json():
+    sc = scenario.load(None, {"repeat": 2, "adaptive.max_repeat": 6})
+    assert scenario.from_dict(sc.dump()) == sc and sc.dump()["adaptive"]["max_repeat"] == 6

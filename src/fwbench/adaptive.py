@@ -1,0 +1,84 @@
+"""Adaptive repetitions: which cells of a run need another trial.
+
+A fixed `repeat` spends as many trials on a quiet cell as on a noisy one. With
+`[adaptive] max_repeat` set, the runner asks after the planned trials, and again after
+every round it adds, which cells (backend x rule count x frame size) still have a
+wide interval for their headline figure, and repeats only those, up to the cap.
+
+The headline figure is the method's primary metric (`summary.HEADLINES`); the interval
+is the percentile-bootstrap interval of its median over the cell's ok trials
+(`stats.median_ci`), and its width is read as a fraction of that median. Pure
+functions of the records: the runner decides, these only measure.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+
+from fwbench.results import TrialRecord
+from fwbench.stats import median_ci
+from fwbench.summary import HEADLINES
+
+Cell = tuple[str, int, int]  # (backend, rules, frame_size)
+
+
+def _primary(method: str):
+    try:
+        return HEADLINES[method][1][1]
+    except KeyError:
+        raise ValueError(f"method {method} has no headline metric to repeat on") from None
+
+
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _by_cell(records: Iterable[TrialRecord]) -> dict[Cell, list[TrialRecord]]:
+    groups: dict[Cell, list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        groups[(r.backend, r.rules, r.frame_size)].append(r)
+    return groups
+
+
+def _width(recs: list[TrialRecord], getter, level: float) -> float | None:
+    values = [v for r in recs if r.status == "ok" and _numeric(v := getter(r.metrics))]
+    if len(values) < 2:
+        return None
+    ci = median_ci(values, level)
+    if ci is None:
+        return None
+    w = ci.width_relative_to(statistics.median(values))
+    return w if math.isfinite(w) else None  # a zero median has no relative width
+
+
+def cell_widths(records: Iterable[TrialRecord], method: str,
+                level: float = 0.95) -> dict[Cell, float | None]:
+    """Each cell's current relative width: the `level` bootstrap interval of the
+    median of the method's primary metric over the cell's ok trials, divided by that
+    median. None where there is no width to give: fewer than 2 numeric values, or a
+    median of 0."""
+    getter = _primary(method)
+    return {cell: _width(recs, getter, level) for cell, recs in _by_cell(records).items()}
+
+
+def cells_needing_more(records: Iterable[TrialRecord], method: str, rel_width: float,
+                       level: float, max_repeat: int) -> list[Cell]:
+    """The cells (backend, rules, frame_size) that should get another trial, sorted.
+
+    A cell needs more while its trial count, counting every status, is below
+    `max_repeat` (so a cell that always fails still stops at the cap) and either it has
+    fewer than 2 numeric primary values from ok trials, or the `level` bootstrap
+    interval of their median is wider than `rel_width` times the median (a median of 0
+    counts as infinitely wide). Only cells with at least one record are considered.
+    """
+    getter = _primary(method)
+    out = []
+    for cell, recs in sorted(_by_cell(records).items()):
+        if len(recs) >= max_repeat:
+            continue
+        w = _width(recs, getter, level)
+        if w is None or w > rel_width:
+            out.append(cell)
+    return out

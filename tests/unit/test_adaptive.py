@@ -1,0 +1,186 @@
+"""Adaptive repetitions: which cells need another trial, and how a round is planned
+into run.json (no root: records are made up, nothing is measured)."""
+import json
+import math
+
+import pytest
+
+from fwbench import scenario
+from fwbench.adaptive import cell_widths, cells_needing_more
+from fwbench.plan import TrialKey, make_plan
+from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
+from fwbench.runner import adaptive_round
+
+NARROW = [100_000.0, 100_200.0, 99_900.0]      # interval well under 5 % of the median
+WIDE = [60_000.0, 100_000.0, 140_000.0]        # interval about 80 % of the median
+
+
+def rec(backend="iptables-legacy", rules=20, frame=64, rep=0, status="ok",
+        method="maxrate", **metrics) -> TrialRecord:
+    return TrialRecord(
+        schema_version=SCHEMA_VERSION, run_id="t", trial=0, backend=backend, rules=rules,
+        frame_size=frame, method=method, traffic="engine+ping", repetition=rep,
+        status=status, reason=None if status == "ok" else "verification: no",
+        verification={"ok": status == "ok"}, load_time_s=0.01,
+        metrics=metrics if status == "ok" else {}, started_at="2026-01-01T00:00:00Z",
+        duration_s=1.0, ruleset_sha256=None)
+
+
+def cell(values, status="ok", method="maxrate", key="rx_pps", **where):
+    return [rec(rep=i, status=status, method=method, **where, **{key: v})
+            for i, v in enumerate(values)]
+
+
+def need(records, method="maxrate", rel_width=0.05, max_repeat=10, level=0.95):
+    return cells_needing_more(records, method, rel_width, level, max_repeat)
+
+
+def test_a_narrow_cell_stops_and_a_wide_one_continues():
+    records = cell(NARROW) + cell(WIDE, backend="nftables")
+    assert need(records) == [("nftables", 20, 64)]
+    widths = cell_widths(records, "maxrate")
+    assert widths[("iptables-legacy", 20, 64)] < 0.05 < widths[("nftables", 20, 64)]
+
+
+def test_rel_width_is_the_threshold():
+    records = cell(WIDE)
+    w = cell_widths(records, "maxrate")[("iptables-legacy", 20, 64)]
+    assert need(records, rel_width=w * 1.01) == []
+    assert need(records, rel_width=w * 0.99) == [("iptables-legacy", 20, 64)]
+
+
+def test_two_values_give_their_range_as_the_width():
+    (w,) = cell_widths(cell([90.0, 110.0]), "maxrate").values()
+    assert w == pytest.approx(20 / 100)
+
+
+def test_the_cap_counts_every_status():
+    failing = cell([None] * 4, status="failed")
+    assert need(failing, max_repeat=4) == []
+    assert need(failing[:3], max_repeat=4) == [("iptables-legacy", 20, 64)]
+    # A wide cell stops at the cap too, counting its failed trial.
+    mixed = cell(WIDE) + [rec(rep=3, status="invalid")]
+    assert need(mixed, max_repeat=5) == [("iptables-legacy", 20, 64)]
+    assert need(mixed, max_repeat=4) == []
+
+
+@pytest.mark.parametrize("records", [
+    cell([100_000.0]),                                         # one value
+    cell([100_000.0]) + [rec(rep=1, status="failed")],         # one ok, one failed
+    cell([100_000.0, None, float("nan"), True]),               # one numeric value
+    cell([0.0, 0.0, 0.0]),                                     # a zero median: no width
+], ids=["one", "one-ok", "non-numeric", "zero"])
+def test_fewer_than_two_numeric_values_need_more(records):
+    assert need(records) == [("iptables-legacy", 20, 64)]
+    assert cell_widths(records, "maxrate")[("iptables-legacy", 20, 64)] is None
+
+
+def test_equal_values_are_narrow():
+    assert need(cell([5000.0, 5000.0])) == []
+
+
+@pytest.mark.parametrize("method, primary, other", [
+    ("maxrate", "rx_pps", "rtt_us_median"),
+    ("throughput", "ndr_pps", "pdr_pps"),
+    ("latency", "ndr_pps", "rx_pps"),
+    ("lossload", "max_lossless_offered_pps", "rx_pps"),
+    ("fixedrate", "processed_pps", "rx_pps"),
+])
+def test_only_the_methods_primary_metric_counts(method, primary, other):
+    def records(primary_values, other_values):
+        return [rec(rep=i, method=method, **{primary: p, other: o})
+                for i, (p, o) in enumerate(zip(primary_values, other_values))]
+    assert need(records(NARROW, WIDE), method) == []
+    assert need(records(WIDE, NARROW), method) == [("iptables-legacy", 20, 64)]
+
+
+def test_none_counts_like_any_cell_and_the_answer_is_sorted():
+    records = (cell(WIDE, backend="nftables", frame=1518) + cell(WIDE, backend="none", rules=0)
+               + cell(NARROW, backend="ipset") + cell(WIDE, frame=64))
+    assert need(records) == [("iptables-legacy", 20, 64), ("nftables", 20, 1518),
+                             ("none", 0, 64)]
+
+
+def test_a_higher_level_is_wider():
+    records = cell([95.0, 98.0, 100.0, 101.0, 103.0, 110.0, 90.0])
+    (w80,) = cell_widths(records, "maxrate", 0.8).values()
+    (w99,) = cell_widths(records, "maxrate", 0.99).values()
+    assert w80 < w99
+
+
+def test_a_method_without_a_headline_is_refused():
+    with pytest.raises(ValueError, match="droprate"):
+        need(cell(NARROW), method="droprate")
+
+
+# --- a round planned into run.json (runner.adaptive_round) ----------------------------
+
+def run_dir(tmp_path, max_repeat=4, repeat=2, seed=5):
+    sc = scenario.load(None, {"backends": ["none", "iptables-legacy", "nftables"],
+                              "rules": [20], "repeat": repeat, "seed": seed,
+                              "adaptive.max_repeat": max_repeat})
+    plan = make_plan(sc.backends, sc.rules, sc.frame_sizes, sc.repeat, sc.seed)
+    rd = RunDir.create(tmp_path / "run", {"scenario": sc.dump(),
+                                          "plan": [k.as_dict() for k in plan]})
+    return sc, rd, plan
+
+
+def record_plan(rd, plan, value):
+    for i, k in enumerate(plan):
+        if k not in {r.key for r in rd.records()}:
+            rd.append(rec(k.backend, k.rules, k.frame_size, k.repetition,
+                          rx_pps=value(k)))
+
+
+def test_a_round_is_written_to_the_plan_before_it_runs(tmp_path):
+    sc, rd, plan = run_dir(tmp_path)
+    # iptables-legacy's two values agree; the others are far apart.
+    record_plan(rd, plan, lambda k: 1000.0 if k.backend == "iptables-legacy"
+                else 1000.0 * (1 + k.repetition))
+    r = adaptive_round(rd, sc, plan)
+    assert r.round == 1 and r.positions == [6, 7]
+    new = {(plan[i].backend, plan[i].repetition) for i in r.positions}
+    assert new == {("none", 2), ("nftables", 2)}
+    meta = rd.meta()
+    assert [TrialKey(**k) for k in meta["plan"]] == plan and len(plan) == 8
+    (rnd,) = meta["adaptive"]["rounds"]
+    assert rnd["round"] == 1 and sorted(map(tuple, rnd["cells"])) == [
+        ("nftables", 20, 64), ("none", 0, 64)]
+    assert rnd["widths"]["iptables-legacy/20/64"] == 0
+    assert rnd["widths"]["none/0/64"] == pytest.approx(1 / 1.5)
+    json.dumps(meta, allow_nan=False)  # no inf or nan in run.json
+
+    # Once the round's trials are recorded, the next round numbers on, the narrow
+    # cell stays out, and the cap (4 trials per cell) ends it.
+    record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
+    r2 = adaptive_round(rd, sc, plan)
+    assert r2.round == 2 and r2.positions == [8, 9]
+    assert {(plan[i].backend, plan[i].repetition) for i in r2.positions} == {
+        ("none", 3), ("nftables", 3)}
+    record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
+    assert adaptive_round(rd, sc, plan) is None  # every cell at max_repeat = 4
+    assert len(rd.meta()["adaptive"]["rounds"]) == 2
+
+
+def test_round_order_is_seeded_by_seed_and_round(tmp_path):
+    orders = []
+    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
+        sc, rd, plan = run_dir(tmp_path / name, max_repeat=3, seed=seed)
+        record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
+        r = adaptive_round(rd, sc, plan)
+        orders.append([plan[i].backend for i in r.positions])
+    assert orders[0] == orders[1]
+    assert sorted(orders[0]) == sorted(orders[2]) == ["iptables-legacy", "nftables", "none"]
+
+
+def test_rounds_go_on_from_what_run_json_holds(tmp_path):
+    """As after `--resume`: the round number continues from run.json's rounds."""
+    sc, rd, plan = run_dir(tmp_path)
+    record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
+    adaptive_round(rd, sc, plan)
+    record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
+    reopened = RunDir.open(rd.path)
+    plan2 = [TrialKey(**k) for k in reopened.meta()["plan"]]
+    r = adaptive_round(reopened, sc, plan2)
+    assert r.round == 2 and r.positions == [9, 10, 11]
+    assert not math.isnan(r.widths[("none", 0, 64)])
