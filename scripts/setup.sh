@@ -17,6 +17,10 @@ fi
 debs=(iptables nftables ipset conntrack iperf3 iputils-ping iproute2 ethtool util-linux procps
       python3 python3-venv
       gcc make libc6-dev clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev)
+# The test suite renders report.html in headless Chromium: ./test.sh asks for it.
+if [ "${1:-}" = "--with-browser" ]; then
+	debs+=(chromium fonts-dejavu-core)
+fi
 missing=()
 for p in "${debs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

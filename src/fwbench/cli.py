@@ -61,9 +61,38 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--traffic",
                    help="engine: fwbench's own paced sender + XDP sink (default); "
                         "iperf3: seed 000's instruments (maxrate only)")
+    r.add_argument("--max-repeat", type=int, metavar="N",
+                   help="adaptive repetitions: after --repeat rounds, repeat the cells whose "
+                        "headline interval is still wider than [adaptive] rel_width (5 %% "
+                        "of the median), up to N trials per cell; 0: off")
     r.add_argument("--out", help="results directory (default results/<name>-<time>)")
     r.add_argument("--resume", metavar="DIR",
                    help="finish an interrupted run in DIR; takes no other options")
+
+    r.add_argument("--no-report", action="store_true",
+                   help="do not write report.html at the end (make it later with "
+                        "`fwbench report DIR`)")
+
+    rp = sub.add_parser("report", help="write report.html, report.md and CSV tables for a run",
+                        description="Figures, seed 000's tables with p-values, the cost per "
+                                    "rule, warnings and plain conclusions, from a run "
+                                    "directory's trials.jsonl.")
+    rp.add_argument("run", help="the run directory (holds run.json and trials.jsonl)")
+    rp.add_argument("--out", help="where to write (default: the run directory)")
+    rp.add_argument("--pair", action="append", metavar="A:B",
+                    help="compare backends A and B cell by cell (repeatable; default "
+                         "iptables-legacy:nftables and ipset:nftset where present)")
+    rp.add_argument("--link-gbps", type=float, default=10.0,
+                    help="link speed whose line rate the rate-vs-frame-size figure draws "
+                         "(Gbit/s, default 10)")
+
+    cp = sub.add_parser("compare", help="compare two runs cell by cell (before/after)",
+                        description="The metrics both runs recorded, side by side per cell, "
+                                    "with B's change against A and its significance.")
+    cp.add_argument("run_a", help="the 'before' run directory")
+    cp.add_argument("run_b", help="the 'after' run directory")
+    cp.add_argument("--out", help="where to write compare.html/.md/.csv "
+                                  "(default: RUN_B/compare-vs-<A>)")
 
     sub.add_parser("backends", help="list every backend with its version, or why it "
                                     "cannot run here")
@@ -84,9 +113,10 @@ def cmd_run(args, out: Console, err: Console) -> int:
     scenario_opts = {"backends": args.backends, "rules": args.rules,
                      "frame_sizes": args.frame_sizes, "repeat": args.repeat,
                      "duration_s": args.duration, "seed": args.seed,
-                     "method": args.method, "traffic": args.traffic}
+                     "method": args.method, "traffic": args.traffic,
+                     "adaptive.max_repeat": args.max_repeat}
     if args.resume:
-        if args.scenario or args.out or any(v is not None for v in scenario_opts.values()):
+        if args.scenario or args.out or args.no_report or any(v is not None for v in scenario_opts.values()):
             raise FwbenchError("--resume finishes a run as it was planned; "
                                "give it no scenario or other options")
         _need_root("fwbench run")
@@ -114,7 +144,33 @@ def cmd_run(args, out: Console, err: Console) -> int:
     print(f"{len(outcome.records)} of {outcome.planned} trials recorded"
           f"{f', {not_ok} not ok (see reason in trials.jsonl)' if not_ok else ''}.")
     print(f"results: {outcome.path}")
+    if outcome.method != "droprate" and not args.no_report and \
+            any(r.status == "ok" for r in outcome.records):
+        from fwbench.report import build
+        print(f"report: {build(outcome.path).html}")
     return 0 if not_ok == 0 else 1
+
+
+def cmd_report(args, out: Console) -> int:
+    from fwbench.report import build, parse_pairs
+
+    files = build(args.run, args.out, parse_pairs(args.pair), args.link_gbps)
+    out.print(f"{files.figures} figures, {len(files.csvs)} CSV tables; "
+              f"markdown: {files.markdown}")
+    print(f"report: {files.html}")
+    return 0
+
+
+def cmd_compare(args, out: Console) -> int:
+    from fwbench.report.compare import compare_runs
+
+    files = compare_runs(args.run_a, args.run_b, args.out)
+    for s in files.sentences:
+        out.print(f"- {s}", highlight=False)
+    if not files.sentences:
+        out.print("no cell differs between A and B at the corrected significance level")
+    print(f"comparison: {files.html}")
+    return 0
 
 
 def cmd_backends(out: Console) -> int:
@@ -147,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "run":
             return cmd_run(args, out, err)
+        if args.command == "report":
+            return cmd_report(args, out)
+        if args.command == "compare":
+            return cmd_compare(args, out)
         if args.command == "backends":
             return cmd_backends(out)
         if args.command == "clean":

@@ -1,0 +1,343 @@
+"""From samples to conclusions: cell summaries, pairwise tests per cell with Holm's
+correction, the per-rule cost model and its crossovers, warnings, and the sentences a
+report states. Pure functions of a RunData; the renderers only format what is here.
+"""
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import dataclass, field
+
+from fwbench import stats
+from fwbench.report.data import Cell, Metric, RunData
+
+ALPHA = 0.05
+NOISY = 0.10            # a cell's 95 % median interval wider than this fraction
+GENERATOR_BOUND = 0.95  # a rate within 5 % of the no-firewall ceiling measured the sender
+DEFAULT_PAIRS = (("iptables-legacy", "nftables"), ("ipset", "nftset"))
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    backend: str
+    rules: int
+    frame_size: int
+    values: tuple[float, ...]
+    mean: float
+    sd: float | None
+    median: float
+    ci: stats.Interval | None  # bootstrap 95 % interval of the median
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def rel_width(self) -> float | None:
+        return self.ci.width_relative_to(self.median) if self.ci else None
+
+
+def summarize(cell: Cell, values: list[float]) -> CellSummary:
+    return CellSummary(cell[0], cell[1], cell[2], tuple(values), statistics.fmean(values),
+                       statistics.stdev(values) if len(values) > 1 else None,
+                       statistics.median(values), stats.median_ci(values))
+
+
+def summaries(data: RunData, metric: Metric) -> dict[Cell, CellSummary]:
+    return {c: summarize(c, v) for c, v in data.samples(metric).items() if v}
+
+
+@dataclass
+class Comparison:
+    """Treatment a against treatment b in one cell (or one cell of two runs)."""
+    a: CellSummary
+    b: CellSummary
+    welch: stats.TestResult | None
+    mwu: stats.TestResult | None          # two-tailed
+    mwu_less: stats.TestResult | None     # one-tailed: a tends to be smaller
+    mwu_greater: stats.TestResult | None  # one-tailed: a tends to be larger
+    delta: float | None                   # Cliff's delta of a against b
+    change: float                         # median(a) / median(b) - 1
+    change_ci: stats.Interval | None
+    welch_holm: float | None = None       # filled in across the family
+
+    def verdict(self, metric: Metric, alpha: float = ALPHA) -> str:
+        """"better" / "worse" (a against b), "same" (no difference shown) or
+        "untestable" (too few values or no variance)."""
+        if self.welch is None or self.welch_holm is None:
+            return "untestable"
+        if self.welch_holm >= alpha:
+            return "same"
+        a_higher = self.a.mean > self.b.mean
+        return "better" if a_higher == metric.higher_is_better else "worse"
+
+
+def compare(a: CellSummary, b: CellSummary) -> Comparison:
+    x, y = a.values, b.values
+    return Comparison(
+        a, b, stats.welch(x, y), stats.mann_whitney(x, y),
+        stats.mann_whitney(x, y, "less"), stats.mann_whitney(x, y, "greater"),
+        stats.cliffs_delta(x, y), a.median / b.median - 1 if b.median else float("nan"),
+        stats.ratio_interval(x, y))
+
+
+def apply_holm(comparisons: list[Comparison]) -> None:
+    """Holm across one family (every cell of one pair and metric in a run)."""
+    adjusted = stats.holm([c.welch.p if c.welch else None for c in comparisons])
+    for c, p in zip(comparisons, adjusted):
+        c.welch_holm = p
+
+
+@dataclass
+class PairTable:
+    """Seed 000's table: rule-set sizes across, the two treatments down, p-values."""
+    a: str
+    b: str
+    metric: Metric
+    frame_size: int
+    rules: list[int]
+    columns: list[Comparison]
+
+
+def pair_tables(data: RunData, metric: Metric, pairs) -> list[PairTable]:
+    cells = summaries(data, metric)
+    out = []
+    for a, b in pairs:
+        family: list[Comparison] = []
+        tables = []
+        for f in data.frame_sizes():
+            rules = [n for n in data.rule_counts() if (a, n, f) in cells and (b, n, f) in cells]
+            if not rules:
+                continue
+            cols = [compare(cells[(a, n, f)], cells[(b, n, f)]) for n in rules]
+            family += cols
+            tables.append(PairTable(a, b, metric, f, rules, cols))
+        apply_holm(family)
+        out += tables
+    return out
+
+
+def default_pairs(data: RunData) -> list[tuple[str, str]]:
+    present = set(data.backends())
+    return [p for p in DEFAULT_PAIRS if set(p) <= present]
+
+
+# -- generator-bound trials ----------------------------------------------------------
+
+def ceilings(data: RunData) -> dict[int, float]:
+    """Frame size -> the no-firewall rate: the `none` cell's median if the run has it,
+    else the sender ceiling calibrated at the start of the session."""
+    out: dict[int, float] = {}
+    for s in data.meta.get("sessions", []):
+        for f, v in (s.get("engine") or {}).get("sender_ceiling_pps", {}).items():
+            if v:
+                out[int(f)] = float(v)
+    head = data.headline()
+    if head is not None and data.method == "maxrate":
+        for (b, _, f), s in summaries(data, head).items():
+            if b == "none":
+                out[f] = s.median
+    return out
+
+
+def generator_bound(data: RunData) -> set[tuple[Cell, int]]:
+    """(cell, repetition) of trials whose packet rate says nothing about the firewall:
+    the search's own flag, or (open-throttle methods) a rate within 5 % of the
+    no-firewall ceiling at that frame size."""
+    head = data.headline()
+    if head is None:
+        return set()
+    top = ceilings(data)
+    out = set()
+    for r in data.ok:
+        if r.backend == "none":
+            continue
+        cell = (r.backend, r.rules, r.frame_size)
+        v = head.value(r)
+        if r.metrics.get("ndr_generator_limited") or r.metrics.get("pdr_generator_limited"):
+            out.add((cell, r.repetition))
+        elif (data.method == "maxrate" and v is not None and r.frame_size in top
+              and v >= GENERATOR_BOUND * top[r.frame_size]):
+            out.add((cell, r.repetition))
+    return out
+
+
+# -- the cost model ------------------------------------------------------------------
+
+@dataclass
+class CostRow:
+    backend: str
+    frame_size: int
+    fit: stats.CostFit | None
+    excluded: int          # generator-bound trials left out of the fit
+    points: list[tuple[int, float]] = field(default_factory=list)
+
+
+def cost_rows(data: RunData) -> list[CostRow]:
+    head = data.headline()
+    if head is None:
+        return []
+    bound = generator_bound(data)
+    pts: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    excluded: dict[tuple[str, int], int] = {}
+    for r in data.ok:
+        v = head.value(r)
+        if r.backend == "none" or v is None or v <= 0:
+            continue
+        key = (r.backend, r.frame_size)
+        if ((r.backend, r.rules, r.frame_size), r.repetition) in bound:
+            excluded[key] = excluded.get(key, 0) + 1
+            continue
+        pts.setdefault(key, []).append((r.rules, v))
+    order = {b: i for i, b in enumerate(data.backends())}
+    keys = sorted(set(pts) | set(excluded), key=lambda k: (k[1], order.get(k[0], 99)))
+    return [CostRow(b, f, stats.fit_cost(pts.get((b, f), [])), excluded.get((b, f), 0),
+                    sorted(pts.get((b, f), []))) for b, f in keys]
+
+
+@dataclass
+class CrossoverRow:
+    a: str
+    b: str
+    frame_size: int
+    crossing: stats.Crossover
+    cheaper_below: str     # the backend with the lower cost under the crossing
+
+
+def crossovers(rows: list[CostRow]) -> list[CrossoverRow]:
+    """Every pair of backends at one frame size whose cost lines cross at N > 0 in
+    a way the bootstrap supports (an interval exists)."""
+    out = []
+    by_frame: dict[int, list[CostRow]] = {}
+    for r in rows:
+        if r.fit is not None:
+            by_frame.setdefault(r.frame_size, []).append(r)
+    for f, group in sorted(by_frame.items()):
+        for r1, r2 in itertools.combinations(group, 2):
+            c = stats.crossover(r1.points, r2.points)
+            if c is None or c.interval is None:
+                continue
+            cheaper = r1.backend if r1.fit.a_ns < r2.fit.a_ns else r2.backend
+            out.append(CrossoverRow(r1.backend, r2.backend, f, c, cheaper))
+    return out
+
+
+# -- warnings and conclusions --------------------------------------------------------
+
+def warnings(data: RunData) -> list[str]:
+    out = []
+    for r in data.records:
+        if r.status != "ok":
+            what = ("failed verification" if (r.reason or "").startswith("verification")
+                    else r.status)
+            out.append(f"{r.backend} N={r.rules:,} {r.frame_size} B rep {r.repetition}: "
+                       f"{what}: {r.reason}")
+    bound = generator_bound(data)
+    cells_bound: dict[Cell, int] = {}
+    for cell, _ in bound:
+        cells_bound[cell] = cells_bound.get(cell, 0) + 1
+    if cells_bound:
+        out.append("generator-bound trials (within 5 % of the no-firewall rate: the "
+                   "sender, not the firewall, was measured; left out of the cost model): " +
+                   ", ".join(f"{b} N={n:,} {f} B ({k})"
+                             for (b, n, f), k in sorted(cells_bound.items())))
+    head = data.headline()
+    if head is not None:
+        few, noisy = [], []
+        for (b, n, f), s in sorted(summaries(data, head).items()):
+            w = s.rel_width
+            if s.n < 2:
+                few.append(f"{b} N={n:,} {f} B")
+            elif w is not None and w > NOISY:
+                noisy.append(f"{b} N={n:,} {f} B ({100 * w:.0f} %, n={s.n})")
+        if few:
+            out.append(f"cells with a single ok trial (no interval, nothing can be "
+                       f"concluded): {', '.join(few)}")
+        if noisy:
+            out.append(f"{head.label}: cells too noisy to conclude (95 % interval of the "
+                       f"median wider than {100 * NOISY:.0f} % of it; add repetitions with "
+                       f"--max-repeat): {', '.join(noisy)}")
+        if "none" not in data.backends():
+            out.append("no `none` cell: the no-firewall ceiling was not measured in this "
+                       "run, so generator-bound trials are judged by the calibration only")
+    return out
+
+
+def _rules_phrase(subset: list[int], columns: list[int]) -> str:
+    if subset == columns:
+        return "every rule-set size measured"
+    if len(subset) >= 2 and subset == columns[columns.index(subset[0]):]:
+        return f">= {subset[0]:,} rules"
+    if len(subset) == 1:
+        return f"{subset[0]:,} rules"
+    return ", ".join(f"{n:,}" for n in subset[:-1]) + f" and {subset[-1]:,} rules"
+
+
+def format_p(p: float | None) -> str:
+    if p is None:
+        return "-"
+    if p < 0.001:
+        return f"{p:.1e}"
+    return f"{p:.3f}"
+
+
+def _p_bound(ps: list[float]) -> str:
+    worst = max(ps)
+    return "p < 0.001" if worst < 0.001 else f"p <= {worst:.3f}"
+
+
+WORSE = {True: "is slower than", False: "has a higher {label} than"}
+BETTER = {True: "is faster than", False: "has a lower {label} than"}
+
+
+def conclusions(t: PairTable, bound: set[Cell] = frozenset(), alpha: float = ALPHA,
+                only_differences: bool = False) -> list[str]:
+    """Plain sentences for one pair table, claiming only what the corrected tests show;
+    with `only_differences`, just the differences shown."""
+    m = t.metric
+    rate = m.throughput
+    out = []
+    for kind, words in (("worse", WORSE), ("better", BETTER)):
+        where = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == kind]
+        if not where:
+            continue
+        ps = [c.welch_holm for n, c in zip(t.rules, t.columns) if n in where]
+        verb = words[rate].format(label=m.label)
+        what = f" ({m.label})" if rate else ""
+        s = (f"{t.a} {verb} {t.b}{what} at {_rules_phrase(where, t.rules)} for "
+             f"{t.frame_size}-byte frames, {_p_bound(ps)} (Welch, Holm-adjusted).")
+        hidden = [n for n in where if (t.a, n, t.frame_size) in bound
+                  or (t.b, n, t.frame_size) in bound]
+        if hidden:
+            s += (f" At {_rules_phrase(hidden, t.rules)} a trial was generator-bound, so "
+                  f"part of that difference is the sender's.")
+        out.append(s)
+    if only_differences:
+        return out
+    same = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == "same"]
+    if same:
+        ns = sorted({c.a.n for c in t.columns} | {c.b.n for c in t.columns})
+        out.append(f"No difference in {m.label} between {t.a} and {t.b} is shown at "
+                   f"{_rules_phrase(same, t.rules)} for {t.frame_size}-byte frames "
+                   f"(Holm-adjusted p >= {alpha}; {'/'.join(map(str, ns))} trials per "
+                   f"cell): the data neither show one nor rule one out.")
+    untestable = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == "untestable"]
+    if untestable:
+        out.append(f"{t.a} and {t.b} cannot be compared at "
+                   f"{_rules_phrase(untestable, t.rules)} for {t.frame_size}-byte frames "
+                   f"(fewer than 2 ok trials or no variance).")
+    return out
+
+
+def cost_sentence(row: CostRow) -> str | None:
+    f = row.fit
+    if f is None:
+        return None
+    lo, hi = f.b_interval.low, f.b_interval.high
+    if lo <= 0 <= hi:
+        return (f"{row.backend}, {row.frame_size} B: no cost per rule shown "
+                f"(b = {f.b_ns:.3f} ns/rule, 95 % interval [{lo:.3f}, {hi:.3f}] "
+                f"includes 0).")
+    return (f"{row.backend}, {row.frame_size} B: each rule adds {f.b_ns:.3f} ns per "
+            f"packet (95 % interval [{lo:.3f}, {hi:.3f}]), over a base of "
+            f"{f.a_ns:,.0f} ns.")

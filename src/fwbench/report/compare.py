@@ -1,0 +1,135 @@
+"""`fwbench compare <run A> <run B>`: before/after. Every cell (backend, rules, frame
+size) the two runs share, every metric both recorded, side by side: A's and B's
+medians with intervals, B's change against A with a bootstrap interval, Welch and
+Mann-Whitney p-values, Holm-adjusted across the shared cells of each metric. Plus what
+changed in the conditions (kernel, tool versions, testbed), since that is usually the
+question.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fwbench.errors import FwbenchError
+from fwbench.report import analysis as an
+from fwbench.report.build import environment_rows, fmt, fmt_pct, write_atomic, write_csv
+from fwbench.report.data import Metric, RunData, load
+from fwbench.report.document import Block, Bullets, Heading, Para, Table, markdown, to_html
+
+
+@dataclass
+class Row:
+    metric: Metric
+    cell: tuple[str, int, int]
+    comparison: an.Comparison   # a = run B, b = run A: the change is B against A
+
+
+def rows(a: RunData, b: RunData) -> list[Row]:
+    keys_b = {m.key: m for m in b.metrics()}
+    out = []
+    for m in a.metrics():
+        if m.key not in keys_b:
+            continue
+        ca, cb = an.summaries(a, m), an.summaries(b, keys_b[m.key])
+        family = [Row(m, c, an.compare(cb[c], ca[c])) for c in sorted(set(ca) & set(cb))]
+        an.apply_holm([r.comparison for r in family])
+        out += family
+    return out
+
+
+def sentence(r: Row, alpha: float = an.ALPHA) -> str | None:
+    c, m = r.comparison, r.metric
+    v = c.verdict(m, alpha)
+    if v not in ("better", "worse"):
+        return None
+    b, n, f = r.cell
+    where = b if b == "none" else f"{b} at {n:,} rules"
+    return (f"{where}, {f}-byte frames: {m.label} {'better' if v == 'better' else 'worse'} "
+            f"in B, {fmt(m, c.b.median)} -> {fmt(m, c.a.median)} {m.unit} "
+            f"({fmt_pct(c.change)}), p = {an.format_p(c.welch_holm)} (Welch, Holm-adjusted).")
+
+
+def _env_diff(a: RunData, b: RunData) -> list[list[str]]:
+    ea, eb = dict(environment_rows(a)), dict(environment_rows(b))
+    skip = {"run", "trials"}
+    return [[k, ea.get(k, "-"), eb.get(k, "-")] for k in dict.fromkeys([*ea, *eb])
+            if k not in skip and ea.get(k) != eb.get(k)]
+
+
+def blocks(a: RunData, b: RunData, found: list[Row]) -> list[Block]:
+    out: list[Block] = [Heading(1, f"fwbench compare: {a.path.name} (A) vs {b.path.name} (B)")]
+    said = [s for r in found if (s := sentence(r))]
+    out.append(Heading(2, "Differences shown"))
+    out.append(Bullets(said) if said else Para(
+        "No cell differs between A and B at the corrected significance level; the data "
+        "neither show a difference nor rule one out.", "note"))
+    out.append(Heading(2, "What changed in the conditions"))
+    diff = _env_diff(a, b)
+    out.append(Table(["", "A", "B"], diff) if diff else Para("Nothing recorded differs.", "note"))
+    for m in dict.fromkeys(r.metric for r in found):
+        mine = [r for r in found if r.metric is m]
+        out.append(Heading(2, f"{m.label} ({m.unit})"))
+        out.append(Table(
+            ["backend", "rules", "frame B", "A median [95 %]", "B median [95 %]",
+             "B vs A [95 %]", "p Welch", "p Holm", "p Mann-Whitney", "n A/B"],
+            [[r.cell[0], f"{r.cell[1]:,}", str(r.cell[2]),
+              _med(m, r.comparison.b), _med(m, r.comparison.a),
+              fmt_pct(r.comparison.change) + (
+                  f" [{fmt_pct(r.comparison.change_ci.low)}, "
+                  f"{fmt_pct(r.comparison.change_ci.high)}]" if r.comparison.change_ci else ""),
+              an.format_p(r.comparison.welch.p if r.comparison.welch else None),
+              an.format_p(r.comparison.welch_holm),
+              an.format_p(r.comparison.mwu.p if r.comparison.mwu else None),
+              f"{r.comparison.b.n}/{r.comparison.a.n}"] for r in mine],
+            id=f"compare-{m.key}"))
+    out.append(Para("Tests as in `fwbench report`: Welch two-tailed per cell, Holm across "
+                    "the shared cells of each metric, significance at 0.05. A and B were "
+                    "measured at different times: a difference can also come from the "
+                    "machine's state, so compare runs made under the same load.", "note"))
+    return out
+
+
+def _med(m: Metric, s: an.CellSummary) -> str:
+    ci = f" [{fmt(m, s.ci.low)}, {fmt(m, s.ci.high)}]" if s.ci else ""
+    return fmt(m, s.median) + ci
+
+
+@dataclass
+class CompareFiles:
+    html: Path
+    markdown: Path
+    csv: Path
+    sentences: list[str]
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path,
+                 out: str | Path | None = None) -> CompareFiles:
+    a, b = load(run_a), load(run_b)
+    if "droprate" in (a.method, b.method):
+        raise FwbenchError("droprate runs are compared by their own table; "
+                           "`fwbench compare` reads backend x rules runs")
+    found = rows(a, b)
+    if not found:
+        raise FwbenchError(f"{run_a} and {run_b} share no cell (backend, rules, frame size) "
+                           f"with a metric both recorded")
+    dest = Path(out) if out else b.path / f"compare-vs-{a.path.name}"
+    bl = blocks(a, b, found)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        write_atomic(dest / "compare.md", markdown(bl))
+        write_atomic(dest / "compare.html", to_html(f"fwbench compare {a.path.name} vs "
+                                              f"{b.path.name}", bl))
+        csv_path = write_csv(dest / "compare.csv", [
+            "metric", "backend", "rules", "frame_size", "n_a", "n_b", "median_a",
+            "median_b", "change_b_vs_a", "change_ci_low", "change_ci_high", "welch_t",
+            "welch_p", "welch_p_holm", "mwu_p_two_sided", "cliffs_delta_b_vs_a"],
+            [[r.metric.key, *r.cell, c.b.n, c.a.n, c.b.median, c.a.median, c.change,
+              c.change_ci.low if c.change_ci else None,
+              c.change_ci.high if c.change_ci else None,
+              c.welch.statistic if c.welch else None, c.welch.p if c.welch else None,
+              c.welch_holm, c.mwu.p if c.mwu else None, c.delta]
+             for r in found for c in [r.comparison]])
+    except OSError as e:
+        raise FwbenchError(f"cannot write the comparison to {dest}: {e.strerror}") from None
+    return CompareFiles(dest / "compare.html", dest / "compare.md", csv_path,
+                        [s for r in found if (s := sentence(r))])

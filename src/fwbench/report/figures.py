@@ -1,0 +1,213 @@
+"""The report's figures, drawn with matplotlib into SVG and embedded as data URIs, so
+report.html opens from disk with no network and no scripts.
+
+- one figure per frame size and metric: the metric against rule-set size, a line per
+  backend through the cell medians with the median's 95 % interval as a band and every
+  trial as a dot (seed 000, Figures 6-19), log-scaled where the range needs it;
+- latency percentile curves per frame size (p50 .. p99.9 on a "nines" axis);
+- the headline rate against frame size with a link's line rate drawn in;
+- the cost model per frame size: time per packet against rules with the fitted lines.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import math
+import statistics
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from fwbench.report.analysis import CellSummary, CostRow  # noqa: E402
+from fwbench.report.data import PERCENTILES, Metric, RunData  # noqa: E402
+
+plt.rcParams.update({"svg.hashsalt": "fwbench", "figure.dpi": 100, "font.size": 9,
+                     "axes.grid": True, "grid.alpha": 0.3})
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+           "#17becf", "#bcbd22", "#7f7f7f", "#393b79", "#637939")
+
+
+@dataclass(frozen=True)
+class Figure:
+    id: str
+    title: str
+    caption: str
+    svg_base64: str
+
+    @property
+    def data_uri(self) -> str:
+        return f"data:image/svg+xml;base64,{self.svg_base64}"
+
+
+def colours(backends: list[str]) -> dict[str, str]:
+    return {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(backends)}
+
+
+def _svg(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _spread(values: list[float]) -> float:
+    pos = [v for v in values if v > 0]
+    return max(pos) / min(pos) if len(pos) >= 2 else 1.0
+
+
+def metric_vs_rules(data: RunData, metric: Metric, frame: int,
+                    cells: dict[tuple, CellSummary], colour: dict[str, str]) -> Figure | None:
+    here = {c: s for c, s in cells.items() if c[2] == frame}
+    if not here:
+        return None
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    all_medians, xs_all = [], []
+    for b in data.backends():
+        mine = sorted((s for (bb, _, _), s in here.items() if bb == b), key=lambda s: s.rules)
+        if not mine:
+            continue
+        all_medians += [s.median for s in mine]
+        if b == "none":
+            s = mine[0]
+            ax.axhline(s.median, color="black", ls="--", lw=1, label="none (no firewall)")
+            if s.ci:
+                ax.axhspan(s.ci.low, s.ci.high, color="black", alpha=0.08)
+            continue
+        xs = [s.rules for s in mine]
+        xs_all += xs
+        ax.plot(xs, [s.median for s in mine], marker="o", ms=3, lw=1.4, color=colour[b],
+                label=b)
+        if all(s.ci for s in mine):
+            ax.fill_between(xs, [s.ci.low for s in mine], [s.ci.high for s in mine],
+                            color=colour[b], alpha=0.18, lw=0)
+        for s in mine:
+            ax.plot([s.rules] * s.n, s.values, ls="none", marker=".", ms=2.5,
+                    color=colour[b], alpha=0.6)
+    if xs_all and _spread(xs_all) >= 20:
+        ax.set_xscale("log")
+    log_y = metric.log_ok and _spread(all_medians) >= 30 and min(all_medians) > 0
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("rules in the rule set (N)")
+    ax.set_ylabel(f"{metric.label} ({metric.unit})")
+    title = f"{metric.label}, {frame}-byte frames"
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncols=2)
+    return Figure(f"fig-{metric.key}-{frame}", title,
+                  f"Median over repetitions per cell, band: bootstrap 95 % interval of the "
+                  f"median, dots: single trials{'; log scale' if log_y else ''}.", _svg(fig))
+
+
+def _percentiles(rec, method: str) -> dict[str, float] | None:
+    lat = rec.metrics.get("latency_us")
+    if not isinstance(lat, dict):
+        return None
+    if method == "latency":
+        lat = lat.get("idle") if isinstance(lat.get("idle"), dict) else None
+    if not lat or any(not isinstance(lat.get(k), (int, float)) for k, _ in PERCENTILES):
+        return None
+    return {k: float(lat[k]) for k, _ in PERCENTILES}
+
+
+def _nines(p: float) -> float:
+    return -math.log10(1 - p / 100)
+
+
+def latency_percentiles(data: RunData, frame: int, colour: dict[str, str]) -> Figure | None:
+    """At the largest rule count each backend ran (and `none`): the median over trials
+    of each percentile."""
+    where = "at full throttle" if data.method == "maxrate" else "idle"
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    drawn = 0
+    for b in data.backends():
+        recs = [r for r in data.ok if r.backend == b and r.frame_size == frame]
+        if not recs:
+            continue
+        top = max(r.rules for r in recs)
+        curves = [p for r in recs if r.rules == top and (p := _percentiles(r, data.method))]
+        if not curves:
+            continue
+        ys = [statistics.median(c[k] for c in curves) for k, _ in PERCENTILES]
+        label = "none (no firewall)" if b == "none" else f"{b}, N={top:,}"
+        ax.plot([_nines(p) for _, p in PERCENTILES], ys, marker="o", ms=3,
+                color="black" if b == "none" else colour[b],
+                ls="--" if b == "none" else "-", label=label)
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xticks([_nines(p) for _, p in PERCENTILES], [f"p{p:g}" for _, p in PERCENTILES])
+    ax.set_yscale("log")
+    ax.set_xlabel("percentile")
+    ax.set_ylabel("one-way latency (µs)")
+    title = f"latency percentiles {where}, {frame}-byte frames"
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncols=2)
+    return Figure(f"fig-latency-{frame}", title,
+                  "Engine timestamp to XDP sink, against the scheduled send time; median "
+                  "over trials of each percentile, at each backend's largest rule set.",
+                  _svg(fig))
+
+
+def line_rate_pps(link_bps: float, frame: int) -> float:
+    """Frames per second a link carries at `frame` bytes (FCS included): each frame
+    also takes 8 B of preamble and 12 B of inter-frame gap on the wire."""
+    return link_bps / ((frame + 20) * 8)
+
+
+def rate_vs_frame(data: RunData, metric: Metric, cells: dict[tuple, CellSummary],
+                  colour: dict[str, str], link_bps: float) -> Figure | None:
+    frames = data.frame_sizes()
+    if len(frames) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for b in data.backends():
+        mine = [s for (bb, _, _), s in cells.items() if bb == b]
+        if not mine:
+            continue
+        top = max(s.rules for s in mine)
+        line = sorted((s for s in mine if s.rules == top), key=lambda s: s.frame_size)
+        label = "none (no firewall)" if b == "none" else f"{b}, N={top:,}"
+        ax.plot([s.frame_size for s in line], [s.median for s in line], marker="o", ms=3,
+                color="black" if b == "none" else colour[b],
+                ls="--" if b == "none" else "-", label=label)
+    fs = list(range(frames[0], frames[-1] + 1, 2))
+    ax.plot(fs, [line_rate_pps(link_bps, f) for f in fs], color="grey", lw=2, alpha=0.6,
+            label=f"line rate, {link_bps / 1e9:g} Gbit/s")
+    ax.set_yscale("log")
+    ax.set_xlabel("frame size incl. FCS (bytes)")
+    ax.set_ylabel(f"{metric.label} ({metric.unit})")
+    title = f"{metric.label} against frame size"
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncols=2)
+    return Figure("fig-rate-frame", title,
+                  f"Median per cell at each backend's largest rule set; the grey line is "
+                  f"what a {link_bps / 1e9:g} Gbit/s Ethernet link can carry (preamble and "
+                  f"inter-frame gap included).", _svg(fig))
+
+
+def cost_model(rows: list[CostRow], frame: int, colour: dict[str, str]) -> Figure | None:
+    mine = [r for r in rows if r.frame_size == frame and r.fit is not None]
+    if not mine:
+        return None
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for r in mine:
+        xs = [n for n, _ in r.points]
+        ax.plot(xs, [1e9 / p for _, p in r.points], ls="none", marker=".", ms=3,
+                color=colour[r.backend])
+        lo, hi = r.fit.rules_min, r.fit.rules_max
+        ax.plot([lo, hi], [r.fit.at(lo), r.fit.at(hi)], color=colour[r.backend], lw=1.2,
+                label=f"{r.backend}: {r.fit.b_ns:.3f} ns/rule")
+    ax.set_yscale("log")
+    ax.set_xlabel("rules in the rule set (N)")
+    ax.set_ylabel("time per packet, 1/pps (ns)")
+    title = f"cost model 1/pps = a + b·N, {frame}-byte frames"
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncols=2)
+    return Figure(f"fig-cost-{frame}", title,
+                  "Dots: single trials (generator-bound ones left out); lines: least-squares "
+                  "fit over the measured range; b is the cost of one rule.", _svg(fig))
