@@ -302,3 +302,10 @@ def test_noise_and_failures_are_warned_about(tmp_path):
     warn = md.split("## Warnings", 1)[1].split("\n## ", 1)[0]
     assert "failed verification: verification: probe lost" in warn
     assert "too noisy to conclude" in warn
+
+
+def test_a_negative_slope_is_not_reported_as_a_cost_or_a_gain():
+    from fwbench.stats import fit_cost
+    pts = [(n, 1e9 / (1000 - 0.02 * n + e)) for n in (20, 1000, 10000) for e in (-1, 0, 1)]
+    s = an.cost_sentence(an.CostRow("xdp-set", 64, fit_cost(pts), 0, pts))
+    assert "fell as rules were added" in s and "adds" not in s and "drift" in s

@@ -338,6 +338,10 @@ def cost_sentence(row: CostRow) -> str | None:
         return (f"{row.backend}, {row.frame_size} B: no cost per rule shown "
                 f"(b = {f.b_ns:.3f} ns/rule, 95 % interval [{lo:.3f}, {hi:.3f}] "
                 f"includes 0).")
+    if hi < 0:
+        return (f"{row.backend}, {row.frame_size} B: time per packet fell as rules were "
+                f"added (b = {f.b_ns:.3f} ns/rule, 95 % interval [{lo:.3f}, {hi:.3f}]); no "
+                f"rule can save time, so read it as drift during the run, not as a gain.")
     return (f"{row.backend}, {row.frame_size} B: each rule adds {f.b_ns:.3f} ns per "
             f"packet (95 % interval [{lo:.3f}, {hi:.3f}]), over a base of "
             f"{f.a_ns:,.0f} ns.")
