@@ -21,7 +21,7 @@ from fwbench.report.document import (Block, Bullets, FigureBlock, Heading, Para,
                                      markdown, to_html)
 
 FORMATS = {"packets/s": "{:,.0f}", "µs": "{:,.1f}", "ns": "{:,.1f}", "%": "{:.2f}",
-           "ms": "{:,.2f}"}
+           "ms": "{:,.3f}"}
 
 
 def fmt(metric: Metric, v: float | None) -> str:
@@ -86,11 +86,12 @@ def environment_rows(data: RunData) -> list[list[str]]:
     for tool, version in sorted((env.get("tools") or {}).items()):
         if version:
             rows.append([tool, str(version)])
-    for s in data.meta.get("sessions", []):
+    sessions = data.meta.get("sessions", [])
+    for i, s in enumerate(sessions, 1):
         tb = s.get("testbed", {})
         keep = {k: tb[k] for k in ("provider", "mtu", "sender_cpu", "firewall_cpu",
                                    "server_cpu", "firewall_rps") if k in tb}
-        rows.append([f"testbed {s.get('testbed_id', '')}",
+        rows.append(["testbed" if len(sessions) == 1 else f"testbed, session {i}",
                      ", ".join(f"{k}={v}" for k, v in keep.items())])
     bias = env.get("engine_bias")
     if bias and bias.get("one_way_us"):
