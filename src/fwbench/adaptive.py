@@ -64,7 +64,8 @@ def cell_widths(records: Iterable[TrialRecord], method: str,
 
 
 def cells_needing_more(records: Iterable[TrialRecord], method: str, rel_width: float,
-                       level: float, max_repeat: int) -> list[Cell]:
+                       level: float, max_repeat: int,
+                       widths: dict[Cell, float | None] | None = None) -> list[Cell]:
     """The cells (backend, rules, frame_size) that should get another trial, sorted.
 
     A cell needs more while its trial count, counting every status, is below
@@ -72,13 +73,16 @@ def cells_needing_more(records: Iterable[TrialRecord], method: str, rel_width: f
     fewer than 2 numeric primary values from ok trials, or the `level` bootstrap
     interval of their median is wider than `rel_width` times the median (a median of 0
     counts as infinitely wide). Only cells with at least one record are considered.
+    `widths`: `cell_widths` of the same records, if the caller has them already.
     """
-    getter = _primary(method)
+    groups = _by_cell(records)
+    if widths is None:
+        widths = cell_widths([r for recs in groups.values() for r in recs], method, level)
     out = []
-    for cell, recs in sorted(_by_cell(records).items()):
+    for cell, recs in sorted(groups.items()):
         if len(recs) >= max_repeat:
             continue
-        w = _width(recs, getter, level)
+        w = widths.get(cell)
         if w is None or w > rel_width:
             out.append(cell)
     return out

@@ -61,6 +61,17 @@ def sigterm_raises():
         signal.signal(signal.SIGTERM, old)
 
 
+class Phases(dict):
+    """Wall time of each phase of a trial, seconds (recorded in its conditions)."""
+
+    def timed(self, name: str, fn, *args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self[name] = round(time.perf_counter() - t, 4)
+
+
 @dataclass
 class RunOutcome:
     path: Path
@@ -208,10 +219,11 @@ def execute(rd: RunDir, console: Console) -> RunOutcome:
                       meta.get("skipped_backends", {}), method=sc.method)
 
 
-def _needing_more(sc: Scenario, records: list[TrialRecord]) -> list[tuple[str, int, int]]:
+def _needing_more(sc: Scenario, records: list[TrialRecord],
+                  widths: dict | None = None) -> list[tuple[str, int, int]]:
     a = sc.adaptive
     return adaptive.cells_needing_more(records, sc.method, a.rel_width, a.level,
-                                       a.max_repeat)
+                                       a.max_repeat, widths)
 
 
 def _cell_name(cell: tuple[str, int, int]) -> str:
@@ -232,13 +244,13 @@ def adaptive_round(rd: RunDir, sc: Scenario, plan: list[TrialKey]) -> AdaptiveRo
     run.json's plan (with the round's cells and every cell's width) before any of
     them runs. None when no cell needs more."""
     records = rd.records()
-    cells = _needing_more(sc, records)
+    widths = adaptive.cell_widths(records, sc.method, sc.adaptive.level)
+    cells = _needing_more(sc, records, widths)
     if not cells:
         return None
     meta = rd.meta()
     rounds = meta.get("adaptive", {}).get("rounds", [])
     k = len(rounds) + 1
-    widths = adaptive.cell_widths(records, sc.method, sc.adaptive.level)
     next_rep: dict[tuple, int] = {}
     for key in plan:
         cell = (key.backend, key.rules, key.frame_size)
@@ -353,15 +365,9 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
     t0 = time.perf_counter()
     status, reason, load_s, metrics = "ok", None, None, {}
     verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
-    phases: dict[str, float] = {}
+    phases = Phases()
+    timed = phases.timed
     trials: list[dict] = []
-
-    def timed(name, fn, *args):
-        t = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            phases[name] = round(time.perf_counter() - t, 4)
 
     try:
         load_s = timed("apply_s", backend.apply, tb, policy).load_time_s

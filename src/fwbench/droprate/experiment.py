@@ -25,7 +25,7 @@ from fwbench.droprate.treatments import BPF_OBJECT, Target, Treatment, build, cl
 from fwbench.errors import FwbenchError
 from fwbench.plan import TrialKey, interleave
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
-from fwbench.runner import RunOutcome, now, progress_bar, sigterm_raises
+from fwbench.runner import Phases, RunOutcome, now, progress_bar, sigterm_raises
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
@@ -146,16 +146,10 @@ def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: in
     t0 = time.perf_counter()
     status, reason, load_s, metrics = "ok", None, None, {}
     verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
-    phases: dict[str, float] = {}
+    phases = Phases()
+    timed = phases.timed
     attempts: list[dict] = []
     files: dict[str, str] = {}
-
-    def timed(name, fn, *args):
-        t1 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            phases[name] = round(time.perf_counter() - t1, 4)
 
     try:
         files = tr.render(t)

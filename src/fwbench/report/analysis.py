@@ -99,8 +99,9 @@ class PairTable:
     columns: list[Comparison]
 
 
-def pair_tables(data: RunData, metric: Metric, pairs) -> list[PairTable]:
-    cells = summaries(data, metric)
+def pair_tables(data: RunData, metric: Metric, cells: dict[Cell, CellSummary],
+                pairs) -> list[PairTable]:
+    """`cells`: the metric's summaries (`summaries(data, metric)`)."""
     out = []
     for a, b in pairs:
         family: list[Comparison] = []
@@ -124,30 +125,29 @@ def default_pairs(data: RunData) -> list[tuple[str, str]]:
 
 # -- generator-bound trials ----------------------------------------------------------
 
-def ceilings(data: RunData) -> dict[int, float]:
-    """Frame size -> the no-firewall rate: the `none` cell's median if the run has it,
-    else the sender ceiling calibrated at the start of the session."""
+def ceilings(data: RunData, head_cells: dict[Cell, CellSummary]) -> dict[int, float]:
+    """Frame size -> the no-firewall rate: the `none` cell's median (from `head_cells`,
+    the headline metric's summaries) if the run has it, else the sender ceiling
+    calibrated at the start of the session."""
     out: dict[int, float] = {}
     for s in data.meta.get("sessions", []):
         for f, v in (s.get("engine") or {}).get("sender_ceiling_pps", {}).items():
             if v:
                 out[int(f)] = float(v)
-    head = data.headline()
-    if head is not None and data.method == "maxrate":
-        for (b, _, f), s in summaries(data, head).items():
+    if data.method == "maxrate":
+        for (b, _, f), s in head_cells.items():
             if b == "none":
                 out[f] = s.median
     return out
 
 
-def generator_bound(data: RunData) -> set[tuple[Cell, int]]:
+def generator_bound(data: RunData, top: dict[int, float]) -> set[tuple[Cell, int]]:
     """(cell, repetition) of trials whose packet rate says nothing about the firewall:
     the search's own flag, or (open-throttle methods) a rate within 5 % of the
-    no-firewall ceiling at that frame size."""
+    no-firewall ceiling `top` at that frame size."""
     head = data.headline()
     if head is None:
         return set()
-    top = ceilings(data)
     out = set()
     for r in data.ok:
         if r.backend == "none":
@@ -173,11 +173,11 @@ class CostRow:
     points: list[tuple[int, float]] = field(default_factory=list)
 
 
-def cost_rows(data: RunData) -> list[CostRow]:
+def cost_rows(data: RunData, bound: set[tuple[Cell, int]]) -> list[CostRow]:
+    """Per backend and frame size, the fit over every ok trial not in `bound`."""
     head = data.headline()
     if head is None:
         return []
-    bound = generator_bound(data)
     pts: dict[tuple[str, int], list[tuple[int, float]]] = {}
     excluded: dict[tuple[str, int], int] = {}
     for r in data.ok:
@@ -224,7 +224,8 @@ def crossovers(rows: list[CostRow]) -> list[CrossoverRow]:
 
 # -- warnings and conclusions --------------------------------------------------------
 
-def warnings(data: RunData) -> list[str]:
+def warnings(data: RunData, bound: set[tuple[Cell, int]],
+             head_cells: dict[Cell, CellSummary]) -> list[str]:
     out = []
     for r in data.records:
         if r.status != "ok":
@@ -232,7 +233,6 @@ def warnings(data: RunData) -> list[str]:
                     else r.status)
             out.append(f"{r.backend} N={r.rules:,} {r.frame_size} B rep {r.repetition}: "
                        f"{what}: {r.reason}")
-    bound = generator_bound(data)
     cells_bound: dict[Cell, int] = {}
     for cell, _ in bound:
         cells_bound[cell] = cells_bound.get(cell, 0) + 1
@@ -244,7 +244,7 @@ def warnings(data: RunData) -> list[str]:
     head = data.headline()
     if head is not None:
         few, noisy = [], []
-        for (b, n, f), s in sorted(summaries(data, head).items()):
+        for (b, n, f), s in sorted(head_cells.items()):
             w = s.rel_width
             if s.n < 2:
                 few.append(f"{b} N={n:,} {f} B")
@@ -290,10 +290,20 @@ WORSE = {True: "is slower than", False: "has a higher {label} than"}
 BETTER = {True: "is faster than", False: "has a lower {label} than"}
 
 
-def conclusions(t: PairTable, bound: set[Cell] = frozenset(), alpha: float = ALPHA,
-                only_differences: bool = False) -> list[str]:
-    """Plain sentences for one pair table, claiming only what the corrected tests show;
-    with `only_differences`, just the differences shown."""
+@dataclass(frozen=True)
+class Claim:
+    kind: str   # a verdict of Comparison: "worse", "better", "same", "untestable"
+    text: str
+
+    @property
+    def is_difference(self) -> bool:
+        return self.kind in ("worse", "better")
+
+
+def conclusions(t: PairTable, bound: set[Cell] = frozenset(),
+                alpha: float = ALPHA) -> list[Claim]:
+    """Plain sentences for one pair table, claiming only what the corrected tests show:
+    the differences first, then where none is shown or none could be tested."""
     m = t.metric
     rate = m.throughput
     out = []
@@ -311,21 +321,19 @@ def conclusions(t: PairTable, bound: set[Cell] = frozenset(), alpha: float = ALP
         if hidden:
             s += (f" At {_rules_phrase(hidden, t.rules)} a trial was generator-bound, so "
                   f"part of that difference is the sender's.")
-        out.append(s)
-    if only_differences:
-        return out
+        out.append(Claim(kind, s))
     same = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == "same"]
     if same:
         ns = sorted({c.a.n for c in t.columns} | {c.b.n for c in t.columns})
-        out.append(f"No difference in {m.label} between {t.a} and {t.b} is shown at "
+        out.append(Claim("same", f"No difference in {m.label} between {t.a} and {t.b} is shown at "
                    f"{_rules_phrase(same, t.rules)} for {t.frame_size}-byte frames "
                    f"(Holm-adjusted p >= {alpha}; {'/'.join(map(str, ns))} trials per "
-                   f"cell): the data neither show one nor rule one out.")
+                   f"cell): the data neither show one nor rule one out."))
     untestable = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == "untestable"]
     if untestable:
-        out.append(f"{t.a} and {t.b} cannot be compared at "
-                   f"{_rules_phrase(untestable, t.rules)} for {t.frame_size}-byte frames "
-                   f"(fewer than 2 ok trials or no variance).")
+        out.append(Claim("untestable", f"{t.a} and {t.b} cannot be compared at "
+                         f"{_rules_phrase(untestable, t.rules)} for {t.frame_size}-byte "
+                         f"frames (fewer than 2 ok trials or no variance)."))
     return out
 
 

@@ -190,11 +190,18 @@ class Report:
         self.link_bps = link_gbps * 1e9
         self.metrics = data.metrics()
         self.cells = {m.key: an.summaries(data, m) for m in self.metrics}
-        self.tables = {m.key: an.pair_tables(data, m, self.pairs) for m in self.metrics}
-        self.cost = an.cost_rows(data)
+        self.tables = {m.key: an.pair_tables(data, m, self.cells[m.key], self.pairs)
+                       for m in self.metrics}
+        head = data.headline()
+        head_cells = self.cells[head.key] if head else {}
+        bound_trials = an.generator_bound(data, an.ceilings(data, head_cells))
+        self.bound = {c for c, _ in bound_trials}
+        self.cost = an.cost_rows(data, bound_trials)
         self.crossings = an.crossovers(self.cost)
-        self.warnings = an.warnings(data)
-        self.bound = {c for c, _ in an.generator_bound(data)}
+        self.warnings = an.warnings(data, bound_trials, head_cells)
+        # (metric, pair table, what it concludes), in report order
+        self.compared = [(m, t, an.conclusions(t, self.bound))
+                         for m in self.metrics for t in self.tables[m.key]]
         self.colour = fg.colours(data.backends())
         self.figures: list[fg.Figure] = []
 
@@ -208,8 +215,7 @@ class Report:
                         f"{', '.join(f'{n:,}' for n in d.rule_counts())}; frame sizes "
                         f"{', '.join(map(str, d.frame_sizes()))} B.".strip()))
         out.append(Heading(2, "Conclusions", "conclusions"))
-        claims = [(m, s) for m in self.metrics for t in self.tables[m.key]
-                  for s in an.conclusions(t, self.bound, only_differences=True)]
+        claims = [(m, c.text) for m, _, cl in self.compared for c in cl if c.is_difference]
         out += [Para(s, "conclusion") for m, s in claims if m is head]
         if rest := [s for m, s in claims if m is not head]:
             out.append(Bullets(rest))
@@ -236,11 +242,10 @@ class Report:
                 if fig:
                     out.append(self._figure(fig))
                 out.append(_cell_table(m, f, self.cells[m.key], d.backends(), d.rule_counts()))
-            for t in self.tables[m.key]:
+            for t, claims in ((t, cl) for mm, t, cl in self.compared if mm is m):
                 out.append(Heading(3, f"{t.a} vs {t.b}, {m.label}, {t.frame_size} B"))
                 out.append(pair_table_block(t))
-                out += [Para(s, "conclusion" if m is head else "") for s in
-                        an.conclusions(t, self.bound)]
+                out += [Para(c.text, "conclusion" if m is head else "") for c in claims]
         if head is not None:
             out.append(Heading(2, "Cost per rule", "cost"))
             out.append(cost_table(self.cost))
@@ -340,9 +345,8 @@ def build(run_dir: str | Path, out: str | Path | None = None,
     figdir = dest / "figures"
     try:
         figdir.mkdir(parents=True, exist_ok=True)
-        import base64
         for f in rep.figures:
-            (figdir / f"{f.id}.svg").write_bytes(base64.b64decode(f.svg_base64))
+            (figdir / f"{f.id}.svg").write_bytes(f.svg)
         csvs = [write_csv(dest / f"{name}.csv", header, rows)
                 for name, (header, rows) in rep.csv_tables().items()]
         md = dest / "report.md"

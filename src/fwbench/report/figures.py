@@ -36,22 +36,32 @@ class Figure:
     id: str
     title: str
     caption: str
-    svg_base64: str
+    svg: bytes
 
     @property
     def data_uri(self) -> str:
-        return f"data:image/svg+xml;base64,{self.svg_base64}"
+        return f"data:image/svg+xml;base64,{base64.b64encode(self.svg).decode()}"
 
 
 def colours(backends: list[str]) -> dict[str, str]:
     return {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(backends)}
 
 
-def _svg(fig) -> str:
+def _svg(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+    return buf.getvalue()
+
+
+def _finish(fig, ax, ident: str, title: str, xlabel: str, ylabel: str,
+            caption: str) -> Figure:
+    """Labels, title and legend, as every figure of the report has them; then SVG."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncols=2)
+    return Figure(ident, title, caption, _svg(fig))
 
 
 def _spread(values: list[float]) -> float:
@@ -92,14 +102,10 @@ def metric_vs_rules(data: RunData, metric: Metric, frame: int,
     log_y = metric.log_ok and _spread(all_medians) >= 30 and min(all_medians) > 0
     if log_y:
         ax.set_yscale("log")
-    ax.set_xlabel("rules in the rule set (N)")
-    ax.set_ylabel(f"{metric.label} ({metric.unit})")
-    title = f"{metric.label}, {frame}-byte frames"
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncols=2)
-    return Figure(f"fig-{metric.key}-{frame}", title,
-                  f"Median over repetitions per cell, band: bootstrap 95 % interval of the "
-                  f"median, dots: single trials{'; log scale' if log_y else ''}.", _svg(fig))
+    return _finish(fig, ax, f"fig-{metric.key}-{frame}", f"{metric.label}, {frame}-byte frames",
+                   "rules in the rule set (N)", f"{metric.label} ({metric.unit})",
+                   f"Median over repetitions per cell, band: bootstrap 95 % interval of the "
+                   f"median, dots: single trials{'; log scale' if log_y else ''}.")
 
 
 def _percentiles(rec, method: str) -> dict[str, float] | None:
@@ -142,15 +148,11 @@ def latency_percentiles(data: RunData, frame: int, colour: dict[str, str]) -> Fi
         return None
     ax.set_xticks([_nines(p) for _, p in PERCENTILES], [f"p{p:g}" for _, p in PERCENTILES])
     ax.set_yscale("log")
-    ax.set_xlabel("percentile")
-    ax.set_ylabel("one-way latency (µs)")
-    title = f"latency percentiles {where}, {frame}-byte frames"
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncols=2)
-    return Figure(f"fig-latency-{frame}", title,
-                  "Engine timestamp to XDP sink, against the scheduled send time; median "
-                  "over trials of each percentile, at each backend's largest rule set.",
-                  _svg(fig))
+    return _finish(fig, ax, f"fig-latency-{frame}",
+                   f"latency percentiles {where}, {frame}-byte frames",
+                   "percentile", "one-way latency (µs)",
+                   "Engine timestamp to XDP sink, against the scheduled send time; median "
+                   "over trials of each percentile, at each backend's largest rule set.")
 
 
 def line_rate_pps(link_bps: float, frame: int) -> float:
@@ -179,15 +181,11 @@ def rate_vs_frame(data: RunData, metric: Metric, cells: dict[tuple, CellSummary]
     ax.plot(fs, [line_rate_pps(link_bps, f) for f in fs], color="grey", lw=2, alpha=0.6,
             label=f"line rate, {link_bps / 1e9:g} Gbit/s")
     ax.set_yscale("log")
-    ax.set_xlabel("frame size incl. FCS (bytes)")
-    ax.set_ylabel(f"{metric.label} ({metric.unit})")
-    title = f"{metric.label} against frame size"
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncols=2)
-    return Figure("fig-rate-frame", title,
-                  f"Median per cell at each backend's largest rule set; the grey line is "
-                  f"what a {link_bps / 1e9:g} Gbit/s Ethernet link can carry (preamble and "
-                  f"inter-frame gap included).", _svg(fig))
+    return _finish(fig, ax, "fig-rate-frame", f"{metric.label} against frame size",
+                   "frame size incl. FCS (bytes)", f"{metric.label} ({metric.unit})",
+                   f"Median per cell at each backend's largest rule set; the grey line is "
+                   f"what a {link_bps / 1e9:g} Gbit/s Ethernet link can carry (preamble and "
+                   f"inter-frame gap included).")
 
 
 def cost_model(rows: list[CostRow], frame: int, colour: dict[str, str]) -> Figure | None:
@@ -203,11 +201,8 @@ def cost_model(rows: list[CostRow], frame: int, colour: dict[str, str]) -> Figur
         ax.plot([lo, hi], [r.fit.at(lo), r.fit.at(hi)], color=colour[r.backend], lw=1.2,
                 label=f"{r.backend}: {r.fit.b_ns:.3f} ns/rule")
     ax.set_yscale("log")
-    ax.set_xlabel("rules in the rule set (N)")
-    ax.set_ylabel("time per packet, 1/pps (ns)")
-    title = f"cost model 1/pps = a + b·N, {frame}-byte frames"
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncols=2)
-    return Figure(f"fig-cost-{frame}", title,
-                  "Dots: single trials (generator-bound ones left out); lines: least-squares "
-                  "fit over the measured range; b is the cost of one rule.", _svg(fig))
+    return _finish(fig, ax, f"fig-cost-{frame}",
+                   f"cost model 1/pps = a + b·N, {frame}-byte frames",
+                   "rules in the rule set (N)", "time per packet, 1/pps (ns)",
+                   "Dots: single trials (generator-bound ones left out); lines: weighted "
+                   "least-squares fit over the measured range; b is the cost of one rule.")
