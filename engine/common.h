@@ -73,7 +73,9 @@ static inline __u32 fwb_hist_index(__u64 v)
 /*
  * A receiver's counters for the armed trial. `received` counts distinct
  * packets with the armed cookie; copies go to `duplicated`, packets of other
- * trials to `stale`, UDP to the engine port without a valid stamp to `malformed`.
+ * trials to `stale`, UDP to the engine port without a valid stamp to
+ * `malformed`, and packets too far behind their stream to tell a copy from a
+ * first arrival to `out_of_window` (see below): neither received nor copies.
  */
 struct fwb_counters {
 	__u64 received;
@@ -83,6 +85,7 @@ struct fwb_counters {
 	__u64 stale;
 	__u64 malformed;
 	__u64 early;		/* arrived before its scheduled time: clock trouble */
+	__u64 out_of_window;
 	__u64 lat_sum_ns;
 	__u64 lat_min_ns;
 	__u64 lat_max_ns;
@@ -91,13 +94,91 @@ struct fwb_counters {
 	__u64 bytes;		/* frame bytes (Ethernet, no FCS) of received packets */
 };
 
-/* The duplicate detector: one bit per (stream, seq), wrapping. 2^27 packets. */
-#define FWB_SEEN_WORDS (1U << 21)
-#define FWB_SEEN_MASK ((FWB_SEEN_WORDS * 64ULL) - 1)
+/*
+ * Duplicates and reordering, for any trial length and rate. Per stream, a
+ * window of the FWB_WINDOW_WORDS 64-bit words of sequence numbers that ends
+ * at the word of the highest number seen (FWB_WINDOW numbers, less up to 63
+ * of the newest word), kept in a ring of slots: a slot holds one word's bits
+ * and a tag naming that word, and is cleared when a newer word claims it.
+ * Memory and work per packet stay constant however long the trial runs. A
+ * packet behind the window cannot be told from a copy: it is counted as out
+ * of window, never guessed.
+ *
+ * The stamp carries 32 bits of sequence number; receivers extend it to 64
+ * bits as RTP does, to the value nearest the stream's highest, so a stream
+ * may run past 2^32 packets while reordering stays far below 2^31.
+ */
+#define FWB_WINDOW_WORD_BITS 12
+#define FWB_WINDOW_WORDS (1U << FWB_WINDOW_WORD_BITS)
+#define FWB_WINDOW (FWB_WINDOW_WORDS * 64ULL)	/* 262,144 */
+#define FWB_WINDOW_SLOTS (FWB_MAX_STREAMS * FWB_WINDOW_WORDS)
 
-static inline __u64 fwb_seen_bit(__u32 stream, __u32 seq)
+struct fwb_slot {
+	__u64 tag;	/* 1 + the word (sequence number / 64) held; 0 = none */
+	__u64 bits;
+};
+
+enum fwb_seq_class {
+	FWB_SEQ_NEW,		/* first copy, the stream's highest so far */
+	FWB_SEQ_REORDERED,	/* first copy, behind the stream's highest */
+	FWB_SEQ_DUPLICATE,
+	FWB_SEQ_OUT_OF_WINDOW,	/* too far behind to tell */
+};
+
+/*
+ * The 64-bit sequence number of wire number `seq` on a stream whose highest
+ * so far is `next` - 1 (`next` 0: nothing yet). Returns 0, or -1 when the
+ * nearest value would lie before sequence number 0.
+ */
+static inline int fwb_seq_extend(__u64 next, __u32 seq, __u64 *ext)
 {
-	return ((__u64)seq * FWB_MAX_STREAMS + stream) & FWB_SEEN_MASK;
+	__u64 ref;
+	__s32 d;
+
+	if (!next) {
+		*ext = seq;
+		return 0;
+	}
+	ref = next - 1;
+	d = (__s32)(seq - (__u32)ref);
+	if (d < 0 && (__u64)(-(__s64)d) > ref)
+		return -1;
+	*ext = ref + (__s64)d;
+	return 0;
+}
+
+/* Which of the FWB_WINDOW_SLOTS slots holds `ext` of `stream`. */
+static inline __u32 fwb_slot_index(__u32 stream, __u64 ext)
+{
+	return (stream & (FWB_MAX_STREAMS - 1)) * FWB_WINDOW_WORDS +
+	       (__u32)((ext >> 6) & (FWB_WINDOW_WORDS - 1));
+}
+
+/*
+ * Classify `ext` on a stream (its `next`, and the slot fwb_slot_index()
+ * names) and record it. Callers serialise per stream: one receive queue, or
+ * a lock.
+ */
+static inline enum fwb_seq_class fwb_seq_mark(struct fwb_slot *slot,
+					      __u64 *next, __u64 ext)
+{
+	__u64 word = ext >> 6, bit = 1ULL << (ext & 63);
+
+	if (*next && word + FWB_WINDOW_WORDS <= (*next - 1) >> 6)
+		return FWB_SEQ_OUT_OF_WINDOW;
+	if (slot->tag != word + 1) {
+		if (slot->tag > word + 1)	/* claimed by a newer word */
+			return FWB_SEQ_OUT_OF_WINDOW;
+		slot->tag = word + 1;
+		slot->bits = 0;
+	}
+	if (slot->bits & bit)
+		return FWB_SEQ_DUPLICATE;
+	slot->bits |= bit;
+	if (ext < *next)
+		return FWB_SEQ_REORDERED;
+	*next = ext + 1;
+	return FWB_SEQ_NEW;
 }
 
 #endif

@@ -92,6 +92,7 @@ void json_rx_report(struct json *j, const char *mode, uint32_t cookie,
 	json_u64(j, "stale", c->stale);
 	json_u64(j, "malformed", c->malformed);
 	json_u64(j, "early", c->early);
+	json_u64(j, "out_of_window", c->out_of_window);
 	json_u64(j, "bytes", c->bytes);
 	json_u64(j, "first_ns", c->first_ns);
 	json_u64(j, "last_ns", c->last_ns);

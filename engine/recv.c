@@ -28,8 +28,8 @@ struct receiver {
 	int hdr_bytes;		/* Ethernet + IP + UDP, to report frame bytes */
 	struct fwb_counters c;
 	uint64_t hist[FWB_HIST_BUCKETS];
-	uint64_t next_seq[FWB_MAX_STREAMS];
-	uint64_t *seen;
+	__u64 next_seq[FWB_MAX_STREAMS];	/* common.h's types: the window's own */
+	struct fwb_slot *window;
 	int fd, cpu;
 	bool reflect;
 	volatile int stop;
@@ -39,7 +39,8 @@ struct receiver {
 static void account(struct receiver *r, const uint8_t *p, size_t len, uint64_t now)
 {
 	struct fwb_stamp st;
-	uint64_t bit, lat;
+	__u64 ext, *next;
+	uint64_t lat;
 
 	if (len < FWB_STAMP_LEN) {
 		r->c.malformed++;
@@ -54,16 +55,25 @@ static void account(struct receiver *r, const uint8_t *p, size_t len, uint64_t n
 		r->c.malformed++;
 		return;
 	}
-	bit = fwb_seen_bit(st.stream, st.seq);
-	if (r->seen[bit >> 6] & (1ULL << (bit & 63))) {
-		r->c.duplicated++;
+	next = &r->next_seq[st.stream];
+	if (fwb_seq_extend(*next, st.seq, &ext)) {
+		r->c.out_of_window++;
 		return;
 	}
-	r->seen[bit >> 6] |= 1ULL << (bit & 63);
-	if (st.seq + 1ULL < r->next_seq[st.stream])
+	switch (fwb_seq_mark(&r->window[fwb_slot_index(st.stream, ext)], next,
+			     ext)) {
+	case FWB_SEQ_DUPLICATE:
+		r->c.duplicated++;
+		return;
+	case FWB_SEQ_OUT_OF_WINDOW:
+		r->c.out_of_window++;
+		return;
+	case FWB_SEQ_REORDERED:
 		r->c.reordered++;
-	else
-		r->next_seq[st.stream] = st.seq + 1ULL;
+		break;
+	case FWB_SEQ_NEW:
+		break;
+	}
 	if (now < st.sched_ns) {
 		r->c.early++;
 		lat = 0;
@@ -134,7 +144,7 @@ static void recv_arm(void *ctx, uint32_t cookie)
 	memset(&r->c, 0, sizeof(r->c));
 	memset(r->hist, 0, sizeof(r->hist));
 	memset(r->next_seq, 0, sizeof(r->next_seq));
-	memset(r->seen, 0, FWB_SEEN_WORDS * sizeof(uint64_t));
+	memset(r->window, 0, FWB_WINDOW_SLOTS * sizeof(struct fwb_slot));
 	r->cookie = cookie;
 	pthread_mutex_unlock(&r->lock);
 }
@@ -196,8 +206,8 @@ int cmd_recv(int argc, char **argv)
 		usage_error("recv: unexpected argument %s", argv[optind]);
 	if (!have_addr)
 		usage_error("recv: --bind is required");
-	r->seen = calloc(FWB_SEEN_WORDS, sizeof(uint64_t));
-	if (!r->seen)
+	r->window = calloc(FWB_WINDOW_SLOTS, sizeof(struct fwb_slot));
+	if (!r->window)
 		runtime_error("out of memory");
 	if (addr.family == AF_INET) {
 		struct sockaddr_in *sin = (void *)&ss;
@@ -234,7 +244,7 @@ int cmd_recv(int argc, char **argv)
 	r->stop = 1;
 	pthread_join(tid, NULL);
 	close(r->fd);
-	free(r->seen);
+	free(r->window);
 	free(r);
 	return 0;
 }

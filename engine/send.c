@@ -28,6 +28,8 @@
 #define MAX_THREADS FWB_MAX_STREAMS
 #define MAX_BATCH 256
 #define SPIN_NS 150000ULL	/* sleep until this close to a due time, then spin */
+/* Counts are 64-bit throughout; receivers extend the 32-bit wire numbers. */
+#define MAX_COUNT 1000000000000000ULL
 
 struct send_cfg {
 	const char *ifname;
@@ -43,6 +45,7 @@ struct send_cfg {
 	uint64_t count;		/* 0 = until duration */
 	int threads, ncpus, cpus[MAX_THREADS];
 	uint32_t cookie;
+	uint64_t seq_start;	/* first sequence number of every stream */
 	int batch;
 	uint64_t t0;
 	const char *text;	/* written right after the stamp, or NULL */
@@ -327,7 +330,7 @@ static void *sender_main(void *arg)
 			struct fwb_stamp st = {
 				.cookie = c->cookie,
 				.stream = s->stream,
-				.seq = (uint32_t)seq,
+				.seq = (uint32_t)(c->seq_start + seq),
 				.sched_ns = due_at(c, interval, seq, now),
 			};
 
@@ -390,6 +393,7 @@ static const struct option send_opts[] = {
 	{ "cookie", required_argument, NULL, 'k' },
 	{ "batch", required_argument, NULL, 'B' },
 	{ "payload-text", required_argument, NULL, 'x' },
+	{ "seq-start", required_argument, NULL, 'Q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
 };
@@ -399,9 +403,12 @@ static const char send_usage[] =
 "         --dst ADDR [--src-count N] [--dst-count N] [--sport P] [--sport-count N]\n"
 "         [--dport P] [--frame-size B] [--mtu B] [--rate PPS] (--duration S | --count N)\n"
 "         [--threads T] [--cpus LIST] [--cookie C] [--batch N] [--payload-text STR]\n"
+"         [--seq-start N]\n"
 "  Frame size includes the 4-byte FCS (RFC 2544): 64..MTU+18. Rate 0 = open throttle.\n"
 "  --payload-text writes STR right after the 18-byte stamp of every packet (for\n"
 "  content-matching firewalls); the frame must have room for both.\n"
+"  --seq-start starts every stream's sequence numbers at N, so a\n"
+"  receiver's duplicate and reorder window can be tested at any point.\n"
 "  Addresses must lie in 198.18.0.0/15 or 2001:2::/48.\n";
 
 static void parse_send(int argc, char **argv, struct send_cfg *c)
@@ -433,12 +440,13 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 		case 'm': c->mtu = parse_u64("mtu", optarg, 68, 65535); break;
 		case 'r': c->rate = parse_double("rate", optarg, 0, 1e9); break;
 		case 't': c->duration_s = parse_double("duration", optarg, 0, 86400); break;
-		case 'n': c->count = parse_u64("count", optarg, 1, UINT32_MAX * 64ULL); break;
+		case 'n': c->count = parse_u64("count", optarg, 1, MAX_COUNT); break;
 		case 'T': c->threads = parse_u64("threads", optarg, 1, MAX_THREADS); break;
 		case 'c': c->ncpus = parse_cpus("cpus", optarg, c->cpus, MAX_THREADS); break;
 		case 'k': c->cookie = parse_u64("cookie", optarg, 1, UINT32_MAX); break;
 		case 'B': c->batch = parse_u64("batch", optarg, 1, MAX_BATCH); break;
 		case 'x': c->text = optarg; c->text_len = strlen(optarg); break;
+		case 'Q': c->seq_start = parse_u64("seq-start", optarg, 0, UINT32_MAX); break;
 		case 'h': fputs(send_usage, stdout); exit(0);
 		default: usage_error("send: unknown option or missing value: %s "
 					    "(see send --help)", argv[optind - 1]);

@@ -23,15 +23,16 @@ volatile __u32 cookie;
 
 struct fwb_counters counters;
 __u64 hist[FWB_HIST_BUCKETS];
-__u64 next_seq[FWB_MAX_STREAMS];	/* highest seq seen + 1, per stream */
+__u64 next_seq[FWB_MAX_STREAMS];	/* per stream: highest seen + 1 (common.h) */
 
+/* The duplicate and reorder window of every stream (common.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, FWB_SEEN_WORDS);
+	__uint(max_entries, FWB_WINDOW_SLOTS);
 	__type(key, __u32);
-	__type(value, __u64);
-} seen SEC(".maps");
+	__type(value, struct fwb_slot);
+} window SEC(".maps");
 
 static __always_inline struct udphdr *engine_udp(void *data, void *end)
 {
@@ -68,7 +69,8 @@ int fwb_sink(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	struct udphdr *udp = engine_udp(data, end);
 	struct fwb_stamp st;
-	__u64 now, lat, bit, old, *word;
+	struct fwb_slot *slot;
+	__u64 now, lat, ext, *next;
 	__u32 key, idx, armed = cookie;
 
 	if (!udp)
@@ -88,22 +90,29 @@ int fwb_sink(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 
-	bit = fwb_seen_bit(st.stream, st.seq);
-	key = bit >> 6;
-	word = bpf_map_lookup_elem(&seen, &key);
-	if (!word)
-		return XDP_DROP;
-	old = __sync_fetch_and_or(word, 1ULL << (bit & 63));
-	if (old & (1ULL << (bit & 63))) {
-		__sync_fetch_and_add(&counters.duplicated, 1);
+	/* One receive queue: packets of a trial arrive here one at a time. */
+	next = &next_seq[st.stream & (FWB_MAX_STREAMS - 1)];
+	if (fwb_seq_extend(*next, st.seq, &ext)) {
+		__sync_fetch_and_add(&counters.out_of_window, 1);
 		return XDP_DROP;
 	}
-
-	/* One receive queue: packets of a trial arrive here one at a time. */
-	if (st.seq + 1ULL < next_seq[st.stream & (FWB_MAX_STREAMS - 1)])
+	key = fwb_slot_index(st.stream, ext);
+	slot = bpf_map_lookup_elem(&window, &key);
+	if (!slot)
+		return XDP_DROP;
+	switch (fwb_seq_mark(slot, next, ext)) {
+	case FWB_SEQ_DUPLICATE:
+		__sync_fetch_and_add(&counters.duplicated, 1);
+		return XDP_DROP;
+	case FWB_SEQ_OUT_OF_WINDOW:
+		__sync_fetch_and_add(&counters.out_of_window, 1);
+		return XDP_DROP;
+	case FWB_SEQ_REORDERED:
 		__sync_fetch_and_add(&counters.reordered, 1);
-	else
-		next_seq[st.stream & (FWB_MAX_STREAMS - 1)] = st.seq + 1ULL;
+		break;
+	default:
+		break;
+	}
 
 	if (now < st.sched_ns) {
 		__sync_fetch_and_add(&counters.early, 1);

@@ -20,8 +20,8 @@
 
 struct sink {
 	struct fwb_sink *skel;
-	uint64_t *seen;
-	size_t seen_len;
+	struct fwb_slot *window;	/* the map, mapped here: arming clears it */
+	size_t window_len;
 	uint32_t cookie;
 };
 
@@ -35,7 +35,7 @@ static void sink_arm(void *ctx, uint32_t cookie)
 	memset(&bss->counters, 0, sizeof(bss->counters));
 	memset(bss->hist, 0, sizeof(bss->hist));
 	memset(bss->next_seq, 0, sizeof(bss->next_seq));
-	memset(s->seen, 0, s->seen_len);
+	memset(s->window, 0, s->window_len);
 	__atomic_store_n(&bss->cookie, cookie, __ATOMIC_SEQ_CST);
 	s->cookie = cookie;
 }
@@ -119,12 +119,12 @@ int cmd_sink(int argc, char **argv)
 		note("cannot load the XDP sink: %s", strerror(-err));
 		goto out;
 	}
-	s.seen_len = (size_t)FWB_SEEN_WORDS * sizeof(uint64_t);
-	s.seen = mmap(NULL, s.seen_len, PROT_READ | PROT_WRITE, MAP_SHARED,
-		      bpf_map__fd(s.skel->maps.seen), 0);
-	if (s.seen == MAP_FAILED) {
+	s.window_len = (size_t)FWB_WINDOW_SLOTS * sizeof(struct fwb_slot);
+	s.window = mmap(NULL, s.window_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+			bpf_map__fd(s.skel->maps.window), 0);
+	if (s.window == MAP_FAILED) {
 		note("cannot map the sink's duplicate detector: %s", strerror(errno));
-		s.seen = NULL;
+		s.window = NULL;
 		goto out;
 	}
 	err = bpf_xdp_attach(ifindex, bpf_program__fd(s.skel->progs.fwb_sink),
@@ -146,8 +146,8 @@ int cmd_sink(int argc, char **argv)
 	bpf_xdp_detach(ifindex, flags, NULL);
 	ret = 0;
 out:
-	if (s.seen)
-		munmap(s.seen, s.seen_len);
+	if (s.window)
+		munmap(s.window, s.window_len);
 	fwb_sink__destroy(s.skel);
 	return ret;
 }

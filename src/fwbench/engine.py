@@ -114,13 +114,14 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
          cookie: int, threads: int = 1, cpus: list[int] | None = None,
          sport_count: int = 1, src_count: int = 1, dst: str | None = None,
          dport: int = ENGINE_PORT, count: int | None = None,
-         payload_text: str | None = None) -> dict:
+         payload_text: str | None = None, seq_start: int = 0) -> dict:
     """Run the sender in the client namespace for one trial and return its report.
 
     By default it sends to the server's test flow; `dst`/`dport` aim it elsewhere
     (e.g. at the firewall itself). `count` sends that many packets instead of
     running for `duration_s` (give 0); `payload_text` follows the stamp in every
-    packet."""
+    packet; `seq_start` is every stream's first sequence number (for tests of
+    the receivers' duplicate and reorder window)."""
     t = tb.topo
     cpus = cpus if cpus is not None else [t.settings.sender_cpu]
     argv = [str(binary()), "send", "--ifname", t.client.ifname, "--src-mac", t.client.mac,
@@ -135,6 +136,8 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
         argv += ["--count", str(count)]
     if payload_text:
         argv += ["--payload-text", payload_text]
+    if seq_start:
+        argv += ["--seq-start", str(seq_start)]
     cp = proc.run(argv, netns=t.netns("client"), check=False, timeout=duration_s + 30)
     if cp.returncode != 0:
         raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")

@@ -18,6 +18,8 @@ from fwbench.testbed.netns import NetnsTestbed
 
 _DRAIN_POLL_S = 0.02
 _DRAIN_LIMIT_S = 2.0   # RFC 2544 waits 2 s for stragglers; we stop once nothing moves
+# Every count a straggler can move.
+_MOVING = ("received", "duplicated", "out_of_window", "stale", "malformed")
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ def drain(rx: engine.Receiver) -> dict:
     while time.monotonic() < deadline:
         time.sleep(_DRAIN_POLL_S)
         again = rx.read()
-        if again["received"] == got["received"] and again["stale"] == got["stale"]:
+        if all(again[k] == got[k] for k in _MOVING):
             return again
         got = again
     return got
@@ -79,6 +81,7 @@ class EngineMeasurer:
             reordered=got["reordered"],
             duplicated=got["duplicated"],
             late=got["late"],
+            out_of_window=got["out_of_window"],
             latency_us=_us(got["latency_ns"]),
             cpu=cpu.delta(before, after, got["received"], fw_cpu),
             extra={"open_throttle": offered_pps <= 0,
@@ -125,4 +128,7 @@ class EngineTraffic:
         r = self.measurer(tb, frame_size).measure(duration_s, 0)
         return {"rx_pps": r.forwarded_pps, "tx_pps": r.achieved_pps,
                 "sent": r.sent, "received": r.received, "loss_ratio": r.loss_ratio,
+                "refused_by_next_hop": r.extra["refused_by_next_hop"],
+                "duplicated": r.duplicated, "reordered": r.reordered,
+                "out_of_window": r.out_of_window,
                 "latency_us": r.latency_us, "cpu": r.cpu}
