@@ -5,6 +5,10 @@ class FwbenchError(Exception):
     """A problem the user can fix: bad input, a missing tool, no permission."""
 
 
+class MeasurementInvalid(Exception):
+    """The measurement ran but cannot be trusted; the trial is recorded `invalid`."""
+
+
 class CommandError(FwbenchError):
     """An external command failed; the message carries its first line of stderr."""
 

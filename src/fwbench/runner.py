@@ -28,7 +28,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from fwbench import backends as registry
 from fwbench import adaptive, environment, proc
 from fwbench.backends.base import Backend, flush_all
-from fwbench.errors import FwbenchError
+from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.methods.base import Method
 from fwbench.methods.fixedrate import FixedRate
 from fwbench.methods.latency import Latency
@@ -42,7 +42,7 @@ from fwbench.scenario import ALL, Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
 from fwbench.traffic.engine import EngineSettings, EngineTraffic
-from fwbench.traffic.iperf3 import Iperf3Rate, MeasurementInvalid
+from fwbench.traffic.iperf3 import Iperf3Rate
 from fwbench.traffic.ping import PingRtt
 
 

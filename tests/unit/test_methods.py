@@ -3,9 +3,13 @@ no root, no traffic. The engine is replaced by a stand-in whose measurer is a
 SimulatedFirewall, so only the method's own logic is under test."""
 import math
 
+import pytest
+
+from fwbench.errors import MeasurementInvalid
 from fwbench.methods.fixedrate import FixedRate, flow_pps
 from fwbench.methods.latency import Latency
 from fwbench.methods.lossload import LossLoad
+from fwbench.methods.measurer import TrialResult
 from fwbench.methods.simulated import SimulatedFirewall
 from fwbench.methods.throughput import Throughput
 from fwbench.scenario import (FixedRateSettings, LatencySettings, LossLoadSettings,
@@ -122,3 +126,52 @@ def test_no_loss_up_to_the_sender_ceiling_is_reported_as_a_floor():
     out = m.run(None, 64, 1.0)
     assert out["ndr_bounds_pps"] == [1_000_000.0, None]
     assert out["ndr_generator_limited"] is True and "NDR >=" in m.line(out)
+
+
+class SenderDiesBelow:
+    """The simulated firewall, except that below `dead_below_pps` the sender gets
+    nothing out: the result a broken instrument hands back."""
+
+    def __init__(self, fw, dead_below_pps):
+        self.fw, self.dead_below = fw, dead_below_pps
+
+    def measure(self, duration_s, offered_pps):
+        if offered_pps < self.dead_below:
+            return TrialResult(offered_pps=offered_pps, duration_s=duration_s, sent=0,
+                               received=0, achieved_pps=0.0)
+        return self.fw.measure(duration_s, offered_pps)
+
+
+def test_a_trial_that_sent_nothing_cannot_exist():
+    """0 sent, 0 received would read as loss ratio 0: lossless. It is invalid."""
+    with pytest.raises(MeasurementInvalid, match="sent nothing at 5,000 pps offered for 1 s"):
+        TrialResult(offered_pps=5000, duration_s=1.0, sent=0, received=0, achieved_pps=0)
+
+
+@pytest.mark.parametrize("cls, settings", [(Throughput, ThroughputSettings()),
+                                           (LossLoad, LossLoadSettings(step=0.1))])
+def test_a_step_that_sent_nothing_makes_the_cell_invalid_not_lossless(cls, settings):
+    """The firewall loses above 450k; below 700k the sender sends nothing. Read as
+    lossless, those steps would give an NDR/lossless load of ~450-700k."""
+    fw = SenderDiesBelow(SimulatedFirewall(true_ndr_pps=450_000, seed=1), 700_000)
+    m = method_with(cls, fw, settings)
+    with pytest.raises(MeasurementInvalid, match="sender sent nothing"):
+        m.run(None, 64, 1.0)
+
+
+def test_a_degradation_step_that_sent_nothing_is_not_lossless():
+    """The bisection over the rule count asks 'does n rules lose?': a step where the
+    sender sent nothing must not answer 'no'."""
+    fw = RuleCostFirewall()
+
+    class DiesBelow5000Rules:
+        def measure(self, duration_s, offered_pps):
+            if fw.n < 5000:
+                return TrialResult(offered_pps=offered_pps, duration_s=duration_s,
+                                   sent=0, received=0, achieved_pps=0.0)
+            return fw.measure(duration_s, offered_pps)
+
+    m = method_with(FixedRate, DiesBelow5000Rules(), FixedRateSettings(), 20_000)
+    fw.reload(20_000)
+    with pytest.raises(MeasurementInvalid):
+        m.run(None, 128, 1.0, rules=20_000, reload=fw.reload)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from fwbench.errors import MeasurementInvalid
+
 # A sender that got out less than this share of its offered load was the bottleneck,
 # not the firewall: its trial is flagged and never used as an upper bound.
 SHORT_TOLERANCE = 0.02
@@ -35,6 +37,10 @@ class TrialResult:
     """Copies beyond the first of a packet already received."""
     late: int = 0
     """Packets received with a one-way latency above the late threshold."""
+    out_of_window: int = 0
+    """Packets that arrived so far behind their stream (beyond the receiver's window
+    of 262,144 sequence numbers) that a copy cannot be told from a first arrival:
+    not in `received`, so they count as lost."""
     latency_us: dict[str, float] | None = None
     """Per-packet latency against the scheduled send time: p50, p90, p99, p99_9, max,
     mean, min (microseconds); None when the measurer has no latency."""
@@ -43,13 +49,21 @@ class TrialResult:
     extra: dict = field(default_factory=dict)
     """Measurer-specific figures (e.g. the engine's raw reports)."""
 
+    def __post_init__(self) -> None:
+        # Nothing sent means nothing measured: a loss ratio of 0/0 read as 0 would
+        # make a broken sender look like a lossless load.
+        if self.sent <= 0:
+            raise MeasurementInvalid(
+                f"the sender sent nothing at {self.offered_pps:,.0f} pps offered for "
+                f"{self.duration_s:g} s")
+
     @property
     def lost(self) -> int:
         return max(0, self.sent - self.received)
 
     @property
     def loss_ratio(self) -> float:
-        return self.lost / self.sent if self.sent else 0.0
+        return self.lost / self.sent
 
     @property
     def forwarded_pps(self) -> float:

@@ -15,7 +15,7 @@ import subprocess
 import time
 
 from fwbench import proc
-from fwbench.errors import FwbenchError
+from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.frames import ipv4_payload
 from fwbench.testbed.netns import NetnsTestbed
 
@@ -111,10 +111,6 @@ class Iperf3Rate:
         if client.poll() is not None:
             raise MeasurementInvalid("iperf3 stopped before the measuring window ended")
         return start, end
-
-
-class MeasurementInvalid(Exception):
-    """The measurement ran but cannot be trusted; the trial is recorded `invalid`."""
 
 
 def _iperf3_report(out: str, err: str, rc: int | None) -> dict:

@@ -8,7 +8,7 @@ import statistics
 from fwbench import proc
 from fwbench.frames import ipv4_payload
 from fwbench.testbed.netns import NetnsTestbed
-from fwbench.traffic.iperf3 import MeasurementInvalid
+from fwbench.errors import MeasurementInvalid
 
 _TIME = re.compile(r"time=([\d.]+) ms")
 
