@@ -99,7 +99,7 @@ def test_every_program_loads_in_a_fresh_namespace(testbed):
         b.apply(testbed, policy)
         got = bpf.attached(fw, ifname)
         assert list(got) == [b.hook], (name, got)
-        assert b.snapshot(testbed, policy).notes["identical_to_rendered"]
+        assert b.differences(testbed, policy) == []
     flush_all(testbed)
     assert bpf.attached(fw, ifname) == {}
     obj = str(proc.REPO / "bpf" / "build" / "drop.bpf.o")

@@ -1,17 +1,21 @@
 """The backend interface and the verification every backend goes through.
 
 A backend loads one Policy into the firewall namespace in one atomic step and
-reports what the kernel then holds (a Snapshot). Verification is the same for all:
-the number of entries equals what was asked, a probe of the test flow is counted by
-the rule meant for it and forwarded, a probe no rule allows is dropped, and a ping
-is counted by the ICMP rule and answered.
+reports what the kernel then holds: its counters (a Snapshot) and every way the
+kernel's rule set differs from the rendered one (`differences`). Verification is
+the same for all: the kernel holds exactly what was rendered (rules in order, set
+elements as a set, settings), the number of entries equals what was asked, a probe
+of the test flow is counted by the rule meant for it and forwarded, a probe no rule
+allows is dropped, and a ping is counted by the ICMP rule and answered.
 """
 from __future__ import annotations
 
 import abc
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from fwbench import bpf, proc
 from fwbench.ruleset import Interfaces, Policy
@@ -19,6 +23,8 @@ from fwbench.testbed.netns import NetnsTestbed
 
 PROBE_PACKETS = 20
 PROBE_PINGS = 3
+# A verification names this many differences and counts the rest.
+_DIFFERENCES_SHOWN = 3
 # Packets sent into a veth are forwarded from softirq right away; this is ample.
 _SETTLE_S = 0.05
 
@@ -79,7 +85,14 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def snapshot(self, tb: NetnsTestbed, policy: Policy) -> Snapshot:
-        ...
+        """The counters verification reads, and the number of entries loaded. Read
+        before and after every probe, so it should be cheap."""
+
+    @abc.abstractmethod
+    def differences(self, tb: NetnsTestbed, policy: Policy) -> list[str]:
+        """Every way what the kernel holds differs from what `render` gives for
+        `policy`, one line each naming what differs; empty when identical. Read
+        once per verification, from the kernel's own listing."""
 
     def apply(self, tb: NetnsTestbed, policy: Policy) -> LoadStats:
         files = self.render(policy, interfaces(tb))
@@ -98,6 +111,42 @@ def interfaces(tb: NetnsTestbed) -> Interfaces:
                       (topo.fw_client_side.ip4, topo.fw_server_side.ip4))
 
 
+def _quote(line: str, width: int = 90) -> str:
+    return repr(line if len(line) <= width else line[:width - 3] + "...")
+
+
+def ordered_differences(what: str, want: list[str], got: list[str]) -> list[str]:
+    """Where an ordered listing (a chain, a rule array) differs from the rendered
+    one: lines missing and lines not rendered, or, with the same lines, the first
+    place their order differs."""
+    if want == got:
+        return []
+    missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
+    if not missing and not extra:
+        i = next(i for i, (a, b) in enumerate(zip(want, got)) if a != b)
+        return [f"{what}: the rendered {len(want)} lines in another order; line {i + 1} "
+                f"is {_quote(got[i])}, rendered {_quote(want[i])}"]
+    return unordered_differences(what, missing.elements(), extra.elements(), "line")
+
+
+def unordered_differences(what: str, want: Iterable[str], got: Iterable[str],
+                          noun: str = "element") -> list[str]:
+    """Where a set (set elements, a listing whose order means nothing) differs from
+    the rendered one: what is missing from the kernel and what it holds unasked.
+    With `want` and `got` already the differences, as ordered_differences passes
+    them, the same words apply."""
+    want, got = Counter(want), Counter(got)
+    missing, extra = sorted((want - got).elements()), sorted((got - want).elements())
+    out = []
+    if missing:
+        out.append(f"{what}: {len(missing)} rendered {noun}{'s' * (len(missing) > 1)} "
+                   f"missing from the kernel, first {_quote(missing[0])}")
+    if extra:
+        out.append(f"{what}: {len(extra)} {noun}{'s' * (len(extra) > 1)} in the kernel "
+                   f"not rendered, first {_quote(extra[0])}")
+    return out
+
+
 def _delta(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else b - a
 
@@ -113,6 +162,13 @@ def verify(backend: Backend, tb: NetnsTestbed, policy: Policy) -> Verification:
         time.sleep(_SETTLE_S)
         return tb.ipv4_transmits() - before
 
+    differs = backend.differences(tb, policy)
+    details["differences"] = differs
+    if differs:
+        more = len(differs) - _DIFFERENCES_SHOWN
+        problems.append("the kernel's rule set differs from the rendered one: "
+                        + "; ".join(differs[:_DIFFERENCES_SHOWN])
+                        + (f"; and {more} more" if more > 0 else ""))
     s0 = backend.snapshot(tb, policy)
     expected = policy.size if backend.filters else 0
     if s0.entries != expected:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import platform
 
 from fwbench import bpf, proc
-from fwbench.backends.base import Backend, Snapshot, interfaces
+from fwbench.backends.base import (Backend, Snapshot, interfaces, ordered_differences,
+                                   unordered_differences)
 from fwbench.errors import FwbenchError
 from fwbench.ruleset import Interfaces, Policy
 from fwbench.ruleset import render as r
@@ -80,16 +81,9 @@ class _Ebpf(Backend):
     def snapshot(self, tb: NetnsTestbed, policy: Policy) -> Snapshot:
         ifs = interfaces(tb)
         d = bpf.dump(tb.topo.netns("fw"), self.hook, ifs.client_side)
-        n_aux = len(r.bpf_aux_lines(policy))
-        entries = len(d["set"]) if self.set_mode else max(len(d["rules"]) - n_aux, 0)
-        # The set as a set (it dumps in hash order), the array in scan order, and
-        # the settings the program was loaded with.
-        want = r.bpf_rules(policy, self.set_mode).splitlines()
-        n_set = policy.size if self.set_mode else 0
-        identical = (sorted(_lines(d["set"], "set")) == sorted(want[:n_set])
-                     and _lines(d["rules"], "rule") == want[n_set:]
-                     and d["mode"] == self.mode
-                     and sorted(d["local"]) == sorted(ifs.local4))
+        aux = set(r.bpf_aux_lines(policy))
+        entries = len(d["set"]) if self.set_mode else \
+            sum(1 for line in _lines(d["rules"], "rule") if line not in aux)
         counters = d["counters"]
 
         def hits(slot: int | None) -> int | None:
@@ -102,8 +96,22 @@ class _Ebpf(Backend):
             entries=entries,
             test_hits=hits(_first_slot(d, test_key)),
             ping_hits=hits(_first_slot(d, ping_key, rules_only=True)),
-            notes={"identical_to_rendered": identical,
-                   "program": d["prog"], "default_drops": hits(d["drop_slot"])})
+            notes={"program": d["prog"], "default_drops": hits(d["drop_slot"])})
+
+    def differences(self, tb: NetnsTestbed, policy: Policy) -> list[str]:
+        """The set as a set (it dumps in hash order), the rule array in scan order,
+        and the settings the program was loaded with."""
+        ifs = interfaces(tb)
+        d = bpf.dump(tb.topo.netns("fw"), self.hook, ifs.client_side)
+        want = r.bpf_rules(policy, self.set_mode).splitlines()
+        n_set = policy.size if self.set_mode else 0
+        out = unordered_differences("BPF set", want[:n_set], _lines(d["set"], "set"))
+        out += ordered_differences("BPF rules", want[n_set:], _lines(d["rules"], "rule"))
+        if d["mode"] != self.mode:
+            out.append(f"BPF program in {d['mode']} mode, rendered for {self.mode}")
+        out += unordered_differences("BPF local addresses", ifs.local4, d["local"],
+                                     "address")
+        return out
 
 
 def _first_slot(d: dict, key: tuple, rules_only: bool = False) -> int | None:

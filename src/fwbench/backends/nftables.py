@@ -1,15 +1,54 @@
 """nftables backends: a linear chain (seed 000's `nftables` treatment) and a set
 keyed on address . protocol . port (its `nft set` treatment), loaded with `nft -f`
-as one transaction."""
+as one transaction.
+
+What the kernel holds is compared with the rendering in nft's own text form, the
+form the renderer writes: the whole ruleset line by line (tables, chains with hook,
+priority and policy, every rule in order; counters' values left out, so no other
+table may exist), and each set's elements as a set.
+"""
 from __future__ import annotations
 
 import json
+import re
 
 from fwbench import proc
-from fwbench.backends.base import Backend, Snapshot
+from fwbench.backends.base import (Backend, Snapshot, interfaces, ordered_differences,
+                                   unordered_differences)
 from fwbench.ruleset import Entry, Interfaces, Policy
 from fwbench.ruleset import render as r
 from fwbench.testbed.netns import NetnsTestbed
+
+
+_COUNTER_VALUES = re.compile(r"\bcounter packets \d+ bytes \d+")
+_ELEMENTS = "elements = {"
+
+
+def nft_lines(text: str) -> tuple[list[str], dict[str, list[str]]]:
+    """An nft ruleset, as `nft -f` reads it or `nft list` prints it, made comparable:
+    its lines stripped, blank ones and counters' values left out, and each set's
+    `elements = { ... }` block (one element a line when rendered, several when
+    listed, in hash order) taken out as set name -> elements."""
+    lines: list[str] = []
+    elements: dict[str, list[str]] = {}
+    current_set = None
+    it = iter(text.splitlines())
+    for raw in it:
+        line = _COUNTER_VALUES.sub("counter", raw.strip())
+        if not line:
+            continue
+        if line.startswith("set ") and line.endswith("{"):
+            current_set = line.split()[1]
+        if line.startswith(_ELEMENTS):
+            body = line[len(_ELEMENTS):]
+            while "}" not in body:
+                body += " " + next(it, "}").strip()
+            inside = body.partition("}")[0]
+            elements.setdefault(current_set or "?", []).extend(
+                e.strip() for e in inside.split(",") if e.strip())
+            line = _ELEMENTS + " ... }"
+        lines.append(line)
+    return lines, elements
 
 
 def _rule_match(expr: list[dict]) -> tuple | None:
@@ -51,6 +90,16 @@ class _Nft(Backend):
     def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
         (name, text), = files.items()
         tb.exec("fw", ["nft", "-f", "-"], input=text)
+
+    def differences(self, tb: NetnsTestbed, policy: Policy) -> list[str]:
+        (rendered,) = self.render(policy, interfaces(tb)).values()
+        want_lines, want_elems = nft_lines(rendered)
+        got_lines, got_elems = nft_lines(tb.exec("fw", ["nft", "list", "ruleset"]))
+        out = ordered_differences("nft ruleset", want_lines, got_lines)
+        for name in sorted(want_elems.keys() | got_elems.keys()):
+            out += unordered_differences(f"nft set {name}", want_elems.get(name, []),
+                                         got_elems.get(name, []))
+        return out
 
     def _chain(self, tb: NetnsTestbed) -> list[list[dict]]:
         cp = tb.run("fw", ["nft", "-j", "list", "chain", "ip", r.NFT_TABLE, r.NFT_FROM_CLIENT],

@@ -22,3 +22,7 @@ class NoFirewall(Backend):
         rules = state.get("iptables-legacy", 0) + state.get("nftables_tables", 0) \
             + state.get("ipsets", 0) + state.get("bpf_programs", 0)
         return Snapshot(rules, None, None, {"firewall_state": state})
+
+    def differences(self, tb: NetnsTestbed, policy: Policy) -> list[str]:
+        return [f"{what}: {n} in the kernel, none rendered"
+                for what, n in ruleset_state(tb).items() if n]
