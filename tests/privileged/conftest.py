@@ -1,11 +1,17 @@
 """Privileged tests: root, real namespaces, real iptables/nft/ipset.
 
-Each test that needs a testbed gets a fresh, uniquely named one and it is always
-removed. The whole session also checks that it left no namespace behind and did
-not change the root namespace's firewall or links.
+Each test that needs a testbed gets a fresh, uniquely named one, always removed, and
+checks that its own namespaces are gone (`own_netns`): only its own, since another
+fwbench run or test process on the machine may hold namespaces of its own at any
+time. The session checks that it did not change the root namespace's firewall or
+links: the state is read before the first privileged test and compared after the
+last, whatever order the files run in.
 """
+import difflib
+import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -37,17 +43,63 @@ def root_namespace_state() -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
-def root_state_now():
-    return root_namespace_state
+def _changes(before: dict[str, str], after: dict[str, str]) -> str:
+    return "\n".join(
+        "\n".join(difflib.unified_diff(before[k].splitlines(), after[k].splitlines(),
+                                       f"{k} before", f"{k} after", lineterm=""))
+        for k in before if before[k] != after[k])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def root_namespace_unchanged():
+    """Read before the first privileged test; compared at session teardown, after
+    every test of the session. A difference is an error in that teardown, which
+    makes pytest exit non-zero."""
+    if os.geteuid() != 0:  # every privileged test is skipped; nothing to compare
+        yield
+        return
+    before = root_namespace_state()
+    yield
+    after = root_namespace_state()
+    if after != before:
+        pytest.fail("the root namespace changed during the session:\n" +
+                    _changes(before, after), pytrace=False)
+
+
+def netns_carrying(*testbed_ids: str) -> list[str]:
+    """The namespaces on this machine whose names carry one of these testbed ids
+    (`fwb-<id>-<role>`: topology.py puts the id in every name), sorted. Read from
+    `ip netns list` itself rather than through fwbench's own name filter, so a
+    namespace of ours with a malformed name is still found."""
+    assert testbed_ids and all(testbed_ids), testbed_ids
+    cp = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    names = [ln.split()[0] for ln in cp.stdout.splitlines() if ln.strip()]
+    return sorted(n for n in names if any(i in n for i in testbed_ids))
 
 
 @pytest.fixture(scope="session")
-def root_state_before():
-    return root_namespace_state()
+def netns_of():
+    """`netns_of(testbed_id, ...)`: `netns_carrying`, for tests that build a testbed
+    themselves."""
+    return netns_carrying
+
+
+@pytest.fixture(scope="session")
+def own_netns():
+    """`own_netns(run_dir)`: the namespaces of that run's testbeds still on the
+    machine; run.json's `sessions[].testbed_id` names them, one per session. A run
+    with no session built no testbed, so there would be nothing to look for: that
+    is a test error, not a pass."""
+    def check(run_dir: Path) -> list[str]:
+        sessions = json.loads((Path(run_dir) / "run.json").read_text())["sessions"]
+        ids = [s["testbed_id"] for s in sessions]
+        assert ids, f"{run_dir}/run.json records no session: no testbed id to look for"
+        return netns_carrying(*ids)
+    return check
 
 
 @pytest.fixture
-def testbed(root_state_before):
+def testbed():
     with NetnsTestbed(Topology.new()) as tb:
         yield tb
+    assert netns_carrying(tb.topo.run_id) == [], "the testbed left its namespaces"

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.browser import chromium_path, render  # noqa: E402
 
 
-def test_a_real_run_ends_with_a_report(tmp_path):
+def test_a_real_run_ends_with_a_report(tmp_path, own_netns):
     d = tmp_path / "run"
     cp = subprocess.run([sys.executable, "-m", "fwbench", "run", "--backends",
                          "none,iptables-legacy,nftables", "--rules", "20,1000,3000",
@@ -22,6 +22,7 @@ def test_a_real_run_ends_with_a_report(tmp_path):
                          "--out", str(d)], capture_output=True, text=True, timeout=600)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.strip().splitlines()[-1] == f"report: {d / 'report.html'}"
+    assert own_netns(d) == []
 
     with (d / "cost_per_rule.csv").open() as f:
         cost = {r["backend"]: r for r in csv.DictReader(f)}

@@ -1,7 +1,9 @@
 """`fwbench run` end to end, as a user runs it: records, interruption, SIGKILL,
-`fwbench clean`, `--resume`, and the root namespace left as it was."""
+`fwbench clean`, `--resume`, and no namespace of a run left behind (the root
+namespace is checked for the whole session in conftest.py)."""
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +14,6 @@ import pytest
 from rich.console import Console
 
 from fwbench import runner, scenario
-from fwbench.testbed.netns import leftover_netns
 
 SMALL = ["--backends", "none,iptables-legacy", "--rules", "100", "--frame-sizes", "64",
          "--repeat", "3", "--duration", "0.2", "--seed", "3"]
@@ -59,7 +60,11 @@ def record_keys(d):
     return Counter((r["backend"], r["rules"], r["frame_size"], r["repetition"]) for r in records(d))
 
 
-def test_run_records_every_trial(tmp_path, root_state_before):
+def built_testbeds(d):
+    return [s["testbed_id"] for s in json.loads((d / "run.json").read_text())["sessions"]]
+
+
+def test_run_records_every_trial(tmp_path, own_netns):
     """The default instruments: the engine (open throttle, XDP sink) and ping."""
     d = tmp_path / "run"
     cp = fwbench("run", *SMALL, "--out", str(d))
@@ -77,10 +82,10 @@ def test_run_records_every_trial(tmp_path, root_state_before):
     assert env["kernel"] and env["tools"]["fwbench-engine"]
     assert env["engine_bias"]["one_way_us"]["p50"] > 0  # measured, in every run's record
     assert meta["sessions"][0]["testbed"]["rps_cpus"]
-    assert leftover_netns() == []
+    assert own_netns(d) == []
 
 
-def test_seed_faithful_iperf3_run(tmp_path):
+def test_seed_faithful_iperf3_run(tmp_path, own_netns):
     d = tmp_path / "run"
     cp = fwbench("run", "--backends", "none", "--frame-sizes", "64", "--repeat", "1",
                  "--duration", "0.5", "--traffic", "iperf3", "--out", str(d))
@@ -90,9 +95,10 @@ def test_seed_faithful_iperf3_run(tmp_path):
     m = r["metrics"]
     # Both rates are read over one window; in-flight packets may shift a few.
     assert m["iperf3_streams"] == 4 and 0 < m["rx_pps"] <= 1.05 * m["tx_pps"]
+    assert own_netns(d) == []
 
 
-def test_throughput_records_ndr_pdr_bounds_and_trials(tmp_path):
+def test_throughput_records_ndr_pdr_bounds_and_trials(tmp_path, own_netns):
     """Acceptance: NDR and PDR with bounds and every search trial; the firewall's NDR
     at 5,000 rules well below the no-firewall path's."""
     d = tmp_path / "run"
@@ -111,9 +117,10 @@ def test_throughput_records_ndr_pdr_bounds_and_trials(tmp_path):
     legacy = got["iptables-legacy"]["metrics"]
     assert legacy["ndr_finished"] and legacy["ndr_bounds_pps"][1] is not None
     assert legacy["ndr_pps"] < 0.5 * got["none"]["metrics"]["ndr_pps"]
+    assert own_netns(d) == []
 
 
-def test_fixedrate_searches_the_degradation_point(tmp_path):
+def test_fixedrate_searches_the_degradation_point(tmp_path, own_netns):
     d = tmp_path / "run"
     cp = fwbench("run", "--backends", "iptables-legacy", "--rules", "30000",
                  "--frame-sizes", "128", "--repeat", "1", "--duration", "0.3",
@@ -128,52 +135,61 @@ def test_fixedrate_searches_the_degradation_point(tmp_path):
     lo, hi = m["degradation_bounds"]
     assert 1 <= lo < hi <= 30000 and (hi - lo) / hi <= 0.1
     assert all(t["rules"] in range(1, 30001) for t in r["trials"])
+    assert own_netns(d) == []
 
 
-def test_sigkill_then_clean_then_resume(tmp_path):
+def test_sigkill_then_clean_then_resume(tmp_path, own_netns):
     d = tmp_path / "run"
     interrupt(d, 2, signal.SIGKILL).wait()
-    assert leftover_netns(), "a SIGKILLed run leaves its namespaces; clean must find them"
+    (killed,) = built_testbeds(d)
+    ours = sorted(f"fwb-{killed}-{role}" for role in ("client", "fw", "server"))
+    assert own_netns(d) == ours, "a SIGKILLed run leaves its namespaces; clean must find them"
     cp = fwbench("clean")
-    assert cp.returncode == 0 and "removed 3 namespace" in cp.stdout, cp.stdout + cp.stderr
-    assert leftover_netns() == []
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    # Another run's dead testbed may be removed too (that is clean's job); of this
+    # run's, exactly its three.
+    removed = re.findall(r"fwb-[0-9a-f]{6}-(?:client|fw|server)", cp.stdout)
+    assert f"removed {len(removed)} namespace(s): " in cp.stdout, cp.stdout
+    assert sorted(n for n in removed if killed in n) == ours, cp.stdout
+    assert own_netns(d) == []
     done_before = record_keys(d)
     cp = fwbench("run", "--resume", str(d))
     assert cp.returncode == 0, cp.stderr
     after = record_keys(d)
     assert after == planned_keys(d), "each planned trial exactly once"
     assert all(after[k] == 1 for k in done_before)
-    assert leftover_netns() == []
+    assert len(built_testbeds(d)) == 2 and own_netns(d) == []
 
 
-def test_sigterm_cleans_up_and_says_how_to_resume(tmp_path):
+def test_sigterm_cleans_up_and_says_how_to_resume(tmp_path, own_netns):
     d = tmp_path / "run"
     p = interrupt(d, 1, signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert f"fwbench run --resume {d}" in err
-    assert leftover_netns() == []
+    assert own_netns(d) == []
 
 
-def test_resume_of_a_finished_run_adds_nothing(tmp_path):
+def test_resume_of_a_finished_run_adds_nothing(tmp_path, own_netns):
     d = tmp_path / "run"
     args = ["--backends", "none", "--frame-sizes", "64", "--repeat", "1", "--duration", "0.2"]
     assert fwbench("run", *args, "--out", str(d)).returncode == 0
     before = (d / "trials.jsonl").read_text()
     assert fwbench("run", "--resume", str(d)).returncode == 0
     assert (d / "trials.jsonl").read_text() == before
+    assert own_netns(d) == []
 
 
-def test_a_second_run_into_a_run_directory_is_refused(tmp_path):
+def test_a_second_run_into_a_run_directory_is_refused(tmp_path, own_netns):
     d = tmp_path / "run"
     args = ["--backends", "none", "--frame-sizes", "64", "--repeat", "1", "--duration", "0.2"]
     assert fwbench("run", *args, "--out", str(d)).returncode == 0
     cp = fwbench("run", *args, "--out", str(d))
-    assert cp.returncode != 0 and "already holds a run" in cp.stderr
+    assert cp.returncode == 2 and "already holds a run" in cp.stderr
+    assert own_netns(d) == []
 
 
-def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatch,
-                                                            root_state_before):
+def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatch, own_netns):
     """With a width no cell can reach, every cell gets exactly max_repeat trials. The
     run is interrupted inside adaptive round 1 (the round already in run.json's plan),
     and `--resume` finishes that round and goes on with round 2."""
@@ -218,11 +234,4 @@ def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatc
     assert all(meta["plan"][r["trial"]] == {f: r[f] for f in meta["plan"][0]}
                for r in records(d))
     assert "adaptive round 2: 2 cells above 0.0001 % width" in text.getvalue()
-    ours = {s["testbed_id"] for s in meta["sessions"]}
-    assert len(ours) == 2 and not [n for n in leftover_netns() if any(i in n for i in ours)]
-
-
-def test_zz_root_namespace_unchanged_and_nothing_left(root_state_before, root_state_now):
-    """Runs last in this directory: after every privileged test above."""
-    assert leftover_netns() == []
-    assert root_state_now() == root_state_before
+    assert len(set(built_testbeds(d))) == 2 and own_netns(d) == []

@@ -4,7 +4,7 @@ import subprocess
 import pytest
 
 from fwbench.errors import FwbenchError
-from fwbench.testbed.netns import NetnsTestbed, leftover_netns
+from fwbench.testbed.netns import NetnsTestbed, clean_leftovers
 from fwbench.testbed.topology import TestbedSettings, Topology
 
 
@@ -40,25 +40,25 @@ def test_ipv6_forwards_through_the_firewall(testbed):
     assert cp.returncode == 0, cp.stdout
 
 
-def test_failed_build_leaves_nothing():
+def test_failed_build_leaves_nothing(netns_of):
     bad = Topology.new(TestbedSettings(firewall_cpu=4096))
     with pytest.raises(FwbenchError, match="CPU 4096 does not exist"):
         with NetnsTestbed(bad):
             pass
-    assert not [n for n in leftover_netns() if bad.run_id in n]
+    assert netns_of(bad.run_id) == []
 
 
-def test_processes_are_stopped_with_the_testbed():
+def test_processes_are_stopped_with_the_testbed(netns_of):
     with NetnsTestbed(Topology.new()) as tb:
         p = tb.spawn("server", ["sleep", "600"])
     assert p.poll() is not None
+    assert netns_of(tb.topo.run_id) == []
 
 
-def test_clean_leaves_a_live_testbed_alone(testbed):
+def test_clean_leaves_a_live_testbed_alone(testbed, netns_of):
     """`fwbench clean` run beside a live testbed (another run, another test) must not
     pull its namespaces away; a killed run's are found by test_run's SIGKILL test."""
-    from fwbench.testbed.netns import clean_leftovers, leftover_netns
     gone = clean_leftovers()
-    mine = [testbed.topo.netns(r) for r in testbed.topo.roles]
+    mine = sorted(f"fwb-{testbed.topo.run_id}-{role}" for role in ("client", "fw", "server"))
     assert not set(mine) & set(gone)
-    assert set(mine) <= set(leftover_netns())
+    assert netns_of(testbed.topo.run_id) == mine

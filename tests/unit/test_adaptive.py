@@ -2,8 +2,10 @@
 into run.json (no root: records are made up, nothing is measured)."""
 import json
 import math
+import random
 
 import pytest
+from scipy import stats as sps
 
 from fwbench import scenario
 from fwbench.adaptive import cell_widths, cells_needing_more
@@ -11,8 +13,11 @@ from fwbench.plan import TrialKey, make_plan
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
 from fwbench.runner import adaptive_round
 
-NARROW = [100_000.0, 100_200.0, 99_900.0]      # interval well under 5 % of the median
-WIDE = [60_000.0, 100_000.0, 140_000.0]        # interval about 80 % of the median
+# With 3 values the 95 % bootstrap interval of the median is min..max: a resample's
+# median is the minimum with probability P(Bin(3, 1/3) >= 2) = 7/27, far above 2.5 %
+# (and the maximum likewise). So the widths are exact: range / median.
+NARROW = [100_000.0, 100_200.0, 99_900.0]      # 300 / 100,000: 0.3 %
+WIDE = [60_000.0, 100_000.0, 140_000.0]        # 80,000 / 100,000: 80 %
 
 
 def rec(backend="iptables-legacy", rules=20, frame=64, rep=0, status="ok",
@@ -38,8 +43,9 @@ def need(records, method="maxrate", rel_width=0.05, max_repeat=10, level=0.95):
 def test_a_narrow_cell_stops_and_a_wide_one_continues():
     records = cell(NARROW) + cell(WIDE, backend="nftables")
     assert need(records) == [("nftables", 20, 64)]
-    widths = cell_widths(records, "maxrate")
-    assert widths[("iptables-legacy", 20, 64)] < 0.05 < widths[("nftables", 20, 64)]
+    assert sps.binom.sf(1, 3, 1 / 3) == pytest.approx(7 / 27)
+    assert cell_widths(records, "maxrate") == {("iptables-legacy", 20, 64): pytest.approx(0.003),
+                                               ("nftables", 20, 64): pytest.approx(0.8)}
 
 
 def test_rel_width_is_the_threshold():
@@ -102,10 +108,19 @@ def test_none_counts_like_any_cell_and_the_answer_is_sorted():
 
 
 def test_a_higher_level_is_wider():
+    """Seven values, 90 95 98 100 101 103 110: a resample's median is at most the j-th
+    smallest with probability P(Bin(7, j/7) >= 4) = 1.0 %, 10.8 %, ... 89.2 %, 99.0 %
+    (j = 1, 2, ..., 5, 6). The 90 % interval's ends (5 % and 95 %) are then the 2nd
+    and 6th values, 95..103; the 99 % interval's (0.5 % and 99.5 %) the 1st and 7th,
+    90..110, each end several standard errors of 9,999 resamples away from the next
+    value's quantile. Widths over the median, 100."""
+    F = [sps.binom.sf(3, 7, j / 7) for j in range(1, 8)]
+    assert F[0] < 0.05 <= F[1] and F[4] < 0.95 <= F[5]
+    assert 0.005 <= F[0] and F[5] < 0.995
     records = cell([95.0, 98.0, 100.0, 101.0, 103.0, 110.0, 90.0])
-    (w80,) = cell_widths(records, "maxrate", 0.8).values()
+    (w90,) = cell_widths(records, "maxrate", 0.9).values()
     (w99,) = cell_widths(records, "maxrate", 0.99).values()
-    assert w80 < w99
+    assert (w90, w99) == (pytest.approx(8 / 100), pytest.approx(20 / 100))
 
 
 def test_a_method_without_a_headline_is_refused():
@@ -115,9 +130,9 @@ def test_a_method_without_a_headline_is_refused():
 
 # --- a round planned into run.json (runner.adaptive_round) ----------------------------
 
-def run_dir(tmp_path, max_repeat=4, repeat=2, seed=5):
+def run_dir(tmp_path, max_repeat=4, repeat=2, seed=5, rules=(20,)):
     sc = scenario.load(None, {"backends": ["none", "iptables-legacy", "nftables"],
-                              "rules": [20], "repeat": repeat, "seed": seed,
+                              "rules": list(rules), "repeat": repeat, "seed": seed,
                               "adaptive.max_repeat": max_repeat})
     plan = make_plan(sc.backends, sc.rules, sc.frame_sizes, sc.repeat, sc.seed)
     rd = RunDir.create(tmp_path / "run", {"scenario": sc.dump(),
@@ -162,15 +177,32 @@ def test_a_round_is_written_to_the_plan_before_it_runs(tmp_path):
     assert len(rd.meta()["adaptive"]["rounds"]) == 2
 
 
+def seeded_round(cells, seed, k):
+    """Round k's order as runner.adaptive_round makes it: the cells that need more,
+    sorted, shuffled by random.Random(f"{seed}:adaptive:{k}")."""
+    order = sorted(cells)
+    random.Random(f"{seed}:adaptive:{k}").shuffle(order)
+    return order
+
+
 def test_round_order_is_seeded_by_seed_and_round(tmp_path):
-    orders = []
-    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
-        sc, rd, plan = run_dir(tmp_path / name, max_repeat=3, seed=seed)
-        record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
-        r = adaptive_round(rd, sc, plan)
-        orders.append([plan[i].backend for i in r.positions])
-    assert orders[0] == orders[1]
-    assert sorted(orders[0]) == sorted(orders[2]) == ["iptables-legacy", "nftables", "none"]
+    cells = [("none", 0, 64)] + [(b, n, 64) for b in ("iptables-legacy", "nftables")
+                                 for n in (20, 1000)]
+    got = {}
+    for seed in (5, 6):
+        sc, rd, plan = run_dir(tmp_path / str(seed), seed=seed, rules=(20, 1000))
+        for k in (1, 2):
+            record_plan(rd, plan, lambda key: 1000.0 * (1 + key.repetition))  # all wide
+            r = adaptive_round(rd, sc, plan)
+            assert r.round == k
+            got[seed, k] = [(plan[i].backend, plan[i].rules, plan[i].frame_size)
+                            for i in r.positions]
+    want = {key: seeded_round(cells, *key) for key in got}
+    assert got == want
+    # The four reference orders differ from each other and from the sorted order, so
+    # the comparison catches an order that ignores the seed or the round, or none.
+    orders = {tuple(o) for o in want.values()} | {tuple(sorted(cells))}
+    assert len(orders) == 5
 
 
 def test_rounds_go_on_from_what_run_json_holds(tmp_path):

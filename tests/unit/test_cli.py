@@ -26,7 +26,7 @@ def run_cli(*args, env=None):
 ])
 def test_bad_input_is_one_line_and_nonzero(args, needle):
     cp = run_cli(*args)
-    assert cp.returncode != 0
+    assert cp.returncode == 2  # a user error, from argparse or FwbenchError alike
     lines = cp.stderr.strip().splitlines()
     assert len(lines) == 1, cp.stderr
     assert needle in lines[0] and "Traceback" not in cp.stderr
@@ -35,7 +35,7 @@ def test_bad_input_is_one_line_and_nonzero(args, needle):
 @pytest.mark.skipif(os.geteuid() == 0, reason="checks the not-root path")
 def test_not_root():
     cp = run_cli("run", "--rules", "5")
-    assert cp.returncode != 0 and "must run as root" in cp.stderr
+    assert cp.returncode == 2 and "must run as root" in cp.stderr
 
 
 def test_resume_on_a_directory_that_is_not_a_run(tmp_path, capsys):

@@ -55,14 +55,21 @@ def test_a_second_run_into_the_same_directory_is_refused(tmp_path):
         RunDir.create(tmp_path / "run", {"plan": []})
 
 
-@pytest.mark.parametrize("content", [None, "not json", json.dumps({"kind": "other"})])
-def test_resume_on_something_that_is_not_a_run(tmp_path, content):
+@pytest.mark.parametrize("content, says", [
+    (None, "is not an fwbench run (no run.json)"),
+    ("not json", "run.json is unreadable: Expecting value"),
+    (json.dumps({"kind": "other"}), "is not an fwbench run (run.json is not one of ours)"),
+    (json.dumps({"kind": RUN_KIND, "schema_version": -1}),
+     f"run schema -1 is not {SCHEMA_VERSION}, which this fwbench writes"),
+], ids=["missing", "not-json", "other-kind", "other-schema"])
+def test_resume_on_something_that_is_not_a_run(tmp_path, content, says):
     d = tmp_path / "x"
     d.mkdir()
     if content is not None:
         (d / "run.json").write_text(content)
-    with pytest.raises(FwbenchError, match="not an fwbench run|unreadable"):
+    with pytest.raises(FwbenchError) as e:
         RunDir.open(d)
+    assert str(e.value).startswith(str(d)) and says in str(e.value)
 
 
 def test_unwritable_output_directory(tmp_path):

@@ -1,4 +1,6 @@
 """Scenario validation: every bad input is one clear FwbenchError naming the key."""
+import random
+
 import pytest
 
 from fwbench import scenario
@@ -81,19 +83,33 @@ def test_integers_are_accepted_for_seconds(tmp_path):
     assert load_text(tmp_path, "duration_s = 2").duration_s == 2.0
 
 
+def seeded_rounds(cells, repeat, seed):
+    """plan.py's documented order, rebuilt: one random.Random(seed) shuffles a fresh
+    copy of the cells for each round in turn."""
+    rng, out = random.Random(seed), []
+    for _ in range(repeat):
+        order = list(cells)
+        rng.shuffle(order)
+        out.append(order)
+    return out
+
+
 def test_plan_is_interleaved_complete_and_seeded():
-    plan = make_plan(["none", "iptables-legacy", "nftables"], [20, 1000], [64, 1518], 3, seed=7)
-    cells = 2 + 2 * 2 * 2
-    assert len(plan) == cells * 3 and len(set(plan)) == len(plan)
-    # Every cell once per round, rounds in order.
-    for rep in range(3):
-        assert {k.repetition for k in plan[rep * cells:(rep + 1) * cells]} == {rep}
-    # Random order within rounds, the same for the same seed.
-    assert plan == make_plan(["none", "iptables-legacy", "nftables"], [20, 1000], [64, 1518], 3, 7)
-    rounds = [[(k.backend, k.rules, k.frame_size) for k in plan[i * cells:(i + 1) * cells]]
-              for i in range(3)]
-    assert rounds[0] != rounds[1] or rounds[1] != rounds[2]
-    assert all(k.rules == 0 for k in plan if k.backend == "none")
+    backends, rules, frames = ["none", "iptables-legacy", "nftables"], [20, 1000], [64, 1518]
+    # Every cell, backend by backend, `none` once per frame size with 0 rules.
+    cells = [("none", 0, 64), ("none", 0, 1518)] + [
+        (b, n, f) for b in ("iptables-legacy", "nftables") for n in rules for f in frames]
+    plan = make_plan(backends, rules, frames, 3, seed=7)
+    want = seeded_rounds(cells, 3, 7)
+    assert [(k.backend, k.rules, k.frame_size) for k in plan] == sum(want, [])
+    assert [k.repetition for k in plan] == [rep for rep in range(3) for _ in cells]
+    # The reference orders differ from round to round and from another seed's, so the
+    # comparison above would catch a plan that ignored the round or the seed.
+    assert want[0] != want[1] != want[2] != want[0]
+    other = seeded_rounds(cells, 3, 8)
+    assert all(a != b for a, b in zip(want, other))
+    assert [(k.backend, k.rules, k.frame_size) for k in make_plan(
+        backends, rules, frames, 3, seed=8)] == sum(other, [])
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.toml")),

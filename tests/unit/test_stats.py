@@ -1,8 +1,88 @@
 """Intervals for small samples: order statistics for a median, paired bootstrap for a
-ratio of medians."""
+ratio of medians.
+
+Reference intervals are computed here without the code under test: order-statistics
+coverage by counting subsets (math.comb), and bootstrap intervals from the exact
+bootstrap distribution (every possible resample with its multinomial probability)
+instead of random resamples."""
+import itertools
+import math
+import random
+from collections import defaultdict
+from fractions import Fraction
+
 import pytest
 
-from fwbench.stats import median_interval, paired_ratio_interval
+from fwbench.stats import Interval, median_interval, paired_ratio_interval
+
+
+def order_statistics_interval(xs, level):
+    """The narrowest [x(k), x(n+1-k)] that holds the median with probability at least
+    `level`, or min..max: that probability is P(k <= Bin(n, 1/2) <= n-k), counted
+    exactly as the share of the 2^n sign patterns."""
+    n, s = len(xs), sorted(xs)
+
+    def cover(k):
+        return Fraction(sum(math.comb(n, i) for i in range(k, n - k + 1)), 2 ** n)
+    k = max([k for k in range(1, n // 2 + 1) if cover(k) >= level], default=1)
+    return s[k - 1], s[n - k], cover(k)
+
+
+def _resamples(n):
+    """Every multiset of n draws (with replacement) from n items, with its probability."""
+    for idx in itertools.combinations_with_replacement(range(n), n):
+        ways = math.factorial(n) // math.prod(math.factorial(idx.count(i)) for i in set(idx))
+        yield idx, Fraction(ways, n ** n)
+
+
+def exact_bootstrap(samples, statistic, paired=False):
+    """The bootstrap distribution of statistic(*samples), exactly: sorted (value,
+    probability). Paired: one resample of positions for all samples; else each sample
+    is resampled on its own."""
+    dist = defaultdict(Fraction)
+    if paired:
+        for idx, p in _resamples(len(samples[0])):
+            dist[statistic(*([x[i] for i in idx] for x in samples))] += p
+    else:
+        for picks in itertools.product(*(list(_resamples(len(x))) for x in samples)):
+            dist[statistic(*([x[i] for i in idx] for x, (idx, _) in zip(samples, picks)))] \
+                += math.prod(p for _, p in picks)
+    return sorted(dist.items())
+
+
+def _quantile(dist, q):
+    cum = 0
+    for v, p in dist:
+        cum += p
+        if cum >= q:
+            return v
+    return dist[-1][0]
+
+
+def percentile_range(dist, level, resamples, z=5):
+    """Where a percentile-bootstrap interval from `resamples` random resamples can end:
+    each end between the exact distribution's points at its quantile -+ z standard
+    errors of a quantile estimated from that many resamples. Where no value of the
+    distribution has its cumulative probability that near, the range is one value."""
+    out = []
+    for q in ((1 - level) / 2, (1 + level) / 2):
+        se = math.sqrt(q * (1 - q) / resamples)
+        out.append((_quantile(dist, q - z * se), _quantile(dist, q + z * se)))
+    return out
+
+
+def within(iv, ranges):
+    return all(lo - 1e-12 * abs(lo) <= x <= hi + 1e-12 * abs(hi)
+               for x, (lo, hi) in zip((iv.low, iv.high), ranges))
+
+
+def _median(x):
+    s, n = sorted(x), len(x)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def _median_ratio(a, b):
+    return _median(a) / _median(b) - 1
 
 
 def test_five_values_give_min_to_max_at_its_real_coverage():
@@ -17,9 +97,21 @@ def test_ten_values_drop_one_from_each_end():
     assert (iv.low, iv.high) == (2.0, 9.0) and iv.coverage == pytest.approx(1 - 22 / 1024)
 
 
+@pytest.mark.parametrize("level", [0.8, 0.9, 0.95, 0.99])
+def test_order_statistics_interval_for_every_size(level):
+    for n in range(2, 41):
+        xs = [10.0 + 1.5 * v for v in random.Random(n).sample(range(n), n)]
+        low, high, cover = order_statistics_interval(xs, level)
+        iv = median_interval(xs, level)
+        assert (iv.low, iv.high) == (low, high), (n, level)
+        assert iv.coverage == pytest.approx(float(cover), rel=1e-12), (n, level)
+
+
 def test_lower_level_gives_a_narrower_interval():
     xs = [float(x) for x in range(1, 11)]
-    assert median_interval(xs, level=0.8).low > median_interval(xs).low
+    # k = 3: 1 - 2 * (1 + 10 + 45) / 1024 = 0.8906 >= 0.8; k = 4 covers only 0.6562.
+    iv = median_interval(xs, level=0.8)
+    assert (iv.low, iv.high) == (3.0, 8.0) and iv.coverage == pytest.approx(1 - 112 / 1024)
 
 
 @pytest.mark.parametrize("xs", [[], [3.0]])
@@ -33,10 +125,16 @@ def test_paired_ratio_of_a_constant_factor_is_that_factor():
     assert iv.low == pytest.approx(0.2) and iv.high == pytest.approx(0.2)
 
 
-def test_paired_ratio_interval_brackets_the_estimate_and_is_seeded():
+def test_paired_ratio_interval_is_the_exact_bootstraps_and_is_seeded():
     pairs = [(110.0, 100.0), (104.0, 99.0), (121.0, 101.0), (100.0, 98.0), (115.0, 100.0)]
+    dist = exact_bootstrap([[a for a, _ in pairs], [b for _, b in pairs]], _median_ratio,
+                           paired=True)
+    ranges = percentile_range(dist, 0.95, 10_000)
+    # Far from any step of the distribution: each end is one value, 100/98 - 1 and
+    # 121/101 - 1.
+    assert ranges == [(100 / 98 - 1,) * 2, (121 / 101 - 1,) * 2]
     iv = paired_ratio_interval(pairs, seed=3)
-    assert iv.low <= 110.0 / 100.0 - 1 <= iv.high and iv.low > 0
+    assert within(iv, ranges) and iv.coverage == 0.95
     assert iv == paired_ratio_interval(pairs, seed=3)
 
 
@@ -124,26 +222,48 @@ def test_holm_textbook_example_and_gaps():
     assert holm([]) == []
 
 
-def test_median_ci_brackets_the_median_and_is_seeded():
+def test_median_ci_is_the_exact_bootstraps_and_is_seeded():
     xs = [10.0, 12.0, 11.0, 13.0, 9.0, 30.0, 11.5]
+    ranges = percentile_range(exact_bootstrap([xs], _median), 0.95, 9999)
+    # A resampled median is at most the smallest value 1.0 % of the time and at most
+    # the second smallest 10.8 % (P(Bin(7, j/7) >= 4)): the 2.5 % point is 10, and
+    # symmetrically the 97.5 % point is the second largest, 13.
+    assert ranges == [(10.0, 10.0), (13.0, 13.0)]
     iv = median_ci(xs)
-    assert min(xs) <= iv.low <= np.median(xs) <= iv.high <= max(xs)
+    assert within(iv, ranges) and iv.coverage == 0.95
     assert iv == median_ci(xs)
-    assert median_ci([5.0, 5.0, 5.0]).low == 5.0
+    for n in (3, 5):  # the 2.5 % point is the minimum: P(Bin(n, 1/n) > n/2) >= 5.8 %
+        xs = [100.0 + 7 * i % 11 for i in range(n)]
+        assert percentile_range(exact_bootstrap([xs], _median), 0.95, 9999) == \
+            [(min(xs),) * 2, (max(xs),) * 2]
+        assert within(median_ci(xs), [(min(xs),) * 2, (max(xs),) * 2])
+    assert median_ci([5.0, 5.0, 5.0]) == median_ci([5.0, 5.0]) == Interval(5.0, 5.0, 0.95)
     assert median_ci([1.0]) is None
 
 
 def test_median_ci_covers_the_true_median_about_as_often_as_it_says():
+    """25 values: a resampled median is at most x(j) with probability
+    P(Bin(25, j/25) >= 13), which first reaches 2.5 % at j = 8 (3.0 %) and 97.5 % at
+    j = 18, so the interval is [x(8), x(18)]. It holds the true median when 8 to 17
+    of the values lie below it: P = 0.957. Over 200 samples the hits must lie in
+    the central 99.9 % of Binomial(200, 0.957)."""
+    F = [sps.binom.sf(12, 25, j / 25) for j in range(1, 26)]
+    assert F[6] < 0.025 <= F[7] and F[16] < 0.975 <= F[17]
+    cover = sps.binom.cdf(17, 25, 0.5) - sps.binom.cdf(7, 25, 0.5)
     rng = np.random.default_rng(7)
     hits = sum(iv.low <= 100.0 <= iv.high for iv in
-               (median_ci(list(rng.normal(100, 5, 25)), resamples=999, seed=s)
-                for s in range(200)))
-    assert 0.88 <= hits / 200 <= 0.995
+               (median_ci(list(rng.normal(100, 5, 25)), seed=s) for s in range(200)))
+    lo, hi = sps.binom.interval(0.999, 200, cover)
+    assert lo <= hits <= hi, (hits, cover)
 
 
 def test_independent_ratio_interval():
-    iv = ratio_interval([120.0, 121.0, 119.0, 120.5], [100.0, 101.0, 99.0, 100.5])
-    assert iv.low < 0.2 < iv.high and iv.low > 0.15
+    a, b = [120.0, 121.0, 119.0, 120.5], [100.0, 101.0, 99.0, 100.5]
+    ranges = percentile_range(exact_bootstrap([a, b], _median_ratio), 0.95, 9999)
+    iv = ratio_interval(a, b)
+    assert within(iv, ranges), (iv, ranges)
+    # The ranges are narrow: the check above pins each end to about 0.2 %.
+    assert all(hi - lo < 0.003 for lo, hi in ranges), ranges
 
 
 # -- the cost model -------------------------------------------------------------------
