@@ -5,8 +5,9 @@ class FwbenchError(Exception):
     """A problem the user can fix: bad input, a missing tool, no permission."""
 
 
-class MeasurementInvalid(Exception):
-    """The measurement ran but cannot be trusted; the trial is recorded `invalid`."""
+class MeasurementInvalid(FwbenchError):
+    """The measurement ran but cannot be trusted; the runner records the trial
+    `invalid`, and anywhere else it ends the command with one line as any error."""
 
 
 class CommandError(FwbenchError):
