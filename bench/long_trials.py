@@ -38,6 +38,10 @@ from fwbench.traffic.engine import EngineTraffic
 TOLERANCE = 0.05
 
 
+def _pps(v: float | None) -> str:
+    return "none" if v is None else f"{v:,.0f}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -94,8 +98,10 @@ def main() -> int:
                 res = search(engine.measurer(tb, 64), cfg)
                 g = res.ndr
                 ndr[preset].append(g.lower_bound_pps)
+                if g.lower_bound_pps is None:
+                    raise FwbenchError(f"{preset}: no NDR ({g.reason})")
                 print(f"  {preset} ({duration:g} s trials): NDR {g.lower_bound_pps:,.0f} "
-                      f"pps, bounds [{g.lower_bound_pps:,.0f}, {g.upper_bound_pps or 0:,.0f}], "
+                      f"pps, bounds [{g.lower_bound_pps:,.0f}, {_pps(g.upper_bound_pps)}], "
                       f"{len(res.trials)} trials, {res.total_trial_time_s:,.0f} s; "
                       f"{g.reason}", flush=True)
         engine.close()
