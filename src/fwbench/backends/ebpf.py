@@ -18,7 +18,7 @@ from fwbench.backends.base import (Backend, Snapshot, interfaces, ordered_differ
                                    unordered_differences)
 from fwbench.errors import FwbenchError
 from fwbench.ruleset import Interfaces, Policy
-from fwbench.ruleset import render as r
+from fwbench.ruleset import policy_render as r
 from fwbench.testbed.netns import NetnsTestbed
 
 _probe_cache: dict[tuple[str, str], str | None] = {}

@@ -14,7 +14,7 @@ from fwbench import proc
 from fwbench.backends.base import (Backend, Snapshot, interfaces, ordered_differences,
                                    unordered_differences)
 from fwbench.ruleset import Interfaces, Policy
-from fwbench.ruleset import render as r
+from fwbench.ruleset import policy_render as r
 from fwbench.testbed.netns import NetnsTestbed
 
 _COUNTED = re.compile(r"^\[(\d+):(\d+)\] (-A .*)$")

@@ -1,54 +1,558 @@
-"""The forward-path policy every backend loads, whatever its syntax.
+"""The rule-set model: a firewall policy as data, whatever syntax loads it.
 
-A Policy is an ordered list of allow entries (destination address, protocol, port),
-first match wins, default drop, plus two auxiliary allow rules that every rendering
-places after the entries: the iperf3 control connection (TCP) and ICMP echo-request
-to the server. Traffic from the server side is accepted (the return path).
+A RuleSet holds tables (nft's shape: a family, base chains at hooks with priorities
+and policies, user chains, named sets), and the probes that prove it loaded. Every
+Rule has an id that goes into the kernel with it (an iptables comment, an nft
+comment, a BPF counter slot), so counters are read by id.
 
-`size` counts entries only: N rules in a linear chain, N elements in a set. The
-auxiliary rules are the same in every rendering and are not part of N.
+Conventions the renderers, importers, templates and the evaluator share:
+- Interface names are literal names, or the testbed roles CLIENT / SERVER
+  (`{client}`, `{server}`), which a renderer resolves to the testbed's names.
+  A trailing `+` is a wildcard, as in iptables.
+- Addresses are IPv4 or IPv6 networks in their canonical text ("198.18.0.0/24",
+  "2001:2::1/128"); a rule's family follows from them.
+- Protocols are names: tcp, udp, icmp, icmpv6.
+- A rule has one action. `counter` on a rule means it counts packets; iptables
+  always counts, nft only when asked.
+
+Everything here is pure: no root, no kernel, no subprocess.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import ipaddress
+import json
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Iterator
+
+from fwbench.errors import FwbenchError
+
+FAMILIES = ("ip", "ip6", "inet", "netdev")
+HOOKS = ("prerouting", "input", "forward", "output", "postrouting", "ingress")
+CHAIN_TYPES = ("filter", "nat", "route")
+POLICIES = ("accept", "drop")
+# nft's named priorities; iptables' tables sit at these.
+PRIORITIES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0,
+              "security": 50, "srcnat": 100}
+PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6")
+PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
+CT_STATES = ("new", "established", "related", "invalid", "untracked")
+PACKET_FIELDS = ("saddr", "daddr", "proto", "sport", "dport")
+SET_KEYS = ("addr", "proto", "port")
+# Terminal actions end the rule walk; the others let the packet go on.
+TERMINAL = frozenset({"accept", "drop", "reject", "jump", "goto", "return",
+                      "dnat", "snat", "masquerade"})
+NONTERMINAL = frozenset({"counter", "mark", "notrack", "log"})
+ACTIONS = TERMINAL | NONTERMINAL
+LIMIT_UNITS = ("second", "minute", "hour", "day")
+
+CLIENT = "{client}"
+SERVER = "{server}"
+ROLES = {CLIENT: "client", SERVER: "server"}
+
+
+class RuleSetError(FwbenchError):
+    """A rule set that cannot be what it says: a jump to a missing chain, a loop,
+    a duplicate id, a malformed field. The message is one line."""
+
+
+class Unsupported(FwbenchError):
+    """A backend cannot hold a feature the rule set uses. The message is the
+    issue's one line: `<backend>: unsupported: <feature> (rule <id>)`."""
+
+    def __init__(self, feature: str, where: str | None = None, backend: str = ""):
+        self.feature, self.where, self.backend = feature, where, backend
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        head = f"{self.backend}: " if self.backend else ""
+        tail = f" ({self.where})" if self.where else ""
+        return f"{head}unsupported: {self.feature}{tail}"
+
+    def for_backend(self, backend: str) -> "Unsupported":
+        return Unsupported(self.feature, self.where, backend)
+
+
+# --- matches --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Iface:
+    name: str                # a literal name, CLIENT or SERVER; `+` at the end: prefix
+    negate: bool = False
 
 
 @dataclass(frozen=True)
-class Entry:
-    daddr: str   # IPv4 address in the benchmarking range
-    proto: str   # "tcp" or "udp"
-    dport: int
+class Prefix:
+    net: str                 # canonical network text, e.g. "198.18.0.0/24"
+    negate: bool = False
+
+    @staticmethod
+    def of(text: str, negate: bool = False) -> "Prefix":
+        try:
+            return Prefix(str(ipaddress.ip_network(text, strict=False)), negate)
+        except ValueError:
+            raise RuleSetError(f"not an address or prefix: {text!r}") from None
+
+    @property
+    def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        return ipaddress.ip_network(self.net)
+
+    @property
+    def version(self) -> int:
+        return self.network.version
+
+
+@dataclass(frozen=True)
+class Ports:
+    ranges: tuple[tuple[int, int], ...]   # inclusive; a single port is (p, p)
+    negate: bool = False
+
+    @staticmethod
+    def of(*items: int | tuple[int, int], negate: bool = False) -> "Ports":
+        ranges = tuple((i, i) if isinstance(i, int) else (int(i[0]), int(i[1])) for i in items)
+        for lo, hi in ranges:
+            if not 0 <= lo <= hi <= 65535:
+                raise RuleSetError(f"bad port range {lo}-{hi}")
+        if not ranges:
+            raise RuleSetError("an empty port list")
+        return Ports(ranges, negate)
+
+    def contains(self, port: int) -> bool:
+        return any(lo <= port <= hi for lo, hi in self.ranges) != self.negate
+
+    @property
+    def single(self) -> int | None:
+        """The one port this matches, if it matches exactly one."""
+        if not self.negate and len(self.ranges) == 1 and self.ranges[0][0] == self.ranges[0][1]:
+            return self.ranges[0][0]
+        return None
+
+
+@dataclass(frozen=True)
+class SetRef:
+    """Membership of the packet's `fields` (in the set's key order) in a named set."""
+    name: str
+    fields: tuple[str, ...]  # from PACKET_FIELDS, e.g. ("daddr", "proto", "dport")
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Limit:
+    rate: int
+    per: str = "second"
+    burst: int = 5
+
+
+@dataclass(frozen=True)
+class Match:
+    """All given conditions must hold (an empty Match matches every packet)."""
+    iif: Iface | None = None
+    oif: Iface | None = None
+    src: Prefix | None = None
+    dst: Prefix | None = None
+    proto: str | None = None
+    sport: Ports | None = None
+    dport: Ports | None = None
+    icmp_type: int | None = None        # ICMP or ICMPv6, as `proto` says
+    ct_state: frozenset[str] | None = None
+    mark: tuple[int, int] | None = None  # (value, mask): packet mark & mask == value
+    mark_negate: bool = False
+    sets: tuple[SetRef, ...] = ()
+    limit: Limit | None = None
+
+    @property
+    def version(self) -> int | None:
+        """4 or 6 when an address or protocol pins the IP version, else None."""
+        versions = {p.version for p in (self.src, self.dst) if p}
+        if self.proto == "icmp":
+            versions.add(4)
+        elif self.proto == "icmpv6":
+            versions.add(6)
+        if len(versions) > 1:
+            raise RuleSetError("a rule mixes IPv4 and IPv6")
+        return versions.pop() if versions else None
+
+
+# --- actions and rules ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Action:
+    kind: str                       # from ACTIONS
+    chain: str | None = None        # jump, goto
+    mark: int | None = None         # mark: the value set
+    mark_mask: int = 0xFFFFFFFF     # mark: the bits set
+    addr: str | None = None         # dnat, snat: the new address
+    port: int | None = None         # dnat, snat: the new port (None keeps it)
+    reject_with: str | None = None  # reject: e.g. "icmp-port-unreachable", "tcp-reset"
+    log_prefix: str | None = None   # log
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind in TERMINAL
+
+
+ACCEPT = Action("accept")
+DROP = Action("drop")
+RETURN = Action("return")
+
+
+def jump(chain: str) -> Action:
+    return Action("jump", chain=chain)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    match: Match = Match()
+    action: Action = ACCEPT
+    counter: bool = True
+    comment: str | None = None      # a user's own comment, kept apart from the id
+
+
+@dataclass(frozen=True)
+class Chain:
+    name: str
+    rules: tuple[Rule, ...] = ()
+    hook: str | None = None         # None: a user chain, entered by jump or goto
+    priority: int = 0
+    type: str = "filter"
+    policy: str = "accept"          # base chains only
+
+    @property
+    def base(self) -> bool:
+        return self.hook is not None
+
+
+@dataclass(frozen=True)
+class Set:
+    """A named set. `keys` are the element's parts, from SET_KEYS, e.g.
+    ("addr", "proto", "port"); an element is a tuple of that many strings or ints
+    (addresses may be prefixes when `interval`). `version` says which IP version
+    its addresses are."""
+    name: str
+    keys: tuple[str, ...]
+    elements: tuple[tuple, ...] = ()
+    version: int = 4
+    interval: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    family: str
+    name: str
+    chains: tuple[Chain, ...] = ()
+    sets: tuple[Set, ...] = ()
+
+    def chain(self, name: str) -> Chain:
+        for c in self.chains:
+            if c.name == name:
+                return c
+        raise RuleSetError(f"table {self.family} {self.name} has no chain {name!r}")
+
+    def set(self, name: str) -> Set:
+        for s in self.sets:
+            if s.name == name:
+                return s
+        raise RuleSetError(f"table {self.family} {self.name} has no set {name!r}")
+
+
+# --- packets and probes ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Packet:
+    """One packet entering the firewall on the `iif` side ("client" or "server")."""
+    version: int
+    iif: str
+    saddr: str
+    daddr: str
+    proto: str
+    sport: int | None = None        # tcp, udp
+    dport: int | None = None
+    icmp_type: int | None = None    # icmp, icmpv6
+    mark: int = 0
+    ct_state: str = "new"
+
+    @property
+    def oif(self) -> str:
+        """The testbed routes every forwarded packet out of the other side."""
+        return "server" if self.iif == "client" else "client"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A packet that proves the rule set loaded: forwarded (and counted by `rule`,
+    and translated into `translated` when given) or dropped."""
+    name: str
+    packet: Packet
+    forward: bool
+    rule: str | None = None
+    translated: Packet | None = None
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    name: str                               # template name or file it came from
+    tables: tuple[Table, ...]
+    probes: tuple[Probe, ...] = ()
+    # The measured flow: its packets, and the rule that must count them.
+    flow: Packet | None = None
+    flow_rule: str | None = None
+    size: int = 0                           # the N a sweep scales (rules or elements)
+    layout: str = "linear"                  # "linear" or "set": how entries are held
+    # iptables chain and ipset names carry this prefix (templates: "fwb_";
+    # imports: ""): iptables has no table of fwbench's own to keep them apart.
+    ipt_prefix: str = ""
+    # Imported rule sets: original address -> testbed address, and interface map.
+    address_map: tuple[tuple[str, str], ...] = ()
+    iface_map: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    # --- walking -----------------------------------------------------------
+
+    def rules(self) -> Iterator[tuple[Table, Chain, Rule]]:
+        for t in self.tables:
+            for c in t.chains:
+                for r in c.rules:
+                    yield t, c, r
+
+    def rule(self, rule_id: str) -> Rule:
+        for _, _, r in self.rules():
+            if r.id == rule_id:
+                return r
+        raise RuleSetError(f"no rule with id {rule_id!r}")
+
+    def table(self, family: str, name: str) -> Table:
+        for t in self.tables:
+            if (t.family, t.name) == (family, name):
+                return t
+        raise RuleSetError(f"no table {family} {name}")
+
+    @property
+    def rule_count(self) -> int:
+        return sum(1 for _ in self.rules())
+
+    @property
+    def versions(self) -> frozenset[int]:
+        """The IP versions the rule set filters: from table families, then rules."""
+        out: set[int] = set()
+        for t in self.tables:
+            if t.family == "ip":
+                out.add(4)
+            elif t.family == "ip6":
+                out.add(6)
+            else:
+                for c in t.chains:
+                    for r in c.rules:
+                        v = r.match.version
+                        if v:
+                            out.add(v)
+                out |= {s.version for s in t.sets}
+        return frozenset(out or {4})
+
+    def features(self) -> dict[str, str]:
+        """Every feature the rule set uses -> where it is first used (`rule ID`,
+        `chain NAME`, `table NAME`); the vocabulary backends declare support in."""
+        out: dict[str, str] = {}
+
+        def add(feature: str, where: str) -> None:
+            out.setdefault(feature, where)
+
+        for t in self.tables:
+            add(f"family {t.family}", f"table {t.name}")
+            for s in t.sets:
+                add("set " + " . ".join(s.keys), f"set {s.name}")
+                if s.interval:
+                    add("set with prefixes", f"set {s.name}")
+                if s.version == 6:
+                    add("ipv6", f"set {s.name}")
+            for c in t.chains:
+                if c.base:
+                    add(f"hook {c.hook}", f"chain {c.name}")
+                    add(f"chain type {c.type}", f"chain {c.name}")
+                    add(f"policy {c.policy}", f"chain {c.name}")
+                else:
+                    add("user chain", f"chain {c.name}")
+                for r in c.rules:
+                    where = f"rule {r.id}"
+                    for f in rule_features(r):
+                        add(f, where)
+        return out
+
+    def digest(self) -> str:
+        """A stable hash of everything that reaches the kernel or the verdicts."""
+        h = hashlib.sha256()
+        h.update(json.dumps(_plain(self.tables), sort_keys=True,
+                            separators=(",", ":")).encode())
+        h.update(json.dumps([self.ipt_prefix, self.layout], sort_keys=True).encode())
+        return h.hexdigest()
+
+    def with_tables(self, tables: tuple[Table, ...], **kw) -> "RuleSet":
+        return replace(self, tables=tables, **kw)
+
+
+def rule_features(r: Rule) -> list[str]:
+    """The features one rule uses, in SUPPORTS' vocabulary."""
+    m, a, out = r.match, r.action, []
+    if m.iif:
+        out.append("iif")
+    if m.oif:
+        out.append("oif")
+    for what, p in (("saddr", m.src), ("daddr", m.dst)):
+        if p:
+            out.append(what)
+            if p.version == 6:
+                out.append("ipv6")
+            if p.network.prefixlen != p.network.max_prefixlen:
+                out.append(f"{what} prefix")
+    if m.proto:
+        out.append(f"proto {m.proto}")
+    for what, p in (("sport", m.sport), ("dport", m.dport)):
+        if p:
+            out.append(what)
+            if p.single is None and not p.negate:
+                out.append("port range" if len(p.ranges) == 1 else "port list")
+    if m.icmp_type is not None:
+        out.append("icmpv6 type" if m.proto == "icmpv6" else "icmp type")
+    if any(x and x.negate for x in (m.iif, m.oif, m.src, m.dst, m.sport, m.dport)) \
+            or m.mark_negate or any(s.negate for s in m.sets):
+        out.append("negation")
+    if m.ct_state:
+        out.append("ct state")
+    if m.mark:
+        out.append("mark match")
+    if m.sets:
+        out.append("set match")
+    if m.limit:
+        out.append("limit")
+    out.append({"mark": "mark set"}.get(a.kind, a.kind))
+    if r.counter:
+        out.append("counter")
+    return out
+
+
+def _plain(obj):
+    """Dataclasses, tuples and frozensets as JSON-able values, sets sorted."""
+    if is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [_plain(x) for x in obj]
+    if isinstance(obj, frozenset):
+        return sorted(obj)
+    return obj
+
+
+def as_dict(rs: RuleSet) -> dict:
+    """The rule set as plain data (run.json, debugging)."""
+    return _plain(rs)
+
+
+# --- validation ----------------------------------------------------------------------
+
+def validate(rs: RuleSet) -> RuleSet:
+    """Raise RuleSetError (one line) unless the rule set is well formed: known
+    families, hooks, types and actions; unique rule ids; jumps to chains of the
+    same table; no jump loop; sets referenced exist with as many keys as fields."""
+    seen: dict[str, str] = {}
+    for t in rs.tables:
+        if t.family not in FAMILIES:
+            raise RuleSetError(f"table {t.name}: unknown family {t.family!r}")
+        names = [c.name for c in t.chains]
+        if len(set(names)) != len(names):
+            raise RuleSetError(f"table {t.family} {t.name}: a chain name appears twice")
+        sets = {s.name: s for s in t.sets}
+        for s in t.sets:
+            if not s.keys or any(k not in SET_KEYS for k in s.keys):
+                raise RuleSetError(f"set {s.name}: keys must be from {', '.join(SET_KEYS)}")
+            if any(len(e) != len(s.keys) for e in s.elements):
+                raise RuleSetError(f"set {s.name}: an element does not have "
+                                   f"{len(s.keys)} parts")
+        for c in t.chains:
+            if c.base:
+                if c.hook not in HOOKS:
+                    raise RuleSetError(f"chain {c.name}: unknown hook {c.hook!r}")
+                if c.type not in CHAIN_TYPES:
+                    raise RuleSetError(f"chain {c.name}: unknown type {c.type!r}")
+                if c.policy not in POLICIES:
+                    raise RuleSetError(f"chain {c.name}: unknown policy {c.policy!r}")
+                if (c.hook == "ingress") != (t.family == "netdev"):
+                    raise RuleSetError(f"chain {c.name}: hook {c.hook} in family {t.family}")
+            for r in c.rules:
+                if not r.id:
+                    raise RuleSetError(f"chain {c.name}: a rule without an id")
+                if r.id in seen:
+                    raise RuleSetError(f"rule id {r.id!r} appears twice")
+                seen[r.id] = c.name
+                a = r.action
+                if a.kind not in ACTIONS:
+                    raise RuleSetError(f"rule {r.id}: unknown action {a.kind!r}")
+                if a.kind in ("jump", "goto"):
+                    if a.chain not in names:
+                        raise RuleSetError(f"rule {r.id}: {a.kind} to a missing chain "
+                                           f"{a.chain!r}")
+                    if t.chain(a.chain).base:
+                        raise RuleSetError(f"rule {r.id}: {a.kind} to base chain {a.chain}")
+                if a.kind in ("dnat", "snat") and not a.addr:
+                    raise RuleSetError(f"rule {r.id}: {a.kind} without an address")
+                m = r.match
+                m.version  # raises on a mixed rule
+                if m.proto and m.proto not in PROTOCOLS:
+                    raise RuleSetError(f"rule {r.id}: unknown protocol {m.proto!r}")
+                if (m.sport or m.dport) and m.proto not in ("tcp", "udp"):
+                    raise RuleSetError(f"rule {r.id}: a port match needs tcp or udp")
+                if m.icmp_type is not None and m.proto not in ("icmp", "icmpv6"):
+                    raise RuleSetError(f"rule {r.id}: an ICMP type needs icmp or icmpv6")
+                if m.ct_state and not m.ct_state <= set(CT_STATES):
+                    raise RuleSetError(f"rule {r.id}: unknown ct state "
+                                       f"{sorted(m.ct_state - set(CT_STATES))[0]!r}")
+                for ref in m.sets:
+                    if ref.name not in sets:
+                        raise RuleSetError(f"rule {r.id}: no set {ref.name!r}")
+                    if len(ref.fields) != len(sets[ref.name].keys) or \
+                            any(f not in PACKET_FIELDS for f in ref.fields):
+                        raise RuleSetError(f"rule {r.id}: set {ref.name} looked up with "
+                                           f"{len(ref.fields)} fields, it has "
+                                           f"{len(sets[ref.name].keys)} keys")
+        _check_loops(t)
+    for probe in rs.probes:
+        if probe.rule is not None and probe.rule not in seen:
+            raise RuleSetError(f"probe {probe.name}: no rule {probe.rule!r}")
+    if rs.flow_rule is not None and rs.flow_rule not in seen:
+        raise RuleSetError(f"measured flow: no rule {rs.flow_rule!r}")
+    return rs
+
+
+def _check_loops(t: Table) -> None:
+    edges = {c.name: sorted({r.action.chain for r in c.rules
+                             if r.action.kind in ("jump", "goto")}) for c in t.chains}
+    state: dict[str, int] = {}   # 1: on the path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for nxt in edges.get(name, []):
+            if state.get(nxt) == 1:
+                loop = path[path.index(nxt):] + [nxt] if nxt in path else [name, nxt]
+                raise RuleSetError(f"table {t.family} {t.name}: jump loop "
+                                   f"{' -> '.join(loop)}")
+            if state.get(nxt) is None:
+                visit(nxt, path + [nxt])
+        state[name] = 2
+
+    for c in t.chains:
+        if state.get(c.name) is None:
+            visit(c.name, [c.name])
 
 
 @dataclass(frozen=True)
 class Interfaces:
-    """The firewall's two interfaces: facing the client (ingress of the test flow)
-    and facing the server (ingress of the return path), and the firewall's own
-    IPv4 addresses (the eBPF filters pass traffic to them, as INPUT would)."""
+    """The firewall's two interfaces in the testbed: facing the client (ingress of
+    the test flow) and facing the server, and the firewall's own addresses (the
+    eBPF filters pass traffic to them, as INPUT would)."""
     client_side: str
     server_side: str
     local4: tuple[str, ...] = ()
+    local6: tuple[str, ...] = ()
 
+    def resolve(self, name: str) -> str:
+        """A rule's interface name as the kernel knows it."""
+        return {CLIENT: self.client_side, SERVER: self.server_side}.get(name, name)
 
-@dataclass(frozen=True)
-class Policy:
-    entries: tuple[Entry, ...]
-    test_entry: Entry            # the entry the measured UDP flow must hit
-    control: Entry               # iperf3's TCP control connection, auxiliary
-    ping_daddr: str              # ICMP echo-request to this address, auxiliary
-    counters: bool = True        # a counter on every entry rule (linear nft only)
-    template: str = "seed000"
-
-    @property
-    def size(self) -> int:
-        return len(self.entries)
-
-    def digest(self) -> str:
-        """A stable hash of the policy, recorded with every trial."""
-        h = hashlib.sha256()
-        h.update(f"{self.template};{self.counters};{self.control};{self.ping_daddr};"
-                 f"{self.test_entry}\n".encode())
-        for e in self.entries:
-            h.update(f"{e.daddr} {e.proto} {e.dport}\n".encode())
-        return h.hexdigest()

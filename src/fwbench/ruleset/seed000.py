@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from fwbench.ruleset.model import Entry, Policy
+from fwbench.ruleset.policy import Entry, Policy
 
 FILLER_BASE_PORT = 40000
 _PORTS_PER_ADDRESS = 65536 - FILLER_BASE_PORT

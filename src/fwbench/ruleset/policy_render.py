@@ -5,7 +5,7 @@ backend can compare what the kernel holds with what was asked, line by line.
 """
 from __future__ import annotations
 
-from fwbench.ruleset.model import Entry, Interfaces, Policy
+from fwbench.ruleset.policy import Entry, Interfaces, Policy
 
 # Names used inside the firewall namespace. nft rejects some bare identifiers
 # (`in`, `fwd`), so every generated name carries a prefix or a full word.

@@ -1,0 +1,106 @@
+"""Seed 000's rule set (Appendices B-E) as a template of the model.
+
+N entries: N-1 filler entries `ip daddr <server> tcp dport 40000+i accept` that the
+UDP test flow never matches, then the UDP test entry last, so every measured packet
+traverses all N rules of a linear chain before it is accepted. In the set layout
+the N entries are the elements of one set (address . protocol . port) matched by
+one rule, as seed 000's ipset and nft-set treatments held them.
+
+The skeleton: FORWARD (policy drop) jumps by input interface to from_client, which
+holds the entries and two auxiliary rules (the iperf3 control connection, ICMP
+echo-request to the server), or to from_server, which accepts the return path.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+from fwbench.ruleset.model import (ACCEPT, CLIENT, SERVER, Chain, Iface, Match, Packet,
+                                   Ports, Prefix, Probe, Rule, RuleSet, RuleSetError, Set,
+                                   SetRef, Table, jump)
+
+FILLER_BASE_PORT = 40000
+_PORTS_PER_ADDRESS = 65536 - FILLER_BASE_PORT
+# Past 25,536 fillers the ports run out; later blocks use other, unassigned
+# destination addresses from the benchmarking range, one /24 of them.
+_FILLER_SPILL_NET = ipaddress.IPv4Network("198.19.255.0/24")
+_FILLER_SPILL_NET6 = ipaddress.IPv6Network("2001:2:0:ff::/64")
+MAX_ENTRIES = 1 + _PORTS_PER_ADDRESS * (1 + _FILLER_SPILL_NET.num_addresses - 2)
+
+SERVER4, CLIENT4 = "198.19.0.2", "198.18.0.2"
+SERVER6, CLIENT6 = "2001:2:0:2::2", "2001:2:0:1::2"
+TABLE = "fwbench"
+SET_NAME = "allowed"
+# Rule ids: entries are allow-1 .. allow-N in order; in the set layout one rule,
+# `allowed`, matches the set.
+SET_RULE = "allowed"
+CONTROL_RULE, PING_RULE = "control", "ping"
+PROBE_SPORT = 40404
+
+
+def entry_id(i: int) -> str:
+    """The id of the i-th entry (1-based), the test entry being the N-th."""
+    return f"allow-{i}"
+
+
+def _filler(i: int, server: str) -> tuple[str, str, int]:
+    block, offset = divmod(i, _PORTS_PER_ADDRESS)
+    if block == 0:
+        daddr = server
+    elif ipaddress.ip_address(server).version == 4:
+        daddr = str(_FILLER_SPILL_NET[block])
+    else:
+        daddr = str(_FILLER_SPILL_NET6[block])
+    return daddr, "tcp", FILLER_BASE_PORT + offset
+
+
+def _entry_match(daddr: str, proto: str, port: int) -> Match:
+    return Match(dst=Prefix.of(daddr), proto=proto, dport=Ports.of(port))
+
+
+def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool = True,
+            test_port: int = 5201, control_port: int = 5201) -> RuleSet:
+    """N entries, the test entry (UDP to the server's test port) last; `counters`
+    False leaves the fillers without counters (nft only; iptables always counts)."""
+    if not 1 <= n <= MAX_ENTRIES:
+        raise RuleSetError(f"rule count must be 1..{MAX_ENTRIES}, got {n}")
+    if layout not in ("linear", "set"):
+        raise RuleSetError(f"layout must be linear or set, got {layout!r}")
+    server, client = (SERVER4, CLIENT4) if version == 4 else (SERVER6, CLIENT6)
+    icmp, echo = ("icmp", 8) if version == 4 else ("icmpv6", 128)
+    family = "ip" if version == 4 else "ip6"
+    entries = [_filler(i, server) for i in range(n - 1)] + [(server, "udp", test_port)]
+
+    sets: tuple[Set, ...] = ()
+    if layout == "linear":
+        rules = [Rule(entry_id(i + 1), _entry_match(*e), ACCEPT,
+                      counter=counters or i == n - 1)
+                 for i, e in enumerate(entries)]
+        test_rule = entry_id(n)
+    else:
+        sets = (Set(SET_NAME, ("addr", "proto", "port"), tuple(entries), version),)
+        rules = [Rule(SET_RULE, Match(sets=(SetRef(SET_NAME, ("daddr", "proto", "dport")),)))]
+        test_rule = SET_RULE
+    rules += [Rule(CONTROL_RULE, _entry_match(server, "tcp", control_port)),
+              Rule(PING_RULE, Match(dst=Prefix.of(server), proto=icmp, icmp_type=echo))]
+
+    table = Table(family, TABLE, (
+        # The skeleton's rules count nothing in nft, as seed 000's files had it.
+        Chain("forward", (Rule("from-client", Match(iif=Iface(CLIENT)), jump("from_client"),
+                               counter=False),
+                          Rule("from-server", Match(iif=Iface(SERVER)), jump("from_server"),
+                               counter=False)),
+              hook="forward", priority=0, type="filter", policy="drop"),
+        Chain("from_client", tuple(rules)),
+        Chain("from_server", (Rule("return-path", counter=False),)),
+    ), sets)
+
+    flow = Packet(version, "client", client, server, "udp", PROBE_SPORT, test_port)
+    probes = (
+        Probe("test flow", flow, True, test_rule),
+        Probe("disallowed", Packet(version, "client", client, server, "udp", PROBE_SPORT,
+                                   test_port + 1), False),
+        Probe("ping", Packet(version, "client", client, server, icmp, icmp_type=echo),
+              True, PING_RULE),
+    )
+    return RuleSet(f"seed000-{layout}", (table,), probes, flow=flow, flow_rule=test_rule,
+                   size=n, layout=layout, ipt_prefix="fwb_")
