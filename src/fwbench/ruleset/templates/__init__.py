@@ -14,6 +14,11 @@ from fwbench.ruleset.model import RuleSet
 
 TEMPLATES: dict[str, str] = {
     "seed000": "fwbench.ruleset.templates.seed000:seed000",
+    "seed001": "fwbench.ruleset.templates.seed001:seed001",
+    "seed004-forward": "fwbench.ruleset.templates.seed004:seed004_forward",
+    "seed004-nat": "fwbench.ruleset.templates.seed004:seed004_nat",
+    "droprate": "fwbench.ruleset.templates.droprate:droprate",
+    "random": "fwbench.ruleset.templates.random:random_ruleset",
 }
 
 

@@ -16,7 +16,7 @@ import ipaddress
 
 from fwbench.ruleset.model import (ACCEPT, CLIENT, SERVER, Chain, Iface, Match, Packet,
                                    Ports, Prefix, Probe, Rule, RuleSet, RuleSetError, Set,
-                                   SetRef, Table, jump)
+                                   SetRef, Table, jump, validate)
 
 FILLER_BASE_PORT = 40000
 _PORTS_PER_ADDRESS = 65536 - FILLER_BASE_PORT
@@ -102,5 +102,5 @@ def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool 
         Probe("ping", Packet(version, "client", client, server, icmp, icmp_type=echo),
               True, PING_RULE),
     )
-    return RuleSet(f"seed000-{layout}", (table,), probes, flow=flow, flow_rule=test_rule,
-                   size=n, layout=layout, ipt_prefix="fwb_")
+    return validate(RuleSet(f"seed000-{layout}", (table,), probes, flow=flow,
+                            flow_rule=test_rule, size=n, layout=layout, ipt_prefix="fwb_"))
