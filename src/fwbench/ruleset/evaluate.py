@@ -1,0 +1,905 @@
+"""The reference evaluator: what netfilter (Linux 6.x) does with one packet the
+firewall forwards, computed from the rule-set model alone.
+
+Verdict equivalence is checked against it: the same packet corpus goes through
+every backend in the testbed, and each backend's verdicts and per-rule counters
+must agree with `evaluate` / `expected_counts`.
+
+The path of a forwarded packet: netdev ingress chains (iif is all they know),
+then prerouting, forward and postrouting. At each hook every base chain of every
+table whose family applies (ip and inet for IPv4, ip6 and inet for IPv6, netdev for
+both) runs in priority order. An accept ends one base chain only; drop and reject
+end everything; falling off a base chain, or `return` in it, applies its policy.
+Within a chain the first matching rule with a terminal action decides; jump pushes
+a frame, goto replaces the current one, return and falling off a user chain pop.
+
+Where the kernel's behaviour is less obvious (each measured on 6.18):
+- Equal priorities: the kernel inserts a new hook function before those of the
+  same priority already registered, so of two chains at one priority the one
+  loaded LATER runs first; loading follows the model's table and chain order.
+- NAT chains do not run at their own priority: every nat chain of a hook hangs off
+  the NAT core's one hook function at -100 (prerouting) / 100 (postrouting), in
+  priority order among themselves. A nat chain at priority 50 still rewrites the
+  destination before a filter chain at 0 sees it. The first nat chain that
+  translates ends the NAT walk at that hook.
+- Conntrack attaches at prerouting priority -200: chains before it (and netdev
+  ingress) see `ct state` as invalid; notrack there makes the packet untracked for
+  every later chain, and NAT skips it.
+
+Limits, by design: `limit` always matches (a reference cannot model rates; a corpus
+sends far too few packets of one kind to reach a limit), and NAT translates only a
+connection's first packet (ct state new): conntrack rewrites later packets from
+the connection's binding without running any nat chain, which a per-packet model
+cannot know; a snat/dnat address range translates to its first address.
+"""
+from __future__ import annotations
+
+import gc
+import ipaddress
+import weakref
+from bisect import bisect_right
+from collections import Counter
+from functools import lru_cache
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping, Sequence
+
+from fwbench.ruleset.model import (PROTO_NUMBERS, ROLES, Chain, Iface, Match, Packet,
+                                   Ports, Prefix, Rule, RuleSet, RuleSetError, Set, SetRef)
+
+__all__ = ["Verdict", "Evaluator", "evaluate", "evaluate_all", "expected_counts",
+           "DEFAULT_LOCAL", "FORWARD_HOOKS", "CompiledSet", "address_interval",
+           "address_text", "port_interval", "rule_version", "iface_sides", "nat_address",
+           "merge_ranges", "complement_ranges"]
+
+# The firewall's own addresses in the testbed: masquerade takes the out-interface's.
+DEFAULT_LOCAL: dict[int, dict[str, str]] = {
+    4: {"client": "198.18.0.1", "server": "198.19.0.1"},
+    6: {"client": "2001:2:0:1::1", "server": "2001:2:0:2::1"},
+}
+FORWARD_HOOKS = ("ingress", "prerouting", "forward", "postrouting")
+_CONNTRACK_PRIORITY = -200
+_NAT_PRIORITY = {"prerouting": -100, "postrouting": 100}
+_OTHER = {"client": "server", "server": "client"}
+_PROTO_NAMES = {v: k for k, v in PROTO_NUMBERS.items()}
+
+# Action codes, compared in the inner loop.
+_ACCEPT, _DROP, _REJECT, _JUMP, _GOTO, _RETURN = 0, 1, 2, 3, 4, 5
+_DNAT, _SNAT, _MASQ, _NOP, _MARK, _NOTRACK = 6, 7, 8, 9, 10, 11
+_CODES = {"accept": _ACCEPT, "drop": _DROP, "reject": _REJECT, "jump": _JUMP,
+          "goto": _GOTO, "return": _RETURN, "dnat": _DNAT, "snat": _SNAT,
+          "masquerade": _MASQ, "counter": _NOP, "log": _NOP, "mark": _MARK,
+          "notrack": _NOTRACK}
+# Chains shorter than this are walked rule by rule; longer ones get an index.
+_INDEX_MIN = 16
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the firewall did with one packet."""
+    forward: bool
+    # The rule whose action decided: the drop/reject rule, or for a forwarded packet
+    # the last accepting rule of a filter chain (a nat chain's when no filter chain
+    # saw the packet). None when a policy decided; then `policy_of` names the chain.
+    decided_by: str | None
+    policy_of: str | None
+    # Every rule the packet matched, in evaluation order, terminal or not (jumps,
+    # marks, counters too), whether or not the rule asks for a counter.
+    counted: tuple[str, ...]
+    translated: Packet        # the packet as it leaves (or as far as it got)
+    reason: str
+
+
+# --- compiling -----------------------------------------------------------------------
+
+@lru_cache(maxsize=1 << 16)
+def _addr_int(text: str) -> tuple[int, int]:
+    """An address's (version, integer); ValueError if it is none. IPv4 is parsed
+    here: ipaddress costs microseconds a call, and rule sets hold 100k of them."""
+    parts = text.split(".")
+    if len(parts) == 4 and all(p.isascii() and p.isdigit() and len(p) <= 3 and int(p) <= 255
+                               and (p == "0" or p[0] != "0") for p in parts):
+        a, b, c, d = map(int, parts)
+        return 4, (a << 24) | (b << 16) | (c << 8) | d
+    a = ipaddress.ip_address(text)
+    return a.version, int(a)
+
+
+@lru_cache(maxsize=1 << 16)
+def address_interval(text: str) -> tuple[int, int, int, int | None]:
+    """An address, prefix or `a-b` range -> (version, lo, hi, mask or None); the
+    mask when the interval is a prefix."""
+    try:
+        if "-" in text:
+            lo_t, hi_t = text.split("-", 1)
+            v, lo = _addr_int(lo_t.strip())
+            v2, hi = _addr_int(hi_t.strip())
+            if v != v2 or hi < lo:
+                raise ValueError
+            size = hi - lo + 1
+            bits = 32 if v == 4 else 128
+            if size & (size - 1) == 0 and lo % size == 0:
+                return v, lo, hi, ((1 << bits) - 1) ^ (size - 1)
+            return v, lo, hi, None
+        addr, _, plen = text.partition("/")
+        v, a = _addr_int(addr.strip())
+        bits = 32 if v == 4 else 128
+        n = int(plen) if plen else bits
+        if not 0 <= n <= bits:
+            raise ValueError
+        mask = ((1 << bits) - 1) ^ ((1 << (bits - n)) - 1)
+        lo = a & mask
+        return v, lo, lo | ((1 << (bits - n)) - 1), mask
+    except ValueError:
+        raise RuleSetError(f"not an address, prefix or range: {text!r}") from None
+
+
+def address_text(version: int, value: int) -> str:
+    if version == 4:
+        return f"{value >> 24}.{(value >> 16) & 255}.{(value >> 8) & 255}.{value & 255}"
+    return str(ipaddress.IPv6Address(value))
+
+
+def port_interval(value) -> tuple[int, int]:
+    if isinstance(value, (tuple, list)):
+        return int(value[0]), int(value[1])
+    if isinstance(value, str) and "-" in value:
+        lo, hi = value.split("-", 1)
+        return int(lo), int(hi)
+    return int(value), int(value)
+
+
+def _proto_name(value) -> str:
+    if isinstance(value, int):
+        return _PROTO_NAMES.get(value, str(value))
+    return str(value)
+
+
+class CompiledSet:
+    """A named set as hash tables: exact and prefix elements are found by masking
+    the looked-up values with each prefix length the set holds; only elements with
+    a true range (not a prefix) are scanned."""
+
+    def __init__(self, s: Set):
+        self.name = s.name
+        self.version = s.version if "addr" in s.keys else None
+        self.keys = s.keys
+        # Elements as (lo, hi) for addresses and ports, a name for a protocol.
+        self.elements: list[tuple] = []
+        # shape (per key: None = exact, int = address mask) -> set of keys
+        hashed: dict[tuple, set] = {}
+        self.ranged: list[tuple[tuple[int, int] | str, ...]] = []
+        for e in s.elements:
+            shape, key, parts, ranged = [], [], [], False
+            for kind, value in zip(s.keys, e):
+                if kind == "addr":
+                    v, lo, hi, mask = address_interval(str(value))
+                    if v != s.version:
+                        raise RuleSetError(f"set {s.name}: element {value} is not IPv{s.version}")
+                    parts.append((lo, hi))
+                    if lo == hi:
+                        shape.append(None)
+                        key.append(lo)
+                    elif mask is not None:
+                        shape.append(mask)
+                        key.append(lo)
+                    else:
+                        ranged = True
+                elif kind == "port":
+                    lo, hi = port_interval(value)
+                    parts.append((lo, hi))
+                    if lo == hi:
+                        shape.append(None)
+                        key.append(lo)
+                    else:
+                        ranged = True
+                else:
+                    name = _proto_name(value)
+                    parts.append(name)
+                    shape.append(None)
+                    key.append(name)
+            self.elements.append(tuple(parts))
+            if ranged:
+                self.ranged.append(tuple(parts))
+            else:
+                hashed.setdefault(tuple(shape), set()).add(tuple(key))
+        self.exact = hashed.pop(tuple([None] * len(s.keys)), set())
+        self.masked = [(shape, keys) for shape, keys in hashed.items()]
+
+    def contains(self, values: tuple) -> bool:
+        if values in self.exact:
+            return True
+        for shape, keys in self.masked:
+            if tuple(v if m is None else v & m for v, m in zip(values, shape)) in keys:
+                return True
+        for parts in self.ranged:
+            for v, p in zip(values, parts):
+                if isinstance(p, str):
+                    if v != p:
+                        break
+                elif not p[0] <= v <= p[1]:
+                    break
+            else:
+                return True
+        return False
+
+
+class _State:
+    """The packet as the chains see it at one point of its path."""
+    __slots__ = ("version", "iif", "oif", "saddr", "daddr", "proto", "sport", "dport",
+                 "icmp", "mark", "ct", "untracked", "side_in", "side_out")
+
+
+_NEVER = object()   # a compiled condition that no forwarded packet meets
+
+
+def iface_sides(spec: Iface, ifnames: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The sides ("client", "server") whose interface an iif/oif condition matches.
+    The testbed has two interfaces, so a literal name matches only when `ifnames`
+    (side -> real name) says which side carries it; `+` alone matches both."""
+    name = spec.name
+    if name in ROLES:
+        sides = {ROLES[name]}
+    elif name.endswith("+") and name[:-1] in ROLES:
+        sides = {ROLES[name[:-1]]}
+    elif name == "+":
+        sides = {"client", "server"}
+    elif ifnames:
+        if name.endswith("+"):
+            sides = {side for side, real in ifnames.items() if real.startswith(name[:-1])}
+        else:
+            sides = {side for side, real in ifnames.items() if real == name}
+    else:
+        sides = set()
+    return frozenset(_OTHER.keys() - sides if spec.negate else sides)
+
+
+def _iface_test(sides: frozenset[str], attr: str):
+    """A condition on an interface the hook does not know (oif before routing, iif
+    at postrouting) never matches, negated or not: nft's meta expression breaks the
+    rule there, and iptables refuses -o in PREROUTING and -i in POSTROUTING."""
+    if not sides:
+        return _NEVER
+    if len(sides) == 2:
+        if attr == "iif":
+            return lambda s: s.iif is not None
+        return lambda s: s.oif is not None
+    (side,) = sides
+    if attr == "iif":
+        return lambda s: s.iif == side
+    return lambda s: s.oif == side
+
+
+def _prefix_test(p: Prefix, attr: str):
+    v, lo, hi, mask = address_interval(p.net)
+    neg = p.negate
+    if attr == "saddr":
+        if neg:
+            return lambda s: s.saddr & mask != lo
+        return lambda s: s.saddr & mask == lo
+    if neg:
+        return lambda s: s.daddr & mask != lo
+    return lambda s: s.daddr & mask == lo
+
+
+def _ports_test(p: Ports, attr: str):
+    single = p.single
+    if attr == "sport":
+        if single is not None:
+            return lambda s: s.sport == single
+        ranges, neg = p.ranges, p.negate
+        return lambda s: s.sport is not None and \
+            any(lo <= s.sport <= hi for lo, hi in ranges) != neg
+    if single is not None:
+        return lambda s: s.dport == single
+    ranges, neg = p.ranges, p.negate
+    return lambda s: s.dport is not None and \
+        any(lo <= s.dport <= hi for lo, hi in ranges) != neg
+
+
+def _set_test(ref: SetRef, cset: CompiledSet):
+    getters = tuple(ref.fields)
+    neg = ref.negate
+    contains = cset.contains
+
+    def test(s: _State) -> bool:
+        values = tuple(getattr(s, f) for f in getters)
+        # A packet without the looked-up field (ports of an ICMP packet) matches
+        # neither the set nor its negation.
+        if None in values:
+            return False
+        return contains(values) != neg
+    return test
+
+
+def _all(tests: list[Callable]) -> Callable | None:
+    if not tests:
+        return None
+    if len(tests) == 1:
+        return tests[0]
+    if len(tests) == 2:
+        a, b = tests
+        return lambda s: a(s) and b(s)
+    if len(tests) == 3:
+        a, b, c = tests
+        return lambda s: a(s) and b(s) and c(s)
+    if len(tests) == 4:
+        a, b, c, d = tests
+        return lambda s: a(s) and b(s) and c(s) and d(s)
+    t = tuple(tests)
+    return lambda s: all(f(s) for f in t)
+
+
+def rule_version(r: Rule, sets: Mapping[str, Set]) -> int | None:
+    """The IP version a rule can match, pinned by its addresses, protocol, sets of
+    addresses or NAT address; None if nothing pins it. RuleSetError if they disagree
+    (such a rule matches no packet)."""
+    m = r.match
+    versions = {address_interval(p.net)[0] for p in (m.src, m.dst) if p is not None}
+    if m.proto == "icmp":
+        versions.add(4)
+    elif m.proto == "icmpv6":
+        versions.add(6)
+    for ref in r.match.sets:
+        s = sets.get(ref.name)
+        if s is not None and "addr" in s.keys:
+            versions.add(s.version)
+    if r.action.kind in ("dnat", "snat") and r.action.addr:
+        # nft's `dnat ip to` carries an implicit `meta nfproto ipv4`.
+        versions.add(address_interval(nat_address(r.action.addr))[0])
+    if len(versions) > 1:
+        raise RuleSetError(f"rule {r.id}: mixes IPv4 and IPv6")
+    return versions.pop() if versions else None
+
+
+def nat_address(addr: str) -> str:
+    """The address a snat/dnat translates to: the first of a range or prefix."""
+    return addr.split("-", 1)[0].split("/", 1)[0].strip().strip("[]")
+
+
+def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[str, Set],
+                   ifnames: Mapping[str, str] | None):
+    """A rule's match as one function of the state, or None (matches all) or _NEVER."""
+    m: Match = r.match
+    tests: list = []
+    try:
+        version = rule_version(r, raw_sets)
+    except RuleSetError:
+        return _NEVER
+    if m.proto is not None:
+        proto = m.proto
+        tests.append(lambda s: s.proto == proto)
+    if version is not None:
+        tests.insert(0, lambda s: s.version == version)
+    if m.dport:
+        tests.append(_ports_test(m.dport, "dport"))
+    if m.dst:
+        tests.append(_prefix_test(m.dst, "daddr"))
+    if m.src:
+        tests.append(_prefix_test(m.src, "saddr"))
+    if m.sport:
+        tests.append(_ports_test(m.sport, "sport"))
+    if m.icmp_type is not None:
+        icmp = m.icmp_type
+        tests.append(lambda s: s.icmp == icmp)
+    for spec, attr in ((m.iif, "iif"), (m.oif, "oif")):
+        if spec is not None:
+            t = _iface_test(iface_sides(spec, ifnames), attr)
+            if t is _NEVER:
+                return _NEVER
+            tests.append(t)
+    if m.ct_state is not None:
+        states = frozenset(m.ct_state)
+        tests.append(lambda s: s.ct in states)
+    if m.mark is not None:
+        value, mask = m.mark
+        if m.mark_negate:
+            tests.append(lambda s: s.mark & mask != value)
+        else:
+            tests.append(lambda s: s.mark & mask == value)
+    for ref in m.sets:
+        tests.append(_set_test(ref, sets[ref.name]))
+    # m.limit: always matches (see the module docstring).
+    return _all(tests)
+
+
+class _Stab:
+    """Interval stabbing over one integer field: which rules' conditions on it hold
+    for a value. The masks (bit i: rule i) are kept at checkpoints only and rebuilt
+    from the per-boundary flips in between, so memory stays near `budget` bytes."""
+    __slots__ = ("points", "flips", "every", "marks", "wild")
+
+    def __init__(self, conds: list[tuple[int, list[tuple[int, int]]]], wild: int, n: int,
+                 budget: int = 8 << 20):
+        events: dict[int, list[int]] = {}
+        for i, ranges in conds:
+            for lo, hi in ranges:
+                events.setdefault(lo, []).append(i)
+                events.setdefault(hi + 1, []).append(i)
+        self.points = sorted(events)
+        # A flip is a mask when that costs no more than the list of rule numbers
+        # (a mask takes n/8 bytes, whatever its number of bits).
+        self.flips = [_mask(events[p]) if len(events[p]) * 64 >= n else tuple(events[p])
+                      for p in self.points]
+        self.every = max(8, -(-len(self.points) * (n // 8 + 1) // budget))
+        self.wild = wild
+        self.marks: list[int] = []
+        m = 0
+        for j, p in enumerate(self.points):
+            if j % self.every == 0:
+                self.marks.append(m)
+            m = _flip(m, self.flips[j])
+        self.marks.append(m)
+
+    def query(self, x: int) -> int:
+        j = bisect_right(self.points, x)        # flips at points <= x apply
+        c = j // self.every
+        m = self.marks[c]
+        flips = self.flips
+        for k in range(c * self.every, j):
+            m = _flip(m, flips[k])
+        return m | self.wild
+
+
+def _mask(bits: Iterable[int]) -> int:
+    """Bits i set for each i in bits, built in linear time."""
+    bits = list(bits)
+    if not bits:
+        return 0
+    buf = bytearray((max(bits) >> 3) + 1)
+    for i in bits:
+        buf[i >> 3] |= 1 << (i & 7)
+    return int.from_bytes(buf, "little")
+
+
+def _flip(m: int, flip) -> int:
+    if isinstance(flip, int):
+        return m ^ flip
+    for i in flip:
+        m ^= 1 << i
+    return m
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive integer ranges as sorted, disjoint, non-adjacent ones."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def complement_ranges(ranges: list[tuple[int, int]], lo: int, hi: int) \
+        -> list[tuple[int, int]]:
+    """What merged `ranges` leave of lo..hi."""
+    out, at = [], lo
+    for a, b in ranges:
+        if a > at:
+            out.append((at, a - 1))
+        at = max(at, b + 1)
+    if at <= hi:
+        out.append((at, hi))
+    return out
+
+
+class _Filter:
+    """For a long chain: the rules a packet can possibly match, as a bit mask, from
+    the conditions that index well (IP version, protocol, interfaces, ICMP type,
+    ports, addresses). The rules' own tests still decide; marks, ct state and sets
+    are left to them (a notrack or mark action changes those mid-chain)."""
+
+    def __init__(self, rules: list[Rule], versions: list[int | None],
+                 sides: list[tuple[frozenset[str] | None, frozenset[str] | None]]):
+        n = len(rules)
+        full = (1 << n) - 1
+        self.version = {pv: _mask(i for i, v in enumerate(versions) if v in (None, pv))
+                        for pv in (4, 6)}
+        self.parts: list[tuple[str, object]] = []
+
+        def by_value(have: list) -> dict | None:
+            # value -> mask; a rule without the condition (None) is in every mask,
+            # and only such rules are under the key None.
+            if all(h is None for h in have):
+                return None
+            wild = _mask(i for i, h in enumerate(have) if h is None)
+            bits: dict = {}
+            for i, h in enumerate(have):
+                for k in (h if h is not None else ()):
+                    bits.setdefault(k, []).append(i)
+            out = {k: wild | _mask(b) for k, b in bits.items()}
+            out[None] = wild
+            return out
+
+        for attr, have in (
+                ("proto", [(r.match.proto,) if r.match.proto else None for r in rules]),
+                ("iif", [sd[0] for sd in sides]),
+                ("oif", [sd[1] for sd in sides]),
+                ("icmp", [(r.match.icmp_type,) if r.match.icmp_type is not None else None
+                          for r in rules])):
+            table = by_value(have)
+            if table is not None:
+                self.parts.append((attr, table))
+        for attr in ("sport", "dport"):
+            conds, wilds = [], []
+            for i, r in enumerate(rules):
+                p = getattr(r.match, attr)
+                if p is None:
+                    wilds.append(i)
+                    continue
+                ranges = merge_ranges(p.ranges)
+                conds.append((i, complement_ranges(ranges, 0, 65535) if p.negate else ranges))
+            if conds:
+                wild = _mask(wilds)
+                self.parts.append((attr, (_Stab(conds, wild, n), wild)))
+        for attr, field in (("saddr", "src"), ("daddr", "dst")):
+            stabs = {}
+            for pv, bits in ((4, 32), (6, 128)):
+                conds, wilds = [], []
+                for i, r in enumerate(rules):
+                    p = getattr(r.match, field)
+                    if p is None:
+                        wilds.append(i)
+                        continue
+                    v, lo, hi, _ = address_interval(p.net)
+                    if v != pv:
+                        continue
+                    conds.append((i, complement_ranges([(lo, hi)], 0, (1 << bits) - 1)
+                                  if p.negate else [(lo, hi)]))
+                wild = _mask(wilds)
+                if conds:
+                    stabs[pv] = _Stab(conds, wild, n)
+                elif wild != full:
+                    stabs[pv] = None, wild
+            if stabs:
+                self.parts.append((attr, stabs))
+
+    def candidates(self, s: _State) -> int:
+        m = self.version[s.version]
+        for attr, part in self.parts:
+            if not m:
+                return 0
+            if attr in ("saddr", "daddr"):
+                stab = part.get(s.version)
+                if stab is None:
+                    continue
+                if isinstance(stab, tuple):
+                    m &= stab[1]
+                else:
+                    m &= stab.query(getattr(s, attr))
+            elif attr in ("sport", "dport"):
+                value = getattr(s, attr)
+                stab, wild = part
+                m &= wild if value is None else stab.query(value)
+            else:
+                value = getattr(s, attr)
+                m &= part.get(value, part[None])
+        return m
+
+
+class _CChain:
+    """A compiled chain: rules as (id, test, action code, argument) tuples, and for a
+    long chain a _Filter that narrows the rules a packet can match."""
+    __slots__ = ("name", "table", "rules", "full", "filter", "policy_drop", "base",
+                 "nat", "hook", "priority", "order")
+
+    def __init__(self, table_idx: int, chain_idx: int, c: Chain, table_name: str):
+        self.name = c.name
+        self.table = table_name
+        self.rules: list[tuple] = []
+        self.full = 0
+        self.filter: _Filter | None = None
+        self.policy_drop = c.policy == "drop"
+        self.base = c.base
+        self.nat = c.type == "nat" and c.hook in _NAT_PRIORITY
+        self.hook = c.hook
+        self.priority = c.priority
+        self.order = (table_idx, chain_idx)
+
+    def candidates(self, s: _State) -> int:
+        """Bit i set: rule i may match."""
+        if self.filter is None:
+            return self.full
+        return self.filter.candidates(s)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """What runs at one point of a hook: one base chain, or the NAT core with all
+    nat chains of the hook in their order."""
+    chains: tuple[_CChain, ...]
+    nat: bool
+    before_conntrack: bool
+
+
+class Evaluator:
+    """A rule set compiled once for many packets.
+
+    `local` maps a side ("client", "server") to the firewall's address on it, one
+    address or several (one per IP version); missing ones default to DEFAULT_LOCAL.
+    `ifnames` maps a side to its real interface name, so literal interface names in
+    rules can match; without it only the roles CLIENT/SERVER (and `+`) match.
+    """
+
+    def __init__(self, rs: RuleSet, local: Mapping[str, str | Sequence[str]] | None = None,
+                 ifnames: Mapping[str, str] | None = None):
+        self.rs = rs
+        self.local: dict[int, dict[str, tuple[str, int]]] = {
+            v: {side: (a, _addr_int(a)[1]) for side, a in d.items()}
+            for v, d in DEFAULT_LOCAL.items()}
+        for side, given in (local or {}).items():
+            if side not in _OTHER:
+                raise RuleSetError(f"local address for unknown side {side!r}")
+            for a in ([given] if isinstance(given, str) else given):
+                try:
+                    v, i = _addr_int(a)
+                except ValueError:
+                    raise RuleSetError(f"local address for {side} is not an address: "
+                                       f"{a!r}") from None
+                self.local[v][side] = (address_text(v, i), i)
+        self.local_ints = {v: frozenset(i for _, i in d.values()) for v, d in self.local.items()}
+        self.units: dict[tuple[int, str], tuple[_Unit, ...]] = {}
+        # Compiling makes a few closures per rule and nothing cyclic: the cyclic
+        # collector would only rescan them, which took 4/5 of the time at 100k rules.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._compile(ifnames)
+        finally:
+            if enabled:
+                gc.enable()
+
+    # --- compiling -------------------------------------------------------------
+
+    def _compile(self, ifnames: Mapping[str, str] | None) -> None:
+        compiled: list[tuple[str, _CChain]] = []   # (family, base chain)
+        for ti, t in enumerate(self.rs.tables):
+            raw_sets = {s.name: s for s in t.sets}
+            csets = {s.name: CompiledSet(s) for s in t.sets}
+            chains = {c.name: _CChain(ti, ci, c, t.name) for ci, c in enumerate(t.chains)}
+            for c in t.chains:
+                cc = chains[c.name]
+                rules, kept, versions, sides = [], [], [], []
+                for r in c.rules:
+                    test = _compile_match(r, csets, raw_sets, ifnames)
+                    if test is _NEVER:
+                        continue
+                    a = r.action
+                    code = _CODES[a.kind]
+                    arg = None
+                    if code in (_JUMP, _GOTO):
+                        arg = chains[a.chain]
+                    elif code == _MARK:
+                        arg = ((a.mark or 0), a.mark_mask & 0xFFFFFFFF)
+                    elif code in (_DNAT, _SNAT):
+                        addr = nat_address(a.addr)
+                        v, i = address_interval(addr)[:2]
+                        arg = (address_text(v, i), i, a.port)
+                    if code == _NOTRACK and not (c.hook == "prerouting"
+                                                 and c.priority < _CONNTRACK_PRIORITY):
+                        # After conntrack attached, notrack does nothing (nft checks
+                        # for an existing entry; iptables allows it in raw only).
+                        code = _NOP
+                    if code in (_DNAT, _SNAT, _MASQ) and not cc.nat:
+                        code = _ACCEPT
+                    rules.append((r.id, test, code, arg))
+                    kept.append(r)
+                    versions.append(rule_version(r, raw_sets))
+                    sides.append(tuple(None if spec is None else iface_sides(spec, ifnames)
+                                       for spec in (r.match.iif, r.match.oif)))
+                cc.rules = rules
+                cc.full = (1 << len(rules)) - 1
+                if len(rules) >= _INDEX_MIN:
+                    cc.filter = _Filter(kept, versions, sides)
+                if c.base:
+                    compiled.append((t.family, cc))
+        for version in (4, 6):
+            families = {"ip", "inet", "netdev"} if version == 4 else {"ip6", "inet", "netdev"}
+            for hook in FORWARD_HOOKS:
+                here = [cc for fam, cc in compiled if fam in families and cc.hook == hook]
+                self.units[(version, hook)] = _units(hook, here)
+
+    # --- evaluating ------------------------------------------------------------
+
+    def evaluate(self, pkt: Packet) -> Verdict:
+        s = _State()
+        try:
+            s.version, s.saddr = _addr_int(pkt.saddr)
+            _, s.daddr = _addr_int(pkt.daddr)
+        except ValueError:
+            raise RuleSetError(f"packet with a bad address: {pkt.saddr} -> {pkt.daddr}") \
+                from None
+        if pkt.version != s.version:
+            raise RuleSetError(f"packet says IPv{pkt.version} but has address {pkt.saddr}")
+        if pkt.iif not in _OTHER:
+            raise RuleSetError(f"packet iif must be client or server, not {pkt.iif!r}")
+        s.proto, s.sport, s.dport, s.icmp = pkt.proto, pkt.sport, pkt.dport, pkt.icmp_type
+        s.mark = pkt.mark
+        s.untracked = pkt.ct_state == "untracked"
+        s.side_in, s.side_out = pkt.iif, pkt.oif
+        counted: list[str] = []
+        # Per kind of chain (nat or not): the last rule that accepted, the last chain.
+        accepted: dict[bool, str | None] = {False: None, True: None}
+        walked: dict[bool, str | None] = {False: None, True: None}
+        nat_rule = None
+        version = s.version
+        for hook in FORWARD_HOOKS:
+            if hook == "forward" and s.daddr in self.local_ints[version]:
+                # Addressed to the firewall (after DNAT or not): input, not forward.
+                return self._verdict(pkt, s, False, nat_rule, None, counted,
+                                     "addressed to the firewall itself: not forwarded")
+            units = self.units[(version, hook)]
+            if not units:
+                continue
+            s.iif = s.side_in if hook != "postrouting" else None
+            s.oif = s.side_out if hook in ("forward", "postrouting") else None
+            for unit in units:
+                if unit.nat:
+                    # NAT runs the nat chains for a connection's first packet only;
+                    # for later packets conntrack applies the binding without them.
+                    if s.untracked or pkt.ct_state != "new":
+                        continue
+                    s.ct = "new"
+                elif unit.before_conntrack:
+                    s.ct = "untracked" if s.untracked else "invalid"
+                else:
+                    s.ct = "untracked" if s.untracked else pkt.ct_state
+                for chain in unit.chains:
+                    code, rid = self._walk(chain, s, counted)
+                    if code == _DROP or code == _REJECT:
+                        if rid is None:
+                            return self._verdict(pkt, s, False, None, chain.name, counted,
+                                                 f"policy drop of chain {chain.name}")
+                        what = "dropped" if code == _DROP else "rejected"
+                        return self._verdict(pkt, s, False, rid, None, counted,
+                                             f"{what} by rule {rid}")
+                    walked[unit.nat] = chain.name
+                    if rid is not None:
+                        accepted[unit.nat] = rid
+                    if code >= _DNAT:   # translated: the NAT walk ends at this hook
+                        nat_rule = rid
+                        break
+        kind = walked[False] is None
+        rid, chain_name = accepted[kind], walked[kind]
+        if rid is not None:
+            return self._verdict(pkt, s, True, rid, None, counted, f"accepted by rule {rid}")
+        if chain_name is not None:
+            return self._verdict(pkt, s, True, None, chain_name, counted,
+                                 f"policy accept of chain {chain_name}")
+        return self._verdict(pkt, s, True, None, None, counted, "no chain on the forward path")
+
+    def _walk(self, chain: _CChain, s: _State, counted: list[str]) -> tuple[int, str | None]:
+        """Run one base chain: (_ACCEPT, rule id | None for the policy), (_DROP, ...),
+        (_REJECT, id) or (a NAT code, id) after translating the state."""
+        # A frame is (chain, rest, k): bit j of `rest` is rule k + j, a candidate.
+        stack: list[tuple[_CChain, int, int]] = []
+        base = chain
+        rules = chain.rules
+        rest, k = chain.candidates(s), 0
+        while True:
+            if not rest:
+                if not stack:
+                    break
+                chain, rest, k = stack.pop()
+                rules = chain.rules
+                continue
+            step = (rest & -rest).bit_length()
+            rest >>= step
+            k += step
+            rid, test, code, arg = rules[k - 1]
+            if test is not None and not test(s):
+                continue
+            counted.append(rid)
+            if code == _NOP:
+                continue
+            if code <= _REJECT:     # accept, drop, reject
+                return code, rid
+            if code == _JUMP:
+                stack.append((chain, rest, k))
+                chain = arg
+            elif code == _GOTO:
+                chain = arg
+            elif code == _RETURN:
+                rest = 0
+                continue
+            elif code == _MARK:
+                value, mask = arg
+                s.mark = (s.mark & ~mask & 0xFFFFFFFF) ^ value
+                continue
+            elif code == _NOTRACK:
+                s.untracked = True
+                s.ct = "untracked"
+                continue
+            else:
+                self._translate(code, arg, s)
+                return code, rid
+            rules = chain.rules
+            rest, k = chain.candidates(s), 0
+        return (_DROP if base.policy_drop else _ACCEPT), None
+
+    def _translate(self, code: int, arg, s: _State) -> None:
+        if code == _MASQ:
+            s.saddr = self.local[s.version][s.side_out][1]
+            return
+        _, addr_i, port = arg
+        if code == _DNAT:
+            s.daddr = addr_i
+            if port is not None and s.dport is not None:
+                s.dport = port
+        else:
+            s.saddr = addr_i
+            if port is not None and s.sport is not None:
+                s.sport = port
+
+    def _verdict(self, pkt: Packet, s: _State, forward: bool, rid: str | None,
+                 policy_of: str | None, counted: list[str], reason: str) -> Verdict:
+        out = pkt
+        saddr, daddr = _addr_int(pkt.saddr)[1], _addr_int(pkt.daddr)[1]
+        if (s.saddr, s.daddr, s.sport, s.dport, s.mark) != \
+                (saddr, daddr, pkt.sport, pkt.dport, pkt.mark):
+            out = replace(pkt, sport=s.sport, dport=s.dport, mark=s.mark,
+                          saddr=pkt.saddr if s.saddr == saddr else address_text(s.version, s.saddr),
+                          daddr=pkt.daddr if s.daddr == daddr else address_text(s.version, s.daddr))
+        return Verdict(forward, rid, policy_of, tuple(counted), out, reason)
+
+    def evaluate_all(self, packets: Iterable[Packet]) -> list[Verdict]:
+        return [self.evaluate(p) for p in packets]
+
+    def expected_counts(self, packets: Iterable[Packet]) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for p in packets:
+            out.update(self.evaluate(p).counted)
+        return out
+
+
+def _units(hook: str, chains: list[_CChain]) -> tuple[_Unit, ...]:
+    """The base chains at one hook in the order the kernel runs them."""
+    def key(cc: _CChain, priority: int | None = None) -> tuple:
+        # Equal priorities: the chain loaded later runs first (see the docstring).
+        return (cc.priority if priority is None else priority, -cc.order[0], -cc.order[1])
+
+    nat = sorted((cc for cc in chains if cc.nat), key=key)
+    plain = [cc for cc in chains if not cc.nat]
+    entries: list[tuple[tuple, _Unit]] = []
+    for cc in plain:
+        before = hook == "ingress" or (hook == "prerouting"
+                                       and cc.priority < _CONNTRACK_PRIORITY)
+        entries.append((key(cc), _Unit((cc,), False, before)))
+    if nat:
+        first = min(nat, key=lambda cc: cc.order)
+        entries.append((key(first, _NAT_PRIORITY[hook]), _Unit(tuple(nat), True, False)))
+    entries.sort(key=lambda e: e[0])
+    return tuple(u for _, u in entries)
+
+
+# --- the functional interface ------------------------------------------------------
+
+_cache: tuple[weakref.ref, object, Evaluator] | None = None
+
+
+def _evaluator(rs: RuleSet, local: Mapping[str, str] | None) -> Evaluator:
+    """One compiled rule set kept for repeated calls with the same object."""
+    global _cache
+    key = tuple(sorted((k, v if isinstance(v, str) else tuple(v))
+                       for k, v in (local or {}).items()))
+    if _cache is not None and _cache[0]() is rs and _cache[1] == key:
+        return _cache[2]
+    ev = Evaluator(rs, local)
+    _cache = (weakref.ref(rs), key, ev)
+    return ev
+
+
+def evaluate(rs: RuleSet, pkt: Packet, local: Mapping[str, str] | None = None) -> Verdict:
+    """What the firewall holding `rs` does with `pkt` (see the module docstring)."""
+    return _evaluator(rs, local).evaluate(pkt)
+
+
+def evaluate_all(rs: RuleSet, packets: Iterable[Packet],
+                 local: Mapping[str, str] | None = None) -> list[Verdict]:
+    return _evaluator(rs, local).evaluate_all(packets)
+
+
+def expected_counts(rs: RuleSet, packets: Iterable[Packet],
+                    local: Mapping[str, str] | None = None) -> Counter[str]:
+    """Rule id -> how many of `packets` the rule counts (matches)."""
+    return _evaluator(rs, local).expected_counts(packets)

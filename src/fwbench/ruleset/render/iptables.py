@@ -1,0 +1,633 @@
+"""iptables-restore text from a RuleSet, written exactly as iptables-save prints it.
+
+`render(rs, ifs, 4)` is the iptables-restore input for the tables of family ip and
+inet, `render(rs, ifs, 6)` the ip6tables-restore input for ip6 and inet (an inet
+rule whose addresses, protocol, sets or NAT address pin the other IP version is
+left out). Every line is what iptables-save (legacy and nft, v1.8.9) prints back
+for it, so a backend compares kernel state with the rendering line by line: one
+`*table` block per iptables table in use (raw, mangle, nat, filter), every
+built-in chain of that table with its policy, user chains and their rules in
+save's order (built-in chains first, then user chains sorted by name, as libiptc
+and iptables-nft both list them), options in save's order and spelling.
+
+The model maps onto iptables so:
+- a base chain goes to the iptables table its type and priority name (filter type
+  at -300 raw, -150 mangle, 0 filter; nat type: nat), as the built-in chain of its
+  hook; a user chain goes to the one table whose base chains reach it (by jump or
+  goto, transitively), or, reached from none, to its model table's first base
+  chain's table (filter without one);
+- user chains and sets are named rs.ipt_prefix + their name;
+- each rule's id is a comment, `-m comment --comment "fwb:ID"`, after every other
+  match (a user's own comment is a second comment just before it).
+
+Whatever iptables cannot express, or refuses at load (DROP in nat, REJECT outside
+filter, DNAT in POSTROUTING, `-o` in PREROUTING, ...), raises model.Unsupported
+naming the feature and where it is used. Everything here is pure.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+
+from fwbench.ruleset.model import (Chain, Interfaces, Ports, Prefix, Rule, RuleSet,
+                                   RuleSetError, Set, SetRef, Table, Unsupported)
+from fwbench.ruleset.render import ID_TAG
+from fwbench.ruleset.render import ipset as _ipset
+
+SUPPORTS: frozenset[str] = frozenset({
+    "family ip", "family ip6", "family inet",
+    "hook prerouting", "hook input", "hook forward", "hook output", "hook postrouting",
+    "chain type filter", "chain type nat", "policy accept", "policy drop", "user chain",
+    "iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix", "ipv6",
+    "proto tcp", "proto udp", "proto icmp", "proto icmpv6",
+    "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
+    "negation", "ct state", "mark match", "set match", "limit",
+    "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
+    "counter", "mark set", "notrack", "log",
+}) | _ipset.SUPPORTS
+
+# iptables-restore's order of tables, and each table's built-in chains in the order
+# iptables-save lists them.
+TABLE_HOOKS: dict[str, tuple[str, ...]] = {
+    "raw": ("PREROUTING", "OUTPUT"),
+    "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
+    "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
+    "filter": ("INPUT", "FORWARD", "OUTPUT"),
+}
+_FILTER_PRIORITIES = {-300: "raw", -150: "mangle", 0: "filter"}
+_HOOKS = {"prerouting": "PREROUTING", "input": "INPUT", "forward": "FORWARD",
+          "output": "OUTPUT", "postrouting": "POSTROUTING"}
+_POLICIES = {"accept": "ACCEPT", "drop": "DROP"}
+# Targets the kernel (or iptables itself) accepts only in some tables or hooks.
+_TARGET_TABLES = {"reject": "filter", "dnat": "nat", "snat": "nat", "masquerade": "nat",
+                  "notrack": "raw"}
+_TARGET_HOOKS = {"dnat": ("PREROUTING", "OUTPUT"), "snat": ("POSTROUTING", "INPUT"),
+                 "masquerade": ("POSTROUTING",)}
+_SIMPLE_TARGETS = {"accept": " -j ACCEPT", "drop": " -j DROP", "return": " -j RETURN",
+                   "masquerade": " -j MASQUERADE", "notrack": " -j CT --notrack",
+                   "counter": ""}
+# conntrack's save prints states in this order, whatever order they were given in.
+_CT_ORDER = (("invalid", "INVALID"), ("new", "NEW"), ("related", "RELATED"),
+             ("established", "ESTABLISHED"), ("untracked", "UNTRACKED"))
+_SET_FLAGS = {"saddr": "src", "daddr": "dst", "sport": "src", "dport": "dst"}
+# REJECT's names per IP version; the other version's names map to the ICMP
+# message that means the same (as nft's icmpx does), the rest are refused.
+_REJECT4 = {"icmp-net-unreachable", "icmp-host-unreachable", "icmp-port-unreachable",
+            "icmp-proto-unreachable", "icmp-net-prohibited", "icmp-host-prohibited",
+            "icmp-admin-prohibited", "tcp-reset"}
+_REJECT6 = {"icmp6-no-route", "icmp6-adm-prohibited", "icmp6-addr-unreachable",
+            "icmp6-port-unreachable", "icmp6-policy-fail", "icmp6-reject-route",
+            "tcp-reset"}
+_REJECT_4TO6 = {"icmp-net-unreachable": "icmp6-no-route",
+                "icmp-host-unreachable": "icmp6-addr-unreachable",
+                "icmp-port-unreachable": "icmp6-port-unreachable",
+                "icmp-admin-prohibited": "icmp6-adm-prohibited"}
+_REJECT_6TO4 = {v: k for k, v in _REJECT_4TO6.items()}
+# libxt_limit: rates are periods in units of 1/10000 s; save picks the largest
+# unit that prints the period exactly (so 60/minute reads back as 1/sec).
+_LIMIT_SCALE = 10000
+_LIMIT_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+_LIMIT_PRINT = (("day", _LIMIT_SCALE * 86400), ("hour", _LIMIT_SCALE * 3600),
+                ("min", _LIMIT_SCALE * 60), ("sec", _LIMIT_SCALE))
+_LIMIT_BURST = 5                  # the default, which save leaves out
+# Kernel and tool limits: a chain name is 28 bytes, an interface 15, a comment
+# 255 (longer ones are cut silently), a log prefix 29, a multiport match 15 ports
+# (a range takes two).
+MAX_CHAIN = 28
+MAX_IFNAME = 15
+MAX_COMMENT = 255
+MAX_LOG_PREFIX = 29
+MAX_MULTIPORT = 15
+_SAFE = frozenset("_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_ID_HEAD = ' -m comment --comment "' + ID_TAG
+_ID_RE = re.compile(r' -m comment --comment "' + re.escape(ID_TAG) + r'(?:[^"\\]|\\.)*"')
+
+
+# --- the public functions ------------------------------------------------------------
+
+def check(rs: RuleSet) -> None:
+    """Raise Unsupported for the first feature (in RuleSet.features() order) iptables
+    lacks, then for anything the mapping onto iptables' tables and hooks refuses."""
+    for feature, where in rs.features().items():
+        if feature not in SUPPORTS:
+            raise Unsupported(feature, where)
+    _ipset.check(rs)
+    ifs = Interfaces("fwb-check-c", "fwb-check-s")
+    for version in (4, 6):
+        render(rs, ifs, version)
+
+
+def render(rs: RuleSet, ifs: Interfaces, version: int) -> str:
+    """iptables-restore (version 4) or ip6tables-restore (version 6) input, every
+    line as iptables-save prints it back; "" when no table is of that version."""
+    if version not in (4, 6):
+        raise ValueError(f"IP version must be 4 or 6, got {version}")
+    plan = _plan(rs, version)
+    emit = _Emitter(rs, ifs, version)
+    out: list[str] = []
+    for ipt in TABLE_HOOKS:
+        tp = plan.get(ipt)
+        if tp is None:
+            continue
+        out.append("*" + ipt)
+        for hook in TABLE_HOOKS[ipt]:
+            out.append(f":{hook} {tp.policies.get(hook, 'ACCEPT')} [0:0]")
+        users = sorted(tp.users)
+        out.extend(f":{name} - [0:0]" for name in users)
+        for hook in TABLE_HOOKS[ipt]:
+            if hook in tp.base:
+                chain, table = tp.base[hook]
+                emit.chain(out, hook, chain, table, ipt, frozenset((hook,)), hook)
+        for name in users:
+            chain, table, hooks = tp.users[name]
+            emit.chain(out, name, chain, table, ipt, frozenset(hooks), None)
+        out.append("COMMIT")
+    return "\n".join(out) + "\n" if out else ""
+
+
+def rule_id(line: str) -> str | None:
+    """The rule id in a saved rule line (`-A ... -m comment --comment "fwb:ID" ...`),
+    or None when the line carries none."""
+    i = line.rfind(_ID_HEAD)
+    if i < 0:
+        return None
+    start = i + len(_ID_HEAD)
+    end = line.find('"', start)
+    if end < 0:
+        return None
+    text = line[start:end]
+    if "\\" not in text:
+        return text
+    # The id holds an escaped quote or backslash: read it as save escaped it.
+    out, j = [], start
+    while j < len(line):
+        ch = line[j]
+        if ch == "\\" and j + 1 < len(line):
+            out.append(line[j + 1])
+            j += 2
+        elif ch == '"':
+            return "".join(out)
+        else:
+            out.append(ch)
+            j += 1
+    return None
+
+
+def strip_ids(text: str) -> str:
+    """The text without its rule-id comments (and nothing else)."""
+    return _ID_RE.sub("", text)
+
+
+def by_table(text: str) -> dict[str, list[str]]:
+    """Restore or save text as {table: its chain and rule lines}, without comment
+    lines and COMMIT, chain counters read as [0:0]: iptables-save lists tables in
+    an order of its own (legacy: as the kernel loaded them) and prints the chains'
+    live counters, so a rendering and a save compare table by table."""
+    out: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in text.splitlines():
+        if not line or line.startswith("#") or line == "COMMIT":
+            continue
+        if line.startswith("*"):
+            lines = out.setdefault(line[1:], [])
+        elif line.startswith(":"):
+            lines.append(line[:line.rindex("[")] + "[0:0]")
+        else:
+            lines.append(line)
+    return out
+
+
+def quote(text: str) -> str:
+    """A string option as iptables-save prints it (xtables_save_string): bare when
+    only letters, digits, `_` and `-`, else double-quoted with `"`, `\\` and `'`
+    escaped by a backslash; iptables-restore reads either form back."""
+    if text and _SAFE.issuperset(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("'", "\\'") + '"'
+
+
+# --- the mapping onto iptables' tables ---------------------------------------------------
+
+@dataclass
+class _IptTable:
+    base: dict[str, tuple[Chain, Table]] = field(default_factory=dict)      # hook ->
+    policies: dict[str, str] = field(default_factory=dict)                  # hook ->
+    users: dict[str, tuple[Chain, Table, set[str]]] = field(default_factory=dict)
+
+
+def _included(t: Table, version: int) -> bool:
+    if t.family == "netdev":
+        raise Unsupported("family netdev", f"table {t.name}")
+    return t.family == "inet" or t.family == ("ip" if version == 4 else "ip6")
+
+
+def _base_place(c: Chain) -> tuple[str, str]:
+    """(iptables table, built-in chain) of a base chain."""
+    where = f"chain {c.name}"
+    if c.type == "nat":
+        ipt = "nat"
+    elif c.type == "filter":
+        ipt = _FILTER_PRIORITIES.get(c.priority)
+        if ipt is None:
+            raise Unsupported(f"priority {c.priority}", where)
+    else:
+        raise Unsupported(f"chain type {c.type}", where)
+    hook = _HOOKS.get(c.hook)
+    if hook is None:
+        raise Unsupported(f"hook {c.hook}", where)
+    if hook not in TABLE_HOOKS[ipt]:
+        raise Unsupported(f"hook {c.hook} in table {ipt}", where)
+    if c.policy not in _POLICIES:
+        raise Unsupported(f"policy {c.policy}", where)
+    if ipt == "nat" and c.policy == "drop":
+        raise Unsupported("policy drop in table nat", where)
+    return ipt, hook
+
+
+def _plan(rs: RuleSet, version: int) -> dict[str, _IptTable]:
+    plan: dict[str, _IptTable] = {}
+    for t in rs.tables:
+        if not _included(t, version):
+            continue
+        chains = {c.name: c for c in t.chains}
+        edges = {c.name: [r.action.chain for r in c.rules
+                          if r.action.kind in ("jump", "goto")] for c in t.chains}
+        reach: dict[str, dict[str, set[str]]] = {}   # user chain -> ipt table -> hooks
+        first: str | None = None
+        placed: dict[str, str] = {}                   # chain -> ipt table
+        for c in t.chains:
+            if not c.base:
+                continue
+            ipt, hook = _base_place(c)
+            first = first or ipt
+            tp = plan.setdefault(ipt, _IptTable())
+            if hook in tp.base:
+                raise Unsupported(f"two base chains at {ipt} {hook}", f"chain {c.name}")
+            tp.base[hook] = (c, t)
+            tp.policies[hook] = _POLICIES[c.policy]
+            stack, seen = list(edges[c.name]), set()
+            while stack:
+                name = stack.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                if name not in chains:
+                    raise RuleSetError(f"table {t.family} {t.name}: a jump to a missing "
+                                       f"chain {name!r}")
+                reach.setdefault(name, {}).setdefault(ipt, set()).add(hook)
+                stack.extend(edges[name])
+            placed[c.name] = ipt
+        for c in t.chains:
+            if c.base:
+                continue
+            where = f"chain {c.name}"
+            tables = reach.get(c.name, {first or "filter": set()})
+            if len(tables) > 1:
+                a, b = sorted(tables, key=list(TABLE_HOOKS).index)[:2]
+                raise Unsupported(f"user chain reached from tables {a} and {b}", where)
+            (ipt, hooks), = tables.items()
+            name = _chain_name(rs, c)
+            tp = plan.setdefault(ipt, _IptTable())
+            if name in tp.users:
+                raise Unsupported(f"chain name {name} in two tables", where)
+            tp.users[name] = (c, t, hooks)
+            placed[c.name] = ipt
+        # A chain no base chain reaches may still jump to one that is reached.
+        for name, targets in edges.items():
+            for target in targets:
+                if placed.get(target, placed[name]) != placed[name]:
+                    raise Unsupported(f"jump from table {placed[name]} to table "
+                                      f"{placed[target]}", f"chain {name}")
+    return plan
+
+
+def _chain_name(rs: RuleSet, c: Chain) -> str:
+    name = rs.ipt_prefix + c.name
+    where = f"chain {c.name}"
+    if len(name.encode()) > MAX_CHAIN:
+        raise Unsupported(f"chain name longer than {MAX_CHAIN} characters", where)
+    if not name or name[0] in "-!" or any(ch.isspace() or ch in "\"'\\" for ch in name) \
+            or name in _POLICIES.values() or name in ("RETURN", "QUEUE") \
+            or name in _HOOKS.values():
+        raise Unsupported(f"chain name {name!r}", where)
+    return name
+
+
+# --- rules -------------------------------------------------------------------------------
+
+class _Emitter:
+    """Writes rule lines. Per rule it only joins strings (no regex, no address
+    parsing): a 100,000-rule chain renders in a fraction of a second."""
+
+    def __init__(self, rs: RuleSet, ifs: Interfaces, version: int):
+        self.rs, self.ifs, self.version = rs, ifs, version
+        self.ifnames: dict[str, str] = {}
+        self.targets: dict[str | None, str] = {}
+        self.setrefs: dict[tuple[int, SetRef], tuple[str, int]] = {}
+        self.icmp = " -p icmp -m icmp --icmp-type " if version == 4 \
+            else " -p ipv6-icmp -m icmp6 --icmpv6-type "
+
+    def chain(self, out: list[str], name: str, c: Chain, t: Table, ipt: str,
+              hooks: frozenset[str], base_hook: str | None) -> None:
+        head = "-A " + name
+        inet = t.family == "inet"
+        line = self.rule
+        for r in c.rules:
+            text = line(head, r, t, inet, ipt, hooks, base_hook)
+            if text is not None:
+                out.append(text)
+
+    def rule(self, head: str, r: Rule, t: Table, inet: bool, ipt: str,
+             hooks: frozenset[str], base_hook: str | None) -> str | None:
+        m, a = r.match, r.action
+        rid = r.id
+        # The IP version this rule is pinned to, if any.
+        v4 = v6 = False
+        src, dst, proto = m.src, m.dst, m.proto
+        for p in (src, dst):
+            if p is not None:
+                if ":" in p.net:
+                    v6 = True
+                else:
+                    v4 = True
+        if proto == "icmp":
+            v4 = True
+        elif proto == "icmpv6":
+            v6 = True
+        refs = []
+        for ref in m.sets:
+            flags = self._setref(t, ref, rid)
+            refs.append(flags)
+            if flags[1] == 6:
+                v6 = True
+            else:
+                v4 = True
+        if a.addr is not None:
+            if ":" in a.addr:
+                v6 = True
+            else:
+                v4 = True
+        if v4 and v6:
+            raise RuleSetError(f"rule {rid}: mixes IPv4 and IPv6")
+        if (v6 and self.version == 4) or (v4 and self.version == 6):
+            if inet:
+                return None
+            raise RuleSetError(f"rule {rid}: an IPv{6 if v6 else 4} match in a table "
+                               f"of family {t.family}")
+
+        parts = [head]
+        if src is not None:
+            self._addr(parts, " -s ", src, rid, "saddr")
+        if dst is not None:
+            self._addr(parts, " -d ", dst, rid, "daddr")
+        if m.iif is not None:
+            if base_hook in ("OUTPUT", "POSTROUTING"):
+                raise Unsupported(f"iif in hook {base_hook.lower()}", f"rule {rid}")
+            parts.append(" ! -i " if m.iif.negate else " -i ")
+            parts.append(self._ifname(m.iif.name, rid))
+        if m.oif is not None:
+            if base_hook in ("PREROUTING", "INPUT"):
+                raise Unsupported(f"oif in hook {base_hook.lower()}", f"rule {rid}")
+            parts.append(" ! -o " if m.oif.negate else " -o ")
+            parts.append(self._ifname(m.oif.name, rid))
+        if proto is not None:
+            if proto == "tcp" or proto == "udp":
+                parts.append(" -p " + proto)
+                self._ports(parts, proto, m.sport, m.dport, rid)
+            elif proto == "icmp" or proto == "icmpv6":
+                if m.icmp_type is None:
+                    parts.append(" -p icmp" if proto == "icmp" else " -p ipv6-icmp")
+                else:
+                    # 255 is iptables' "any type", not the type 255 nft would match.
+                    if not 0 <= m.icmp_type < 255:
+                        raise Unsupported(f"icmp type {m.icmp_type}", f"rule {rid}")
+                    parts.append(self.icmp)
+                    parts.append(str(m.icmp_type))
+            else:
+                raise Unsupported(f"proto {proto}", f"rule {rid}")
+        if m.ct_state:
+            parts.append(" -m conntrack --ctstate ")
+            parts.append(",".join(n for s, n in _CT_ORDER if s in m.ct_state))
+        if m.mark is not None:
+            value, mask = m.mark
+            _u32(value, rid)
+            _u32(mask, rid)
+            parts.append(" -m mark ! --mark " if m.mark_negate else " -m mark --mark ")
+            parts.append(f"{value:#x}" if mask == 0xFFFFFFFF else f"{value:#x}/{mask:#x}")
+        for ref, (text, _) in zip(m.sets, refs):
+            parts.append(" -m set ! --match-set " if ref.negate else " -m set --match-set ")
+            parts.append(text)
+        if m.limit is not None:
+            parts.append(_limit(m.limit, rid))
+        if r.comment is not None:
+            parts.append(" -m comment --comment ")
+            parts.append(_comment(r.comment, rid))
+        if len(rid) <= _MAX_ID and _SAFE_ID.issuperset(rid):
+            parts.append(' -m comment --comment "' + ID_TAG + rid + '"')
+        else:
+            parts.append(" -m comment --comment " + _comment(ID_TAG + rid, rid))
+        parts.append(self._target(r, ipt, hooks))
+        return "".join(parts)
+
+    def _addr(self, parts: list[str], opt: str, p: Prefix, rid: str, what: str) -> None:
+        net = p.net
+        if net.endswith("/0"):
+            # save drops a 0/0 address; negated, the nft variant refuses it.
+            if p.negate:
+                raise Unsupported(f"negated {what} /0", f"rule {rid}")
+            return
+        if p.negate:
+            parts.append(" !")
+        parts.append(opt)
+        parts.append(net)
+
+    def _ifname(self, name: str, rid: str) -> str:
+        out = self.ifnames.get(name)
+        if out is None:
+            out = self.ifs.resolve(name)
+            if not out or len(out.encode()) > MAX_IFNAME or \
+                    any(ch.isspace() or ch in "\"'\\/" for ch in out):
+                raise Unsupported(f"interface name {out!r}", f"rule {rid}")
+            self.ifnames[name] = out
+        return out
+
+    def _ports(self, parts: list[str], proto: str, sport: Ports | None,
+               dport: Ports | None, rid: str) -> None:
+        one, lists = [], []
+        for opt, p in ((" --sport ", sport), (" --dport ", dport)):
+            if p is None:
+                continue
+            r = p.ranges
+            if len(r) == 1:
+                lo, hi = r[0]
+                if lo == 0 and hi == 65535:
+                    # save prints no option for the full range; negated, it loses
+                    # the negation (legacy) or the match (nft).
+                    if p.negate:
+                        raise Unsupported("negated full port range", f"rule {rid}")
+                    continue
+                one.append(" !" + opt if p.negate else opt)
+                one.append(str(lo) if lo == hi else f"{lo}:{hi}")
+            else:
+                if sum(1 if lo == hi else 2 for lo, hi in r) > MAX_MULTIPORT:
+                    raise Unsupported(f"port list of more than {MAX_MULTIPORT} ports",
+                                      f"rule {rid}")
+                lists.append(" -m multiport ! --" if p.negate else " -m multiport --")
+                lists.append(opt[3:-1] + "s ")
+                lists.append(",".join(str(lo) if lo == hi else f"{lo}:{hi}"
+                                      for lo, hi in r))
+        if one:
+            parts.append(" -m " + proto)
+            parts.extend(one)
+        parts.extend(lists)
+
+    def _setref(self, t: Table, ref: SetRef, rid: str) -> tuple[str, int]:
+        """(` NAME FLAGS`, the set's IP version) for a set lookup."""
+        key = (id(t), ref)
+        out = self.setrefs.get(key)
+        if out is not None:
+            return out
+        try:
+            s = t.set(ref.name)
+        except RuleSetError:
+            raise RuleSetError(f"rule {rid}: no set {ref.name!r}") from None
+        _ipset.set_type(s)
+        flags = _set_flags(s, ref, rid)
+        out = self.setrefs[key] = (f"{_ipset.set_name(self.rs, s)} {flags}", s.version)
+        return out
+
+    def _target(self, r: Rule, ipt: str, hooks: frozenset[str]) -> str:
+        a, rid = r.action, r.id
+        kind = a.kind
+        where = f"rule {rid}"
+        need = _TARGET_TABLES.get(kind)
+        if need is not None and need != ipt:
+            raise Unsupported(f"{kind} in table {ipt}", where)
+        allowed = _TARGET_HOOKS.get(kind)
+        if allowed is not None:
+            for hook in hooks:
+                if hook not in allowed:
+                    raise Unsupported(f"{kind} in hook {hook.lower()}", where)
+        if kind == "drop" and ipt == "nat":
+            # iptables itself refuses: "the nat table is not intended for filtering".
+            raise Unsupported("drop in table nat", where)
+        simple = _SIMPLE_TARGETS.get(kind)
+        if simple is not None:
+            if kind == "masquerade" and a.port is not None:
+                raise Unsupported("masquerade to a port", where)
+            return simple
+        if kind == "jump" or kind == "goto":
+            name = self.targets.get(a.chain)
+            if name is None:
+                name = self.targets[a.chain] = _chain_name(self.rs, Chain(a.chain or ""))
+            return (" -j " if kind == "jump" else " -g ") + name
+        if kind == "reject":
+            return " -j REJECT --reject-with " + self._reject(r)
+        if kind == "dnat" or kind == "snat":
+            return ((" -j DNAT --to-destination " if kind == "dnat"
+                     else " -j SNAT --to-source ") + self._nat_to(r))
+        if kind == "mark":
+            value, mask = a.mark, a.mark_mask
+            if value is None:
+                raise RuleSetError(f"rule {rid}: mark without a value")
+            _u32(value, rid)
+            _u32(mask, rid)
+            if value & ~mask:
+                # --set-xmark XORs: bits outside the mask would toggle, not be set.
+                raise Unsupported("mark set outside its mask", where)
+            return f" -j MARK --set-xmark {value:#x}/{mask:#x}"
+        if kind == "log":
+            prefix = a.log_prefix
+            if not prefix:
+                return " -j LOG"
+            if len(prefix.encode()) > MAX_LOG_PREFIX:
+                raise Unsupported(f"log prefix longer than {MAX_LOG_PREFIX} characters",
+                                  where)
+            return " -j LOG --log-prefix " + _comment(prefix, rid)
+        raise Unsupported(kind, where)
+
+    def _reject(self, r: Rule) -> str:
+        w = r.action.reject_with
+        if w is None:
+            return "icmp-port-unreachable" if self.version == 4 else "icmp6-port-unreachable"
+        if w == "tcp-reset" and (r.match.proto != "tcp"):
+            raise Unsupported("reject with tcp-reset without proto tcp", f"rule {r.id}")
+        if self.version == 4:
+            out = w if w in _REJECT4 else _REJECT_6TO4.get(w)
+        else:
+            out = w if w in _REJECT6 else _REJECT_4TO6.get(w)
+        if out is None:
+            raise Unsupported(f"reject with {w}", f"rule {r.id}")
+        return out
+
+    def _nat_to(self, r: Rule) -> str:
+        a, where = r.action, f"rule {r.id}"
+        try:
+            net = ipaddress.ip_network(a.addr or "", strict=True)
+        except ValueError:
+            raise RuleSetError(f"rule {r.id}: not an address: {a.addr!r}") from None
+        if net.num_addresses != 1:
+            raise Unsupported(f"{a.kind} to a prefix", where)
+        addr = str(net.network_address)
+        if a.port is None:
+            return addr
+        if r.match.proto not in ("tcp", "udp"):
+            raise Unsupported(f"{a.kind} to a port without tcp or udp", where)
+        if not 0 < a.port <= 65535:
+            raise RuleSetError(f"rule {r.id}: bad port {a.port}")
+        return f"[{addr}]:{a.port}" if net.version == 6 else f"{addr}:{a.port}"
+
+
+# Ids of these characters print quoted (the tag's `:` asks for it) and unescaped.
+_SAFE_ID = frozenset(c for c in map(chr, range(32, 127)) if c not in "\"'\\")
+_MAX_ID = MAX_COMMENT - len(ID_TAG)
+
+
+def _comment(text: str, rid: str) -> str:
+    if len(text.encode()) > MAX_COMMENT:
+        raise Unsupported(f"comment longer than {MAX_COMMENT} characters", f"rule {rid}")
+    if "\n" in text or "\r" in text or "\0" in text:
+        raise Unsupported("line break in a comment", f"rule {rid}")
+    return quote(text)
+
+
+def _u32(value: int, rid: str) -> None:
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise RuleSetError(f"rule {rid}: mark {value} is not 32 bits")
+
+
+def _set_flags(s: Set, ref: SetRef, rid: str) -> str:
+    """ipset's direction flags for a lookup: one per address or port field, the
+    protocol riding with the port (a hash:ip,port key holds it)."""
+    f = ref.fields
+    ok = len(f) == len(s.keys)
+    if ok and len(f) == 3:
+        ok = f[0] in ("saddr", "daddr") and f[1] == "proto" and f[2] in ("sport", "dport")
+    elif ok and len(f) == 1:
+        ok = f[0] in ("saddr", "daddr")
+    if not ok:
+        raise Unsupported(f"set lookup by {' . '.join(f)}", f"rule {rid}")
+    return ",".join(_SET_FLAGS[x] for x in f if x != "proto")
+
+
+def _limit(lim, rid: str) -> str:
+    mult = _LIMIT_UNITS.get(lim.per)
+    if mult is None:
+        raise Unsupported(f"limit per {lim.per}", f"rule {rid}")
+    if lim.rate < 1:
+        raise RuleSetError(f"rule {rid}: limit rate {lim.rate}")
+    period = _LIMIT_SCALE * mult // lim.rate
+    if period == 0:
+        raise Unsupported(f"limit faster than {_LIMIT_SCALE}/second", f"rule {rid}")
+    if not 1 <= lim.burst <= 10000:
+        raise Unsupported(f"limit burst {lim.burst}", f"rule {rid}")
+    i = 1
+    while i < len(_LIMIT_PRINT):
+        unit = _LIMIT_PRINT[i][1]
+        if period > unit or unit // period < unit % period:
+            break
+        i += 1
+    name, unit = _LIMIT_PRINT[i - 1]
+    text = f" -m limit --limit {unit // period}/{name}"
+    return text if lim.burst == _LIMIT_BURST else f"{text} --limit-burst {lim.burst}"

@@ -1,0 +1,140 @@
+"""Seed 001's rule sets (Niemann, Pfingst, Goebel 2015) as a template of the model.
+
+The gateway inserted rules per client thread, as the F setting said:
+- F = 0, plain forwarding: no rules at all. The model holds the filter table's
+  FORWARD chain as iptables leaves it, policy accept and empty.
+- F = 2, up- and download rules: per client `iptables -A FORWARD -s <client>
+  -d <server> -p <protocol> -j ACCEPT` and the same the other way, FORWARD's
+  policy drop; 2n rules.
+- F = 4: F = 2 plus per client and direction `iptables -t mangle -A PREROUTING -s
+  <client> -d <server> -p <protocol> -j MARK --set-mark <QoS mark>`; 4n rules.
+
+One model table per iptables table, named as iptables names them ("filter",
+"mangle", chains "FORWARD", "PREROUTING"), mangle at its priority (-150). A client
+is inserted as it connects, so its rules follow the previous client's. The
+testbed's client has one address and sends the measured flow from it, so the
+LAST client is the testbed's client (every measured packet traverses the rules of
+all other clients first, as seed000's test entry is last); the others are
+distinct addresses of the benchmarking range outside the two link subnets.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+from fwbench.ruleset.model import (ACCEPT, Action, Chain, Match, Packet, Prefix, Probe,
+                                   Rule, RuleSet, RuleSetError, Table, validate)
+
+SERVER4, CLIENT4 = "198.19.0.2", "198.18.0.2"
+SERVER6, CLIENT6 = "2001:2:0:2::2", "2001:2:0:1::2"
+# On the client's link, but nobody's: no rule allows it (strict reverse-path
+# filtering would still accept it from the client side).
+STRANGER4, STRANGER6 = "198.18.0.3", "2001:2:0:1::3"
+# The other clients: 198.18.16.0 onwards (past the client link's /24 and a
+# margin), 2001:2:0:10:: onwards.
+_SPARE4 = int(ipaddress.IPv4Address("198.18.16.0"))
+_SPARE4_END = int(ipaddress.IPv4Address("198.18.255.255"))
+_SPARE6 = int(ipaddress.IPv6Address("2001:2:0:10::"))
+MAX_SPARE = _SPARE4_END - _SPARE4 + 1
+MAX_CLIENTS = MAX_SPARE + 1
+SETTINGS_F = (0, 2, 4)
+PROBE_SPORT = 40404
+
+
+def spare_address(i: int, version: int = 4) -> str:
+    """The i-th (0-based) address of the benchmarking range that no link of the
+    testbed uses; templates give them to clients and filler entries."""
+    if not 0 <= i < MAX_SPARE:
+        raise RuleSetError(f"spare address {i} out of 0..{MAX_SPARE - 1}")
+    if version == 4:
+        return str(ipaddress.IPv4Address(_SPARE4 + i))
+    return str(ipaddress.IPv6Address(_SPARE6 + i))
+
+
+def client_address(i: int, n_clients: int, version: int = 4) -> str:
+    """Client i's address (1-based); client n_clients is the testbed's client."""
+    if i == n_clients:
+        return CLIENT4 if version == 4 else CLIENT6
+    return spare_address(i - 1, version)
+
+
+def up_id(i: int) -> str:
+    return f"up-{i}"
+
+
+def down_id(i: int) -> str:
+    return f"down-{i}"
+
+
+def mark_up_id(i: int) -> str:
+    return f"mark-up-{i}"
+
+
+def mark_down_id(i: int) -> str:
+    return f"mark-down-{i}"
+
+
+def qos_mark(i: int) -> int:
+    """Client i's QoS mark, both directions: one class per client (the seed does
+    not say which values it used; any distinct non-zero ones will do)."""
+    return i
+
+
+def seed001(n_clients: int, f: int, *, version: int = 4, proto: str = "udp",
+            test_port: int = 5201) -> RuleSet:
+    """n_clients clients under setting F (0, 2 or 4); `proto` is the protocol the
+    rules allow (seed 001 ran TCP, UDP and SCTP; this kernel has no SCTP)."""
+    if f not in SETTINGS_F:
+        raise RuleSetError(f"F must be 0, 2 or 4, got {f}")
+    if not 1 <= n_clients <= MAX_CLIENTS:
+        raise RuleSetError(f"client count must be 1..{MAX_CLIENTS}, got {n_clients}")
+    if version not in (4, 6):
+        raise RuleSetError(f"IP version must be 4 or 6, got {version}")
+    if proto not in ("tcp", "udp"):
+        raise RuleSetError(f"protocol must be tcp or udp, got {proto!r}")
+    server, client = (SERVER4, CLIENT4) if version == 4 else (SERVER6, CLIENT6)
+    stranger = STRANGER4 if version == 4 else STRANGER6
+    family = "ip" if version == 4 else "ip6"
+    clients = [client_address(i, n_clients, version) for i in range(1, n_clients + 1)]
+
+    def up(addr: str) -> Match:
+        return Match(src=Prefix.of(addr), dst=Prefix.of(server), proto=proto)
+
+    def down(addr: str) -> Match:
+        return Match(src=Prefix.of(server), dst=Prefix.of(addr), proto=proto)
+
+    forward: list[Rule] = []
+    mangle: list[Rule] = []
+    if f >= 2:
+        for i, addr in enumerate(clients, 1):
+            forward += [Rule(up_id(i), up(addr), ACCEPT), Rule(down_id(i), down(addr), ACCEPT)]
+    if f == 4:
+        for i, addr in enumerate(clients, 1):
+            mark = Action("mark", mark=qos_mark(i))
+            mangle += [Rule(mark_up_id(i), up(addr), mark),
+                       Rule(mark_down_id(i), down(addr), mark)]
+
+    tables = []
+    if mangle:
+        tables.append(Table(family, "mangle", (
+            Chain("PREROUTING", tuple(mangle), hook="prerouting", priority=-150,
+                  type="filter", policy="accept"),)))
+    tables.append(Table(family, "filter", (
+        Chain("FORWARD", tuple(forward), hook="forward", priority=0, type="filter",
+              policy="drop" if f >= 2 else "accept"),)))
+
+    flow = Packet(version, "client", client, server, proto, PROBE_SPORT, test_port)
+    reply = Packet(version, "server", server, client, proto, test_port, PROBE_SPORT)
+    stranger_flow = Packet(version, "client", stranger, server, proto, PROBE_SPORT,
+                           test_port)
+    # Under F = 4 the flow is counted by mark-up-N too; a probe names one rule, so
+    # the mark rule is checked by the equivalence runs (mark set, then forwarded).
+    flow_rule = up_id(n_clients) if f >= 2 else None
+    probes = (
+        Probe("test flow", flow, True, flow_rule),
+        Probe("return path", reply, True, down_id(n_clients) if f >= 2 else None),
+        Probe("unknown client", stranger_flow, f == 0),
+    )
+    return validate(RuleSet(f"seed001-f{f}", tuple(tables), probes, flow=flow,
+                            flow_rule=flow_rule, size=n_clients * f, ipt_prefix="fwb_",
+                            notes=(f"F={f}: {n_clients} client(s), the last is the "
+                                   f"testbed's client {client}",)))
