@@ -1,0 +1,554 @@
+"""Crafted packets through the testbed's firewall, one by one: was each forwarded,
+and how did it look when it came out (addresses and ports after NAT)?
+
+The instrument of `fwbench check` (verdict equivalence against the reference
+evaluator) and of verification probes. A packet (model.Packet) with iif "client" is
+written as a raw Ethernet frame from the client's interface to the firewall's
+client-side MAC and looked for in the server namespace; iif "server" the other way.
+Each frame's payload is a marker (magic, a per-exchange nonce, the packet's index),
+so a packet is recognised however NAT rewrote its header.
+
+Parts:
+- `prepare(tb)` / `restore(tb)`: policy routing in the firewall namespace, so any
+  destination in the benchmarking ranges is forwarded out of the other side.
+- `exchange(tb, packets)`: send, capture, and return one `Observed` or None per
+  packet.
+- `flush_conntrack(tb)`: forget earlier packets' connections and NAT bindings.
+- `build_frame` / `parse_frame`: the pure frame codec.
+- `python -m fwbench.testbed.packets agent IFNAME MARKER`: the small process run in
+  each end host's namespace; JSON lines on stdin/stdout. Kept import-light.
+"""
+from __future__ import annotations
+
+import errno
+import ipaddress
+import json
+import secrets
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fwbench.errors import FwbenchError, MeasurementInvalid
+from fwbench.ruleset.model import PROTO_NUMBERS, Packet
+
+if TYPE_CHECKING:
+    from fwbench.testbed.netns import NetnsTestbed
+
+MAGIC = b"FWBp"
+MARKER_LEN = len(MAGIC) + 4 + 4   # magic, nonce, index
+# Policy-routing tables (and rule preferences) in the firewall namespace: packets
+# in from the client side use 101, from the server side 102.
+TABLE = {"client": 101, "server": 102}
+SINK_TABLE = "fwb_packets_sink"
+ALLOWED = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:2::/48"))
+TTL = 64
+
+_ETH_P_ALL = 0x0003
+_PACKET_OUTGOING = 4
+_SOL_PACKET = 263
+_PACKET_STATISTICS = 6
+_SO_RCVBUFFORCE = 33        # not in Python's socket module
+_SNDBUF = 128 << 10
+_ETHERTYPE = {4: 0x0800, 6: 0x86DD}
+_PROTO_NAME = {v: k for k, v in PROTO_NUMBERS.items()}
+_ECHO_REQUEST = {"icmp": 8, "icmpv6": 128}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One crafted packet as it left the firewall."""
+    # The header as captured: addresses, ports and ICMP type after NAT. `iif` is
+    # the side the packet was sent in on (as in the sent Packet), so it compares
+    # directly with an evaluator's translated Packet; mark and ct_state are the
+    # Packet defaults, not observations.
+    packet: Packet
+    oif: str              # the side it came out of: "client" or "server"
+    checksum_ok: bool     # IPv4 header and L4 checksums valid as captured
+
+
+# --- the frame codec (pure) -----------------------------------------------------------
+
+def _sum16(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def _csum(data: bytes) -> int:
+    return ~_sum16(data) & 0xFFFF
+
+
+def _pseudo(version: int, src: bytes, dst: bytes, proto: int, length: int) -> bytes:
+    if version == 4:
+        return src + dst + struct.pack("!BBH", 0, proto, length)
+    return src + dst + struct.pack("!IxxxB", length, proto)
+
+
+def _address(text: str, version: int, what: str, index: int) -> bytes:
+    try:
+        a = ipaddress.ip_address(text)
+    except ValueError:
+        raise FwbenchError(f"packets: packet {index}: {what} {text!r} is not an address") from None
+    if a.version != version:
+        raise FwbenchError(f"packets: packet {index}: {what} {text} is not IPv{version}")
+    # fwbench sends only to and from the benchmarking ranges (DESIGN.md).
+    if not any(a in n for n in ALLOWED):
+        raise FwbenchError(f"packets: packet {index}: {what} {text} is outside "
+                           "198.18.0.0/15 and 2001:2::/48")
+    return a.packed
+
+
+def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str) -> bytes:
+    """The Ethernet frame that carries packet `p`: TCP SYN, UDP, or ICMP/ICMPv6 of
+    `p.icmp_type` (an echo request when None, code 0), TTL 64, checksums computed,
+    and the marker (MAGIC, nonce, index) as the whole payload."""
+    if p.proto not in PROTO_NUMBERS:
+        raise FwbenchError(f"packets: packet {index}: protocol {p.proto!r} cannot be sent")
+    if (p.proto, p.version) in (("icmp", 6), ("icmpv6", 4)):
+        raise FwbenchError(f"packets: packet {index}: {p.proto} in an IPv{p.version} packet")
+    if p.mark or p.ct_state != "new":
+        # The mark does not cross namespaces, and conntrack state comes from earlier
+        # traffic, not from the packet itself.
+        raise FwbenchError(f"packets: packet {index}: a mark or ct_state "
+                           f"{p.ct_state!r} cannot be crafted from outside the firewall")
+    src = _address(p.saddr, p.version, "saddr", index)
+    dst = _address(p.daddr, p.version, "daddr", index)
+    proto = PROTO_NUMBERS[p.proto]
+    payload = MAGIC + nonce + struct.pack("!I", index)
+    if p.proto in ("tcp", "udp"):
+        if p.sport is None or p.dport is None:
+            raise FwbenchError(f"packets: packet {index}: {p.proto} needs sport and dport")
+        if not (0 <= p.sport <= 65535 and 0 <= p.dport <= 65535):
+            raise FwbenchError(f"packets: packet {index}: port out of range")
+    if p.proto == "tcp":
+        seq = (int.from_bytes(nonce, "big") + index * 0x9E3779B1) & 0xFFFFFFFF
+        l4 = struct.pack("!HHIIBBHHH", p.sport, p.dport, seq, 0, 5 << 4, 0x02, 65535, 0, 0)
+    elif p.proto == "udp":
+        l4 = struct.pack("!HHHH", p.sport, p.dport, 8 + len(payload), 0)
+    else:
+        t = _ECHO_REQUEST[p.proto] if p.icmp_type is None else p.icmp_type
+        if not 0 <= t <= 255:
+            raise FwbenchError(f"packets: packet {index}: ICMP type {t} out of range")
+        # The echo identifier differs per packet and per exchange: each echo is a
+        # connection of its own in conntrack.
+        ident = (int.from_bytes(nonce[:2], "big") ^ index) & 0xFFFF
+        l4 = struct.pack("!BBHHH", t, 0, 0, ident, index & 0xFFFF)
+    seg = l4 + payload
+    csum_at = {"tcp": 16, "udp": 6}.get(p.proto, 2)
+    if p.proto == "icmp":
+        c = _csum(seg)                  # ICMPv4 has no pseudo-header
+    else:
+        c = _csum(_pseudo(p.version, src, dst, proto, len(seg)) + seg)
+        if p.proto == "udp" and c == 0:
+            c = 0xFFFF                  # 0 would mean "no checksum"
+    seg = seg[:csum_at] + struct.pack("!H", c) + seg[csum_at + 2:]
+    if p.version == 4:
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(seg), index & 0xFFFF, 0,
+                         TTL, proto, 0, src, dst)
+        ip = ip[:10] + struct.pack("!H", _csum(ip)) + ip[12:]
+    else:
+        ip = struct.pack("!IHBB16s16s", 6 << 28, len(seg), proto, TTL, src, dst)
+    eth = _mac(dst_mac) + _mac(src_mac) + struct.pack("!H", _ETHERTYPE[p.version])
+    return eth + ip + seg
+
+
+def _mac(text: str) -> bytes:
+    return bytes.fromhex(text.replace(":", ""))
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What a captured frame carried: the marker's index and the header."""
+    index: int
+    version: int
+    saddr: str
+    daddr: str
+    proto: str
+    sport: int | None
+    dport: int | None
+    icmp_type: int | None
+    checksum_ok: bool
+
+
+def parse_frame(frame: bytes, nonce: bytes) -> Parsed | None:
+    """The packet in `frame` if it is one of ours: IPv4/IPv6 carrying TCP, UDP or
+    ICMP whose payload starts with this exchange's marker. The marker must sit
+    exactly at the start of the L4 payload, so an ICMP error quoting one of our
+    packets is not mistaken for the packet itself."""
+    if len(frame) < 14:
+        return None
+    ethertype = struct.unpack_from("!H", frame, 12)[0]
+    ip = frame[14:]
+    if ethertype == 0x0800 and len(ip) >= 20 and ip[0] >> 4 == 4:
+        ihl = (ip[0] & 0x0F) * 4
+        total = struct.unpack_from("!H", ip, 2)[0]
+        if ihl < 20 or total < ihl or len(ip) < total:
+            return None
+        version, proto, src, dst = 4, ip[9], ip[12:16], ip[16:20]
+        ip_ok = _sum16(ip[:ihl]) == 0xFFFF
+        seg = ip[ihl:total]
+    elif ethertype == 0x86DD and len(ip) >= 40 and ip[0] >> 4 == 6:
+        plen = struct.unpack_from("!H", ip, 4)[0]
+        if len(ip) < 40 + plen:
+            return None
+        # No extension headers: we send none, and NAT adds none.
+        version, proto, src, dst = 6, ip[6], ip[8:24], ip[24:40]
+        ip_ok = True
+        seg = ip[40:40 + plen]
+    else:
+        return None
+    name = _PROTO_NAME.get(proto)
+    if name is None or (name, version) in (("icmp", 6), ("icmpv6", 4)):
+        return None
+    if name == "tcp":
+        if len(seg) < 20:
+            return None
+        off = (seg[12] >> 4) * 4
+    else:
+        off = 8
+    marker = seg[off:off + MARKER_LEN]
+    if len(marker) != MARKER_LEN or marker[:8] != MAGIC + nonce:
+        return None
+    index = struct.unpack("!I", marker[8:])[0]
+    if name == "icmp":
+        l4_ok = _sum16(seg) == 0xFFFF
+    elif name == "udp" and version == 4 and seg[6:8] == b"\0\0":
+        l4_ok = True
+    else:
+        l4_ok = _sum16(_pseudo(version, src, dst, proto, len(seg)) + seg) == 0xFFFF
+    ports = struct.unpack_from("!HH", seg) if name in ("tcp", "udp") else (None, None)
+    return Parsed(index, version, str(ipaddress.ip_address(src)),
+                  str(ipaddress.ip_address(dst)), name, ports[0], ports[1],
+                  seg[0] if name in ("icmp", "icmpv6") else None, ip_ok and l4_ok)
+
+
+# --- the firewall namespace's routing ---------------------------------------------------
+
+def prepare(tb: "NetnsTestbed") -> None:
+    """Make the firewall forward whatever arrives from one side out of the other,
+    whatever its destination or (spoofed) source: policy routing by input interface,
+    a default route per side to the far end host (whose neighbour entry is static),
+    no reverse-path filter, and local addresses accepted as sources.
+    Only the firewall namespace changes; `restore` undoes it. Idempotent."""
+    t = tb.topo
+    sides = {"client": (t.fw_client_side, t.fw_server_side, t.server),
+             "server": (t.fw_server_side, t.fw_client_side, t.client)}
+    for side, (iif, oif, far) in sides.items():
+        table = str(TABLE[side])
+        for fam, via in (("-4", far.ip4), ("-6", far.ip6)):
+            tb.ip("fw", fam, "route", "replace", "default", "via", via, "dev", oif.ifname,
+                  "table", table)
+            tb.run("fw", ["ip", fam, "rule", "del", "pref", table], check=False)
+            tb.ip("fw", fam, "rule", "add", "pref", table, "iif", iif.ifname, "table", table)
+    tb.sysctl("fw", *_sysctls(tb, rp_filter=0, accept_local=1))
+
+
+def restore(tb: "NetnsTestbed") -> None:
+    """Undo `prepare`: the rules and tables go, and the sysctls return to a new
+    namespace's defaults (rp_filter 0, accept_local 0), which the testbed keeps."""
+    for side in ("client", "server"):
+        table = str(TABLE[side])
+        for fam in ("-4", "-6"):
+            tb.run("fw", ["ip", fam, "rule", "del", "pref", table], check=False)
+            tb.run("fw", ["ip", fam, "route", "flush", "table", table], check=False)
+    tb.sysctl("fw", *_sysctls(tb, rp_filter=0, accept_local=0))
+
+
+def _sysctls(tb: "NetnsTestbed", rp_filter: int, accept_local: int) -> list[str]:
+    # rp_filter takes the larger of `all` and the device's value, accept_local
+    # either's: set both.
+    names = ["all", tb.topo.fw_client_side.ifname, tb.topo.fw_server_side.ifname]
+    return [f"net.ipv4.conf.{n}.{k}={v}" for n in names
+            for k, v in (("rp_filter", rp_filter), ("accept_local", accept_local))]
+
+
+def flush_conntrack(tb: "NetnsTestbed") -> str | None:
+    """Empty the firewall's conntrack table, so no earlier packet makes a later
+    one `established` or reuses its NAT binding. None when flushed, else why not."""
+    try:
+        cp = tb.run("fw", ["conntrack", "-F"], check=False)
+    except FwbenchError as e:   # the tool is missing
+        return f"conntrack not flushed: {e}"
+    if cp.returncode != 0:
+        first = next((ln for ln in (cp.stderr or cp.stdout).splitlines() if ln.strip()), "")
+        return f"conntrack not flushed: conntrack -F exited {cp.returncode}: {first}"
+    return None
+
+
+# --- the exchange -------------------------------------------------------------------------
+
+def exchange(tb: "NetnsTestbed", packets: list[Packet], timeout_s: float = 10.0,
+             quiet_s: float = 0.3) -> list[Observed | None]:
+    """Send every packet into the firewall from its `iif` side and return, per
+    packet, how it came out, or None when it did not (dropped, or delivered to the
+    firewall itself).
+
+    Both end hosts capture with a packet socket opened before anything is sent, and
+    their kernels drop everything arriving meanwhile (an nft netdev ingress chain
+    in the end hosts' namespaces, after the capture tap, removed afterwards), so no
+    RST, ICMP error or echo reply travels back through the firewall. The two
+    directions are sent at once, each in list order; order between them is not
+    kept. The sender is paced by its socket's send buffer, which a frame holds
+    until the firewall has dealt with it; a frame the firewall's input queue
+    refuses never entered it and is sent again. Capture ends when everything
+    arrived, or when neither the captures nor the firewall's IP input counters
+    have moved for `quiet_s`.
+
+    Packets must be craftable: tcp/udp with both ports, mark 0, ct_state "new",
+    addresses in the benchmarking ranges. An ICMP packet without `icmp_type` is
+    sent as an echo request and observed with its type. Packets sharing a 5-tuple
+    share a conntrack entry (and its NAT binding); one matching another's reverse
+    makes it `established`. Observed addresses are in canonical text.
+
+    Raises MeasurementInvalid when the instrument itself lost packets (a capture
+    socket overflowed, the firewall could not hand a packet to an end host), since
+    a None would then be a lie. `prepare(tb)` first for destinations beyond the two
+    end hosts' addresses; conntrack keeps what earlier exchanges left
+    (`flush_conntrack`)."""
+    if not packets:
+        return []
+    t = tb.topo
+    ends = {"client": (t.client, t.fw_client_side), "server": (t.server, t.fw_server_side)}
+    nonce = secrets.token_bytes(4)
+    frames: dict[str, list[str]] = {"client": [], "server": []}
+    for i, p in enumerate(packets):
+        if p.iif not in ends:
+            raise FwbenchError(f"packets: packet {i}: iif {p.iif!r} is not client or server")
+        host, gw = ends[p.iif]
+        frames[p.iif].append(build_frame(p, i, nonce, host.mac, gw.mac).hex())
+    start = time.monotonic()
+    agents: dict[str, _Agent] = {}
+    sinks: list[str] = []
+    try:
+        for role, (host, _) in ends.items():
+            _refuse_xdp(tb, host.host, host.ifname)
+            agents[role] = _Agent(tb, role, host.ifname, MAGIC + nonce)
+        for a in agents.values():
+            a.read()                                   # ready: the socket is bound
+        for role, (host, _) in ends.items():
+            _sink(tb, role, host.ifname)
+            sinks.append(role)
+        handed_before = _handover_drops(tb)
+        for role, a in agents.items():
+            a.write({"cmd": "send", "frames": frames[role],
+                     "limit_s": max(0.5, timeout_s - (time.monotonic() - start))})
+        unsent = sum(a.read()["unsent"] for a in agents.values())
+        if unsent:
+            raise MeasurementInvalid(f"packets: {unsent} of {len(packets)} packets were not "
+                                     f"taken in by the firewall within {timeout_s:g} s")
+        _wait_quiet(tb, agents, len(packets), start + timeout_s, quiet_s)
+        got = {role: a.ask({"cmd": "collect"}) for role, a in agents.items()}
+        lost = _handover_drops(tb) - handed_before
+        socket_drops = sum(g["socket_drops"] for g in got.values())
+        if lost or socket_drops:
+            raise MeasurementInvalid(
+                f"packets: the instrument lost packets ({lost} between firewall and end "
+                f"host, {socket_drops} in the capture sockets); repeat the exchange")
+    finally:
+        for a in agents.values():
+            a.close()
+        for role in sinks:
+            tb.run(role, ["nft", "delete", "table", "netdev", SINK_TABLE], check=False)
+    out: list[Observed | None] = [None] * len(packets)
+    for role, g in got.items():
+        for h in g["frames"]:
+            f = parse_frame(bytes.fromhex(h), nonce)
+            if f is None or f.index >= len(packets) or out[f.index] is not None:
+                continue
+            sent = packets[f.index]
+            pkt = Packet(f.version, sent.iif, f.saddr, f.daddr, f.proto, f.sport, f.dport,
+                         f.icmp_type)
+            out[f.index] = Observed(pkt, role, f.checksum_ok)
+    return out
+
+
+def _sink(tb: "NetnsTestbed", role: str, ifname: str) -> None:
+    # nft's netdev ingress hook runs after the packet taps, so the capture still
+    # sees every frame (this kernel has no cls_matchall or act_gact for a tc drop).
+    tb.exec(role, ["nft", "-f", "-"], input=(
+        f"table netdev {SINK_TABLE} {{\n"
+        f"  chain ingress {{ type filter hook ingress device \"{ifname}\" priority -500; "
+        "policy drop; }\n}\n"))
+
+
+def _refuse_xdp(tb: "NetnsTestbed", role: str, ifname: str) -> None:
+    # An XDP program runs before the packet taps: the capture would see nothing.
+    info = json.loads(tb.ip(role, "-j", "link", "show", "dev", ifname))[0]
+    if "xdp" in info:
+        raise FwbenchError(f"packets: an XDP program on {ifname} ({role}) hides packets "
+                           "from the capture; detach it first")
+
+
+def _handover_drops(tb: "NetnsTestbed") -> int:
+    """Packets the firewall forwarded but could not hand to an end host (the end
+    host's input queue was full): the firewall's ports' tx_dropped."""
+    t = tb.topo
+    return sum(tb.stats(p).tx_dropped for p in (t.fw_client_side, t.fw_server_side))
+
+
+def _fw_in_receives(tb: "NetnsTestbed") -> int:
+    """IPv4 + IPv6 packets the firewall's IP layer has taken in: it grows while
+    the firewall still works through its input queue, even when it drops them all."""
+    text = tb.exec("fw", ["cat", "/proc/net/snmp", "/proc/net/snmp6"])
+    lines = text.splitlines()
+    n = 0
+    for head, vals in zip(lines, lines[1:]):
+        if head.startswith("Ip: ") and vals.startswith("Ip: ") and not head[4].isdigit():
+            n += int(vals.split()[head.split().index("InReceives")])
+    for ln in lines:
+        if ln.startswith("Ip6InReceives"):
+            n += int(ln.split()[1])
+    return n
+
+
+def _wait_quiet(tb: "NetnsTestbed", agents: dict[str, "_Agent"], expected: int,
+                deadline: float, quiet_s: float) -> None:
+    last, since = None, time.monotonic()
+    while True:
+        captured = [a.ask({"cmd": "count"})["captured"] for a in agents.values()]
+        if sum(captured) >= expected:
+            return
+        now_state = (*captured, _fw_in_receives(tb))
+        now = time.monotonic()
+        if now_state != last:
+            last, since = now_state, now
+        elif now - since >= quiet_s:
+            return
+        if now >= deadline:
+            raise MeasurementInvalid("packets: packets were still arriving when the "
+                                     "exchange's time ran out; give it a longer timeout")
+        time.sleep(0.02)
+
+
+class _Agent:
+    """The agent process in one end host's namespace, spoken to in JSON lines."""
+
+    def __init__(self, tb: "NetnsTestbed", role: str, ifname: str, marker: bytes):
+        self.tb, self.role = tb, role
+        self.p = tb.spawn(role, [sys.executable, "-m", "fwbench.testbed.packets", "agent",
+                                 ifname, marker.hex()],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+    def write(self, msg: dict) -> None:
+        try:
+            self.p.stdin.write(json.dumps(msg) + "\n")
+            self.p.stdin.flush()
+        except BrokenPipeError:
+            self._died()
+
+    def read(self) -> dict:
+        line = self.p.stdout.readline()
+        if not line:
+            self._died()
+        return json.loads(line)
+
+    def ask(self, msg: dict) -> dict:
+        self.write(msg)
+        return self.read()
+
+    def _died(self):
+        self.p.wait(5)
+        err = [ln for ln in self.p.stderr.read().splitlines() if ln.strip()]
+        raise FwbenchError(f"packets: the {self.role} agent exited {self.p.returncode}: "
+                           f"{err[-1] if err else 'no message'}")
+
+    def close(self) -> None:
+        if self.p.poll() is None:
+            try:
+                self.write({"cmd": "quit"})
+                self.p.wait(2)
+            except (FwbenchError, subprocess.TimeoutExpired, OSError):
+                pass
+        self.tb.forget(self.p)
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+# --- the agent, inside an end host's namespace ---------------------------------------------
+
+def _agent(ifname: str, marker: bytes) -> None:
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_ALL))
+    # Room for every frame of a large exchange even if the reader falls behind;
+    # overflow is reported (PACKET_STATISTICS), never silent.
+    sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, 64 << 20)
+    # A frame holds send-buffer space until the firewall has dealt with it, so
+    # the buffer bounds the frames in flight: 256 KiB (the kernel doubles this) is
+    # about 300 small frames, well under the firewall's input queue (1,000 by
+    # default), which the sender therefore rarely overruns.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SNDBUF)
+    # A send blocked on that buffer gives up now and then (EAGAIN), so the
+    # exchange's time limit holds however slow the firewall is.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 100_000))
+    sock.bind((ifname, _ETH_P_ALL))
+    captured: list[bytes] = []
+
+    def capture() -> None:
+        while True:
+            data, addr = sock.recvfrom(65535)
+            if addr[2] != _PACKET_OUTGOING and marker in data:
+                captured.append(data)
+
+    threading.Thread(target=capture, daemon=True).start()
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        msg = json.loads(line)
+        cmd = msg["cmd"]
+        if cmd == "send":
+            reply = _send(sock, [bytes.fromhex(h) for h in msg["frames"]], msg["limit_s"])
+        elif cmd == "count":
+            reply = {"captured": len(captured)}
+        elif cmd == "collect":
+            _, drops = struct.unpack("II", sock.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8))
+            reply = {"frames": [f.hex() for f in list(captured)], "socket_drops": drops}
+        elif cmd == "quit":
+            return
+        else:
+            raise SystemExit(f"unknown command {cmd!r}")
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+def _send(sock: socket.socket, frames: list[bytes], limit_s: float) -> dict:
+    """Send each frame once. veth refuses a frame (ENOBUFS) when the firewall's
+    input queue is full (the queue is per CPU, shared with whatever else runs on
+    the machine); such a frame never reached the firewall, so sending it again
+    after a pause is exact."""
+    deadline = time.monotonic() + limit_s
+    retries = 0
+    for i, f in enumerate(frames):
+        while True:
+            try:
+                sock.send(f)
+                break
+            except OSError as e:
+                if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                    raise
+                if time.monotonic() > deadline:
+                    return {"sent": i, "unsent": len(frames) - i, "retries": retries}
+                retries += 1
+                time.sleep(0.0002)
+    return {"sent": len(frames), "unsent": 0, "retries": retries}
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 3 or argv[0] != "agent":
+        raise SystemExit("usage: python -m fwbench.testbed.packets agent IFNAME MARKER_HEX")
+    _agent(argv[1], bytes.fromhex(argv[2]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
