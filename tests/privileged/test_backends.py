@@ -1,18 +1,21 @@
 """Every backend loads N = 1,000 and verifies; probes get the right verdicts; a
 rule set that is not the one asked for fails verification, with a reason naming what
 differs. Run against the real kernel in a fresh testbed."""
+from dataclasses import replace
+
 import pytest
 
 from fwbench import backends
-from fwbench.backends.base import flush_all, interfaces, ruleset_state
-from fwbench.ruleset import render as r
-from fwbench.ruleset import Entry, seed000
-from fwbench.ruleset.seed000 import with_entry_replaced
+from fwbench.backends.base import interfaces
+from fwbench.backends.kernel import flush_all, ruleset_state
+from fwbench.ruleset.model import Match, Ports, Prefix
+from fwbench.ruleset.templates.seed000 import SET_NAME, entry_id, seed000
 
 FILTERING = [n for n in backends.names() if n != "none"]
 SETS = {"ipset", "nftset", "xdp-set", "tc-set"}
 NETFILTER_LINEAR = ["iptables-legacy", "iptables-nft", "nftables"]
 PROBES = 20
+SERVER = "198.19.0.2"
 
 
 def backend_or_skip(name):
@@ -22,90 +25,114 @@ def backend_or_skip(name):
     return b
 
 
+def rules_for(b, n, **kw):
+    return seed000(n, layout=b.layout, **kw)
+
+
+def with_entry_replaced(rs, i, daddr, proto, port):
+    """The rule set with its i-th entry (1-based) swapped for another: a rule's
+    match in the linear layout, a set element in the set layout."""
+    (t,) = rs.tables
+    if rs.layout == "set":
+        (s,) = t.sets
+        elems = list(s.elements)
+        elems[i - 1] = (daddr, proto, port)
+        t = replace(t, sets=(replace(s, elements=tuple(elems)),))
+    else:
+        chains = []
+        for c in t.chains:
+            rules = tuple(replace(r, match=Match(dst=Prefix.of(daddr), proto=proto,
+                                                 dport=Ports.of(port)))
+                          if r.id == entry_id(i) else r for r in c.rules)
+            chains.append(replace(c, rules=rules))
+        t = replace(t, chains=tuple(chains))
+    return replace(rs, tables=(t,), name=rs.name + "-modified")
+
+
 @pytest.mark.parametrize("name", FILTERING)
 def test_loads_1000_and_verifies(testbed, name):
     b = backend_or_skip(name)
-    policy = seed000(1000, testbed.topo.server.ip4)
-    load = b.apply(testbed, policy)
-    v = b.verify(testbed, policy)
+    rs = rules_for(b, 1000)
+    load = b.apply(testbed, rs)
+    v = b.verify(testbed, rs)
     assert v.ok, v.reason
-    assert v.rules_loaded == 1000
+    assert v.rules_loaded == b.expected_entries(rs)
     assert load.load_time_s > 0
-    d = v.details
-    assert d["allowed_probe"]["forwarded"] >= d["allowed_probe"]["sent"]
-    assert d["allowed_probe"]["rule_hits"] == d["allowed_probe"]["sent"]
-    assert d["disallowed_probe"]["forwarded"] == 0
-    assert d["ping_probe"]["replies"] == d["ping_probe"]["rule_hits"] == d["ping_probe"]["sent"]
-    assert d["differences"] == []
+    p = v.details["probes"]
+    assert p["test flow"]["forwarded"] == p["test flow"]["sent"] == PROBES
+    assert p["test flow"]["rule_hits"] >= PROBES   # plus any sample packet it took
+    assert p["disallowed"]["forwarded"] == 0
+    assert p["ping"]["forwarded"] == PROBES and p["ping"]["rule_hits"] >= PROBES
+    assert v.details["differences"] == []
+    assert v.details["sample"]["disagreements"] == []
 
 
 @pytest.mark.parametrize("name", FILTERING)
 def test_missing_test_rule_fails_verification(testbed, name):
     """The test entry replaced by one more filler: the count is still N, so only the
-    probe can catch it, and it must."""
+    probes can catch it, and they must."""
     b = backend_or_skip(name)
-    good = seed000(50, testbed.topo.server.ip4)
-    broken = with_entry_replaced(good, good.test_entry, Entry(good.test_entry.daddr, "tcp", 39999))
-    b.apply(testbed, broken)
+    good = rules_for(b, 50)
+    b.apply(testbed, with_entry_replaced(good, 50, SERVER, "tcp", 39999))
     v = b.verify(testbed, good)
     assert not v.ok
-    assert v.rules_loaded == 50
-    # The probe itself must catch it, whatever the listing says.
-    assert f"test-flow probe: 0 of {PROBES} forwarded" in v.reason, v.reason
-    assert v.details["allowed_probe"]["forwarded"] == 0
+    assert v.rules_loaded == b.expected_entries(good)
+    assert f"test flow probe: 0 of {PROBES} forwarded" in v.reason, v.reason
+    assert v.details["probes"]["test flow"]["forwarded"] == 0
 
 
 @pytest.mark.parametrize("name", FILTERING)
 def test_wrong_rule_count_fails_verification(testbed, name):
     b = backend_or_skip(name)
-    b.apply(testbed, seed000(999, testbed.topo.server.ip4))
-    v = b.verify(testbed, seed000(1000, testbed.topo.server.ip4))
-    assert not v.ok and "999 entries in the kernel, 1000 asked" in v.reason
+    b.apply(testbed, rules_for(b, 999))
+    v = b.verify(testbed, rules_for(b, 1000))
+    assert not v.ok and "entries in the kernel" in v.reason, v.reason
 
 
 def test_none_forwards_everything(testbed):
     b = backend_or_skip("none")
-    policy = seed000(1, testbed.topo.server.ip4)
-    b.apply(testbed, policy)
-    v = b.verify(testbed, policy)
+    rs = seed000(1)
+    b.apply(testbed, rs)
+    v = b.verify(testbed, rs)
     assert v.ok, v.reason
     assert v.rules_loaded == 0
-    assert v.details["disallowed_probe"]["forwarded"] == v.details["disallowed_probe"]["sent"]
+    assert v.details["probes"]["disallowed"]["forwarded"] == PROBES
 
 
 def test_backends_do_not_stack(testbed):
     """Loading one backend after another leaves only the last: legacy and nft rules
     would otherwise both apply, and an XDP or tc filter would sit under either."""
-    policy = seed000(100, testbed.topo.server.ip4)
     for name in ("iptables-legacy", "xdp-set", "tc-linear"):
-        backend_or_skip(name).apply(testbed, policy)
+        b = backend_or_skip(name)
+        b.apply(testbed, rules_for(b, 100))
     nft = backend_or_skip("nftables")
-    nft.apply(testbed, policy)
+    rs = rules_for(nft, 100)
+    nft.apply(testbed, rs)
     state = ruleset_state(testbed)
     assert state["iptables-legacy"] == 0 and state["nftables_tables"] == 1
     assert state["bpf_programs"] == 0
-    assert nft.verify(testbed, policy).ok
-    backend_or_skip("tc-set").apply(testbed, policy)
+    assert nft.verify(testbed, rs).ok
+    tc = backend_or_skip("tc-set")
+    tc.apply(testbed, rules_for(tc, 100))
     assert ruleset_state(testbed)["bpf_programs"] == 1
     flush_all(testbed)
-    assert ruleset_state(testbed) == {"iptables-legacy": 0, "nftables_tables": 0, "ipsets": 0,
-                                      "bpf_programs": 0}
+    assert set(ruleset_state(testbed).values()) == {0}
 
 
 # --- rule sets that are not what was asked --------------------------------------
 #
-# Each is loaded with the backend's own load step, then verified against the policy
-# that was asked for. The rule count stays N in every case, so only the comparison
-# with the rendering, or a probe, can catch it, and each case says which must.
+# Each is loaded with the backend's own load step, then verified against the rule
+# set that was asked for. The rule count stays N in every case, so only the
+# comparison with the rendering, or a probe, can catch it, and each case says which.
 
 def client_rule_lines(name: str, text: str) -> list[int]:
     """Indices of the lines of a rendered file that are the client-side chain's
     rules (iptables, nft) or the eBPF filter's scanned rules."""
     lines = text.splitlines()
     if name.startswith(("iptables", "ipset")):
-        return [i for i, ln in enumerate(lines) if ln.startswith(f"-A {r.IPT_FROM_CLIENT} ")]
+        return [i for i, ln in enumerate(lines) if ln.startswith("-A fwb_from_client ")]
     if name.startswith("nft"):
-        start = lines.index(f"\tchain {r.NFT_FROM_CLIENT} {{")
+        start = lines.index("\tchain from_client {")
         end = lines.index("\t}", start)
         return list(range(start + 1, end))
     return [i for i, ln in enumerate(lines) if ln.startswith("rule ")]
@@ -116,17 +143,17 @@ def rules_file(name: str) -> str:
         name, "rules.bpf" if name.startswith(("xdp", "tc")) else "rules.iptables")
 
 
-def load_tampered(tb, b, name, policy, tamper):
-    """Render `policy`, change the rule file with `tamper(lines, rule_indices)`,
-    load it as the backend would, and verify against `policy`."""
-    files = b.render(policy, interfaces(tb))
+def load_tampered(tb, b, name, rs, tamper):
+    """Render `rs`, change the rule file with `tamper(lines, rule_indices)`, load it
+    as the backend would, and verify against `rs`."""
+    files = b.render(rs, interfaces(tb))
     f = rules_file(name)
     lines = files[f].splitlines()
     tamper(lines, client_rule_lines(name, files[f]))
     files[f] = "\n".join(lines) + "\n"
     flush_all(tb)
     b.load(tb, files)
-    return b.verify(tb, policy)
+    return b.verify(tb, rs)
 
 
 @pytest.mark.parametrize("name", FILTERING)
@@ -134,18 +161,18 @@ def test_reordered_rule_set_fails_verification(testbed, name):
     """The same rules in another order: right count, every probe still passes (the
     swapped rules are fillers, or the two auxiliary rules after a set's rule)."""
     b = backend_or_skip(name)
-    policy = seed000(50, testbed.topo.server.ip4)
+    rs = rules_for(b, 50)
 
     def swap(lines, rules):
         i, j = (rules[-2], rules[-1]) if name in SETS else (rules[0], rules[1])
         lines[i], lines[j] = lines[j], lines[i]
 
-    v = load_tampered(testbed, b, name, policy, swap)
-    assert not v.ok and v.rules_loaded == 50
+    v = load_tampered(testbed, b, name, rs, swap)
+    assert not v.ok
     assert "differs from the rendered one" in v.reason and "another order" in v.reason, v.reason
-    d = v.details
-    assert d["allowed_probe"]["forwarded"] >= PROBES and d["disallowed_probe"]["forwarded"] == 0
-    assert d["ping_probe"]["replies"] == 3
+    p = v.details["probes"]
+    assert p["test flow"]["forwarded"] == PROBES and p["disallowed"]["forwarded"] == 0
+    assert p["ping"]["forwarded"] == PROBES
 
 
 @pytest.mark.parametrize("name", FILTERING)
@@ -153,23 +180,22 @@ def test_one_rule_too_permissive_fails_verification(testbed, name):
     """A filler (or set element) replaced by one that lets the disallowed probe's
     flow through: same size; the disallowed probe and the comparison both catch it."""
     b = backend_or_skip(name)
-    good = seed000(50, testbed.topo.server.ip4)
-    t = good.test_entry
-    loose = Entry(t.daddr, "udp", t.dport + 1)
-    b.apply(testbed, with_entry_replaced(good, good.entries[3], loose))
+    good = rules_for(b, 50)
+    b.apply(testbed, with_entry_replaced(good, 4, SERVER, "udp", 5202))
     v = b.verify(testbed, good)
-    assert not v.ok and v.rules_loaded == 50
+    assert not v.ok and v.rules_loaded == b.expected_entries(good)
     assert f"disallowed probe: {PROBES} of {PROBES} forwarded, expected 0" in v.reason, v.reason
     assert "missing from the kernel" in v.reason and "not rendered" in v.reason
-    assert str(t.dport + 1) in v.reason
+    assert "5202" in v.reason
 
 
 @pytest.mark.parametrize("name", NETFILTER_LINEAR)
 def test_one_rule_widened_fails_verification(testbed, name):
     """A TCP filler whose port match is gone (every TCP port allowed): no probe can
-    see it (they are UDP and ICMP), only the comparison with the rendering."""
+    see it (they are UDP and ICMP), only the comparison with the rendering and the
+    corpus sample, if it holds a TCP packet to another port."""
     b = backend_or_skip(name)
-    policy = seed000(50, testbed.topo.server.ip4)
+    rs = rules_for(b, 50)
 
     def widen(lines, rules):
         i = rules[5]
@@ -180,10 +206,10 @@ def test_one_rule_widened_fails_verification(testbed, name):
             assert " -m tcp --dport 40005 " in lines[i]
             lines[i] = lines[i].replace(" -m tcp --dport 40005 ", " ")
 
-    v = load_tampered(testbed, b, name, policy, widen)
-    assert not v.ok and v.rules_loaded == 50
-    d = v.details
-    assert d["allowed_probe"]["forwarded"] >= PROBES and d["disallowed_probe"]["forwarded"] == 0
+    v = load_tampered(testbed, b, name, rs, widen)
+    assert not v.ok
+    p = v.details["probes"]
+    assert p["test flow"]["forwarded"] == PROBES and p["disallowed"]["forwarded"] == 0
     assert "missing from the kernel" in v.reason and "40005" in v.reason, v.reason
 
 
@@ -192,32 +218,31 @@ def test_missing_icmp_rule_fails_verification(testbed, name):
     """The ICMP echo-request rule left out: the entries are all there; the ping
     probe and the comparison catch it."""
     b = backend_or_skip(name)
-    policy = seed000(50, testbed.topo.server.ip4)
+    rs = rules_for(b, 50)
 
     def drop_icmp(lines, rules):
         (i,) = [i for i in rules if "icmp" in lines[i] or lines[i].endswith(" 1 8")]
         del lines[i]
 
-    v = load_tampered(testbed, b, name, policy, drop_icmp)
-    assert not v.ok and v.rules_loaded == 50
-    assert "ping probe: 0 of 3 answered" in v.reason, v.reason
+    v = load_tampered(testbed, b, name, rs, drop_icmp)
+    assert not v.ok
+    assert f"ping probe: 0 of {PROBES} forwarded" in v.reason, v.reason
     assert "1 rendered line missing from the kernel" in v.reason, v.reason
-    assert v.details["allowed_probe"]["forwarded"] >= PROBES
+    assert v.details["probes"]["test flow"]["forwarded"] == PROBES
 
 
 @pytest.mark.parametrize("name", FILTERING)
 def test_one_element_replaced_fails_verification(testbed, name):
     """One set element (or, in a linear chain, one rule) replaced by another that no
-    probe sends: same size, every probe passes; only the comparison can tell."""
+    probe sends: same size, every probe passes; the comparison tells."""
     b = backend_or_skip(name)
-    good = seed000(50, testbed.topo.server.ip4)
-    other = Entry(good.entries[7].daddr, "tcp", 39_999)
-    b.apply(testbed, with_entry_replaced(good, good.entries[7], other))
+    good = rules_for(b, 50)
+    b.apply(testbed, with_entry_replaced(good, 8, SERVER, "tcp", 39_999))
     v = b.verify(testbed, good)
-    assert not v.ok and v.rules_loaded == 50
-    d = v.details
-    assert d["allowed_probe"]["forwarded"] >= PROBES and d["disallowed_probe"]["forwarded"] == 0
-    assert d["ping_probe"]["replies"] == 3
+    assert not v.ok and v.rules_loaded == b.expected_entries(good)
+    p = v.details["probes"]
+    assert p["test flow"]["forwarded"] == PROBES and p["disallowed"]["forwarded"] == 0
+    assert p["ping"]["forwarded"] == PROBES
     noun = "element" if name in SETS else "line"
     assert f"1 rendered {noun} missing from the kernel" in v.reason, v.reason
     assert f"1 {noun} in the kernel not rendered" in v.reason and "39999" in v.reason

@@ -10,13 +10,17 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 from fwbench import backends, bpf, proc
-from fwbench.backends.base import flush_all
+from fwbench.backends.kernel import flush_all
 from fwbench.ruleset import Entry, Policy, seed000
-from fwbench.ruleset import render as r
+from fwbench.ruleset.model import Match, Ports, Prefix
+from fwbench.ruleset.templates.seed000 import entry_id
+from fwbench.ruleset.templates.seed000 import seed000 as new_seed000
+from fwbench.ruleset import policy_render as r
 
 EBPF = ["xdp-linear", "xdp-set", "tc-linear", "tc-set"]
 HOOK_MODES = [("xdp", "linear"), ("xdp", "set"), ("tc", "linear"), ("tc", "set")]
@@ -93,13 +97,13 @@ def test_not_judged_by_the_filter(hook, mode):
 def test_every_program_loads_in_a_fresh_namespace(testbed):
     """The four filters through fwbench-bpf, and the drop programs through iproute2."""
     fw, ifname = testbed.topo.netns("fw"), testbed.topo.fw_client_side.ifname
-    policy = seed000(10, testbed.topo.server.ip4)
     for name in EBPF:
         b = backend_or_skip(name)
-        b.apply(testbed, policy)
+        rs = new_seed000(10, layout=b.layout)
+        b.apply(testbed, rs)
         got = bpf.attached(fw, ifname)
         assert list(got) == [b.hook], (name, got)
-        assert b.differences(testbed, policy) == []
+        assert b.differences(testbed, rs) == []
     flush_all(testbed)
     assert bpf.attached(fw, ifname) == {}
     obj = str(proc.REPO / "bpf" / "build" / "drop.bpf.o")
@@ -142,10 +146,27 @@ for line in sys.stdin:
 
 def _random_policy(server: str, extra: list[str], rng: random.Random) -> Policy:
     daddrs = [server] + extra
-    entries = tuple(Entry(rng.choice(daddrs), rng.choice(["tcp", "udp"]),
-                          rng.randrange(1000, 1080)) for _ in range(150))
+    entries = tuple(dict.fromkeys(Entry(rng.choice(daddrs), rng.choice(["tcp", "udp"]),
+                                        rng.randrange(1000, 1080)) for _ in range(150)))
     return Policy(entries=entries, test_entry=entries[-1],
                   control=Entry(server, "tcp", 5201), ping_daddr=server, template="random")
+
+
+def _as_ruleset(policy: Policy, layout: str):
+    """Seed 000's skeleton holding the policy's entries, in the new model."""
+    rs = new_seed000(policy.size, layout=layout)
+    (t,) = rs.tables
+    want = [(e.daddr, e.proto, e.dport) for e in policy.entries]
+    if layout == "set":
+        (st,) = t.sets
+        t = replace(t, sets=(replace(st, elements=tuple(want)),))
+    else:
+        ids = {entry_id(i + 1): w for i, w in enumerate(want)}
+        t = replace(t, chains=tuple(replace(c, rules=tuple(
+            replace(r_, match=Match(dst=Prefix.of(ids[r_.id][0]), proto=ids[r_.id][1],
+                                    dport=Ports.of(ids[r_.id][2])))
+            if r_.id in ids else r_ for r_ in c.rules)) for c in t.chains))
+    return replace(rs, tables=(t,))
 
 
 def _random_packets(policy: Policy, daddrs: list[str], rng: random.Random, n: int):
@@ -203,13 +224,13 @@ def test_same_verdicts_as_iptables_on_random_packets(testbed):
               for i, (d, p, port) in enumerate(keys)]
 
     legacy = backend_or_skip("iptables-legacy")
-    legacy.apply(testbed, policy)
+    legacy.apply(testbed, _as_ruleset(policy, "linear"))
     want = _forwarded(testbed, frames)
     assert 0 < len(want) < len(frames)   # the mix has both verdicts
 
     for name in EBPF:
         b = backend_or_skip(name)
-        b.apply(testbed, policy)
+        b.apply(testbed, _as_ruleset(policy, b.layout))
         got = _forwarded(testbed, frames)
         assert got == want, (name, sorted(got ^ want)[:10])
         run = bpf.test_run(b.hook, b.mode, r.bpf_rules(policy, b.mode == "set"), frames,

@@ -2,9 +2,10 @@
 root: the listings below are what nft 1.0.6, iptables-save 1.8.9 and ipset 7.17
 printed on this project's machines for seed 000 with N = 3."""
 from fwbench.backends.base import ordered_differences, unordered_differences
-from fwbench.backends.iptables import _ipsets, save_tables
-from fwbench.backends.nftables import nft_lines
-from fwbench.ruleset import Interfaces, render, seed000
+from fwbench.backends.kernel import ipsets as _ipsets, save_tables
+from fwbench.backends.kernel import nft_lines
+from fwbench.ruleset import Interfaces, seed000
+from fwbench.ruleset import policy_render as render
 
 IFS = Interfaces("fwb4c1d8f-f0", "fwb4c1d8f-f1", ("198.18.0.1", "198.19.0.1"))
 POLICY = seed000(3, "198.19.0.2")
@@ -69,8 +70,8 @@ def test_a_listed_nft_ruleset_equals_its_rendering():
     lines, elements = nft_lines(render.nft_set(POLICY, IFS))
     listed_lines, listed_elements = nft_lines(NFT_LISTED)
     assert lines == listed_lines
-    assert sorted(listed_elements["allowed"]) == elements["allowed"]
-    assert elements == {"allowed": ["198.19.0.2 . tcp . 40000", "198.19.0.2 . tcp . 40001",
+    assert sorted(listed_elements["ip fwbench allowed"]) == elements["ip fwbench allowed"]
+    assert elements == {"ip fwbench allowed": ["198.19.0.2 . tcp . 40000", "198.19.0.2 . tcp . 40001",
                                     "198.19.0.2 . udp . 5201"]}
     assert "ip daddr 198.19.0.2 icmp type echo-request counter accept" in lines
 
@@ -80,7 +81,7 @@ def test_nft_lines_keep_what_differs():
     lines, _ = nft_lines(listed)
     assert lines != nft_lines(render.nft_set(POLICY, IFS))[0]
     _, elements = nft_lines(NFT_LISTED.replace(". 40001 }", ". 40009 }"))
-    assert "198.19.0.2 . tcp . 40009" in elements["allowed"]
+    assert "198.19.0.2 . tcp . 40009" in elements["ip fwbench allowed"]
 
 
 def test_iptables_save_with_counters_equals_the_restore_file():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fwbench.ruleset import Entry, Interfaces, seed000
-from fwbench.ruleset import render as r
+from fwbench.ruleset import policy_render as r
 from fwbench.ruleset.seed000 import MAX_ENTRIES, with_entry_replaced
 
 GOLDEN = Path(__file__).parent.parent / "golden"

@@ -1,12 +1,16 @@
 """The backend interface and the verification every backend goes through.
 
-A backend loads one Policy into the firewall namespace in one atomic step and
-reports what the kernel then holds: its counters (a Snapshot) and every way the
-kernel's rule set differs from the rendered one (`differences`). Verification is
-the same for all: the kernel holds exactly what was rendered (rules in order, set
-elements as a set, settings), the number of entries equals what was asked, a probe
-of the test flow is counted by the rule meant for it and forwarded, a probe no rule
-allows is dropped, and a ping is counted by the ICMP rule and answered.
+A backend renders a RuleSet for its firewall, loads it into the firewall namespace
+in one atomic step, and reads back what the kernel then holds: its counters by rule
+id and every way the kernel's rule set differs from the rendered one
+(`differences`). A backend declares the features it can hold; `check` refuses a
+rule set needing anything else, before any testbed exists.
+
+Verification is the same for all: the kernel holds exactly what was rendered
+(rules in order, set elements as a set, settings), as many entries as asked, and
+the rule set's probes plus a sample of its packet corpus, sent through the testbed
+for real, are forwarded or dropped, counted by the rules and translated exactly as
+the reference evaluator says.
 """
 from __future__ import annotations
 
@@ -14,34 +18,28 @@ import abc
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from fwbench import bpf, proc
-from fwbench.ruleset import Interfaces, Policy
+from fwbench import proc
+from fwbench.backends import kernel
+from fwbench.ruleset import corpus as corpora
+from fwbench.ruleset.evaluate import Evaluator
+from fwbench.ruleset.model import Interfaces, Packet, RuleSet, Unsupported
+from fwbench.testbed import packets
 from fwbench.testbed.netns import NetnsTestbed
 
 PROBE_PACKETS = 20
-PROBE_PINGS = 3
+# Corpus packets each verification sends besides the probes.
+SAMPLE_PACKETS = 40
 # A verification names this many differences and counts the rest.
 _DIFFERENCES_SHOWN = 3
-# Packets sent into a veth are forwarded from softirq right away; this is ample.
-_SETTLE_S = 0.05
 
 
 @dataclass(frozen=True)
 class LoadStats:
     load_time_s: float
     files: dict[str, int]  # rendered file name -> bytes
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the kernel holds after a load, as the backend reads it back."""
-    entries: int                 # rules matching an entry, or set elements
-    test_hits: int | None        # packets counted by the rule the test flow must hit
-    ping_hits: int | None        # packets counted by the ICMP echo-request rule
-    notes: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,6 +60,9 @@ class Backend(abc.ABC):
     tools: tuple[str, ...] = ()
     filters = True                # False only for `none`
     max_rules: int = 1_000_000
+    # How a template with the choice holds its entries for this backend: one rule
+    # each ("linear") or the elements of one set ("set").
+    layout = "linear"
 
     def unavailable(self) -> str | None:
         """None when the backend can run here, else why not (one line)."""
@@ -75,8 +76,20 @@ class Backend(abc.ABC):
     def versions(self) -> dict[str, str | None]:
         return {}
 
+    def check(self, rs: RuleSet) -> None:
+        """Raise Unsupported (`<backend>: unsupported: <feature> (rule <id>)`) if the
+        rule set needs a feature this backend cannot hold."""
+        try:
+            self._check(rs)
+        except Unsupported as e:
+            raise e.for_backend(self.name) from None
+
     @abc.abstractmethod
-    def render(self, policy: Policy, ifs: Interfaces) -> dict[str, str]:
+    def _check(self, rs: RuleSet) -> None:
+        """The renderer's refusal, without the backend's name."""
+
+    @abc.abstractmethod
+    def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         """File name -> text, exactly what load() feeds the kernel."""
 
     @abc.abstractmethod
@@ -84,25 +97,38 @@ class Backend(abc.ABC):
         """Load the rendered files in one step (restore files, nft -f)."""
 
     @abc.abstractmethod
-    def snapshot(self, tb: NetnsTestbed, policy: Policy) -> Snapshot:
-        """The counters verification reads, and the number of entries loaded. Read
-        before and after every probe, so it should be cheap."""
+    def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+        """Rule id -> packets counted, for every rule whose counter this backend
+        can read (`counted_ids`). Read around every probe, so it should be cheap."""
 
     @abc.abstractmethod
-    def differences(self, tb: NetnsTestbed, policy: Policy) -> list[str]:
-        """Every way what the kernel holds differs from what `render` gives for
-        `policy`, one line each naming what differs; empty when identical. Read
-        once per verification, from the kernel's own listing."""
+    def counted_ids(self, rs: RuleSet) -> frozenset[str]:
+        """The rule ids whose counters `counters` reports for this rule set."""
 
-    def apply(self, tb: NetnsTestbed, policy: Policy) -> LoadStats:
-        files = self.render(policy, interfaces(tb))
-        flush_all(tb)
+    @abc.abstractmethod
+    def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
+        """Rules and set elements the kernel holds for the rule set."""
+
+    @abc.abstractmethod
+    def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
+        """Every way what the kernel holds differs from what `render` gives for
+        `rs`, one line each naming what differs; empty when identical. Read once
+        per verification, from the kernel's own listing."""
+
+    def expected_entries(self, rs: RuleSet) -> int:
+        return rs.rule_count + sum(len(s.elements) for t in rs.tables for s in t.sets)
+
+    def apply(self, tb: NetnsTestbed, rs: RuleSet) -> LoadStats:
+        self.check(rs)
+        files = self.render(rs, interfaces(tb))
+        kernel.flush_all(tb)
         t0 = time.perf_counter()
         self.load(tb, files)
         return LoadStats(time.perf_counter() - t0, {k: len(v) for k, v in files.items()})
 
-    def verify(self, tb: NetnsTestbed, policy: Policy) -> Verification:
-        return verify(self, tb, policy)
+    def verify(self, tb: NetnsTestbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
+               seed: int = 0) -> Verification:
+        return verify(self, tb, rs, sample, seed)
 
 
 def interfaces(tb: NetnsTestbed) -> Interfaces:
@@ -147,113 +173,174 @@ def unordered_differences(what: str, want: Iterable[str], got: Iterable[str],
     return out
 
 
-def _delta(a: int | None, b: int | None) -> int | None:
-    return None if a is None or b is None else b - a
+# ICMP types connection tracking opens a connection for; any other type, sent alone,
+# is `ct state invalid` (an echo reply without its request, an error quoting no
+# known connection).
+_ICMP_REQUESTS = {"icmp": {8, 13, 15, 17}, "icmpv6": {128, 139}}
 
 
-def verify(backend: Backend, tb: NetnsTestbed, policy: Policy) -> Verification:
-    test = policy.test_entry
+def as_tracked(p: Packet) -> Packet:
+    """The packet as injected, with the conntrack state the kernel gives it when it
+    arrives alone: every injected flow is new and unmarked, but for ICMP types that
+    open no connection."""
+    if p.proto in _ICMP_REQUESTS and p.icmp_type is not None \
+            and p.icmp_type not in _ICMP_REQUESTS[p.proto]:
+        return replace(p, ct_state="invalid", mark=0)
+    return replace(p, ct_state="new", mark=0)
+
+
+def copies(p: Packet, n: int) -> list[Packet]:
+    """n packets of one probe as n distinct flows (source port, or ICMP id by
+    packet), so connection tracking sees each as new."""
+    if p.sport is None:
+        return [p] * n
+    return [replace(p, sport=1024 + (p.sport - 1024 + k) % 64512) for k in range(n)]
+
+
+_evaluators: dict[str, Evaluator] = {}
+_samples: dict[tuple[str, int, int], list[Packet]] = {}
+
+
+def evaluator(rs: RuleSet) -> Evaluator:
+    """The reference evaluator of a rule set, compiled once per rule set."""
+    key = rs.digest()
+    if key not in _evaluators:
+        _evaluators.clear()
+        _evaluators[key] = Evaluator(rs)
+    return _evaluators[key]
+
+
+def corpus_sample(rs: RuleSet, n: int, seed: int) -> list[Packet]:
+    key = (rs.digest(), n, seed)
+    if key not in _samples:
+        _samples.clear()
+        _samples[key] = corpora.build(rs, size=n, seed=seed) if n else []
+    return _samples[key]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Packets sent through the loaded firewall and what came of each."""
+    sent: list[Packet]
+    seen: list[Packet | None]        # as observed leaving the firewall; None: dropped
+    counts: dict[str, int]           # rule id -> packets counted during the exchange
+
+
+def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
+             pkts: list[Packet]) -> Exchange:
+    """Send `pkts` through the firewall as it is loaded, reading the counters around."""
+    packets.prepare(tb)
+    try:
+        kernel.flush_conntrack(tb)
+        before = backend.counters(tb, rs)
+        # The injector crafts new, unmarked packets; their conntrack state is the
+        # kernel's own (as_tracked), which only the evaluator is told.
+        seen = [o.packet if o else None for o in packets.exchange(
+            tb, [replace(p, ct_state="new", mark=0) for p in pkts])]
+        after = backend.counters(tb, rs)
+    finally:
+        packets.restore(tb)
+    counts = {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
+    return Exchange(pkts, seen, counts)
+
+
+def disagreements(backend: Backend, rs: RuleSet, ex: Exchange) -> tuple[list[str], list[str]]:
+    """Where the exchange differs from the reference evaluator: (per packet, per
+    rule counter). With no firewall, every packet must pass unchanged."""
+    ev = evaluator(rs)
+    per_packet: list[str] = []
+    expected: Counter[str] = Counter()
+    for p, got in zip(ex.sent, ex.seen):
+        if backend.filters:
+            v = ev.evaluate(p)
+            want = v.translated if v.forward else None
+            expected.update(v.counted)
+        else:
+            want = p
+        if (want is None) != (got is None):
+            per_packet.append(f"{describe(p)}: {'forwarded' if got else 'dropped'}, "
+                              f"expected {'forwarded' if want else 'dropped'}"
+                              + (f" ({v.reason})" if backend.filters else ""))
+        elif want is not None and _addresses(want) != _addresses(got):
+            per_packet.append(f"{describe(p)}: left as {describe(got, iif=False)}, "
+                              f"expected {describe(want, iif=False)}")
+    per_rule = []
+    for rid in sorted(backend.counted_ids(rs)):
+        if ex.counts.get(rid, 0) != expected.get(rid, 0):
+            per_rule.append(f"rule {rid} counted {ex.counts.get(rid, 0)}, "
+                            f"expected {expected.get(rid, 0)}")
+    return per_packet, per_rule
+
+
+def _addresses(p: Packet) -> tuple:
+    return (p.saddr, p.daddr, p.sport, p.dport)
+
+
+def describe(p: Packet, iif: bool = True) -> str:
+    """One packet in one short phrase: `udp 198.18.0.2:40404 -> 198.19.0.2:5201`."""
+    if p.sport is not None:
+        text = f"{p.proto} {p.saddr}:{p.sport} -> {p.daddr}:{p.dport}"
+    else:
+        kind = f" type {p.icmp_type}" if p.icmp_type is not None else ""
+        text = f"{p.proto}{kind} {p.saddr} -> {p.daddr}"
+    return f"{text} from the {p.iif} side" if iif else text
+
+
+def verify(backend: Backend, tb: NetnsTestbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
+           seed: int = 0) -> Verification:
     problems: list[str] = []
     details: dict = {}
 
-    def forwarded(action) -> int:
-        before = tb.ipv4_transmits()
-        action()
-        time.sleep(_SETTLE_S)
-        return tb.ipv4_transmits() - before
-
-    differs = backend.differences(tb, policy)
+    differs = backend.differences(tb, rs)
     details["differences"] = differs
     if differs:
         more = len(differs) - _DIFFERENCES_SHOWN
         problems.append("the kernel's rule set differs from the rendered one: "
                         + "; ".join(differs[:_DIFFERENCES_SHOWN])
                         + (f"; and {more} more" if more > 0 else ""))
-    s0 = backend.snapshot(tb, policy)
-    expected = policy.size if backend.filters else 0
-    if s0.entries != expected:
-        problems.append(f"{s0.entries} entries in the kernel, {expected} asked")
-    if backend.filters and s0.test_hits is None:
-        problems.append("no rule in the kernel for the test flow")
-    details.update(s0.notes)
+    loaded = backend.entries(tb, rs)
+    expected = backend.expected_entries(rs) if backend.filters else 0
+    if loaded != expected:
+        problems.append(f"{loaded} entries in the kernel, {expected} asked")
 
-    # 1. The test flow: forwarded, and counted by its own rule.
-    fwd = forwarded(lambda: tb.send_udp(test.daddr, test.dport, PROBE_PACKETS))
-    s1 = backend.snapshot(tb, policy)
-    hits = _delta(s0.test_hits, s1.test_hits)
-    details["allowed_probe"] = {"sent": PROBE_PACKETS, "forwarded": fwd, "rule_hits": hits}
-    if fwd < PROBE_PACKETS:
-        problems.append(f"test-flow probe: {fwd} of {PROBE_PACKETS} forwarded")
-    if backend.filters and hits is not None and hits != PROBE_PACKETS:
-        problems.append(f"test-flow probe: its rule counted {hits} of {PROBE_PACKETS}")
-
-    # 2. A flow no rule allows: the next port up. Dropped, unless there is no firewall.
-    fwd = forwarded(lambda: tb.send_udp(test.daddr, test.dport + 1, PROBE_PACKETS))
-    s2 = backend.snapshot(tb, policy)
-    details["disallowed_probe"] = {"sent": PROBE_PACKETS, "forwarded": fwd,
-                                   "test_rule_hits": _delta(s1.test_hits, s2.test_hits)}
-    if backend.filters and fwd != 0:
-        problems.append(f"disallowed probe: {fwd} of {PROBE_PACKETS} forwarded, expected 0")
-    if not backend.filters and fwd < PROBE_PACKETS:
-        problems.append(f"no firewall, yet {fwd} of {PROBE_PACKETS} probes forwarded")
-    if backend.filters and _delta(s1.test_hits, s2.test_hits) not in (0, None):
-        problems.append("disallowed probe was counted by the test-flow rule")
-
-    # 3. ICMP echo-request: counted by the ICMP rule and answered.
-    cp = tb.ping(policy.ping_daddr, PROBE_PINGS, interval_s=0.01, timeout_s=1)
-    replies = cp.stdout.count("bytes from")
-    s3 = backend.snapshot(tb, policy)
-    ping_hits = _delta(s2.ping_hits, s3.ping_hits)
-    details["ping_probe"] = {"sent": PROBE_PINGS, "replies": replies, "rule_hits": ping_hits}
-    if replies != PROBE_PINGS:
-        problems.append(f"ping probe: {replies} of {PROBE_PINGS} answered")
-    if backend.filters and ping_hits != PROBE_PINGS:
-        problems.append(f"ping probe: ICMP rule counted {ping_hits} of {PROBE_PINGS}")
-
-    return Verification(not problems, s0.entries, "; ".join(problems) or None, details)
-
-
-# --- flushing every firewall --------------------------------------------------
-
-def _loaded_xt_tables(tb: NetnsTestbed, family: str) -> list[str]:
-    path = f"/proc/net/{family}_tables_names"
-    cp = tb.run("fw", ["cat", path], check=False)
-    return cp.stdout.split() if cp.returncode == 0 else []
-
-
-def flush_all(tb: NetnsTestbed) -> None:
-    """Empty every firewall in the firewall namespace: legacy and nft rules would
-    otherwise stack, and both would apply."""
-    for family, tool in (("ip", "iptables-legacy"), ("ip6", "ip6tables-legacy")):
-        if not proc.have(tool):
-            continue
-        # Only tables already registered: touching nat would register it, and with
-        # it connection tracking, for every later trial in this namespace.
-        for table in _loaded_xt_tables(tb, family):
-            tb.exec("fw", [tool, "-t", table, "-F"])
-            tb.exec("fw", [tool, "-t", table, "-X"])
-            if table == "filter":
-                for chain in ("INPUT", "FORWARD", "OUTPUT"):
-                    tb.exec("fw", [tool, "-t", "filter", "-P", chain, "ACCEPT"])
-    if proc.have("nft"):
-        tb.exec("fw", ["nft", "flush", "ruleset"])  # also removes iptables-nft's tables
-    if proc.have("ipset"):
-        tb.exec("fw", ["ipset", "destroy"])
-    for port in (tb.topo.fw_client_side, tb.topo.fw_server_side):
-        bpf.detach_all(tb.topo.netns("fw"), port.ifname)
-
-
-def ruleset_state(tb: NetnsTestbed) -> dict[str, int]:
-    """How many rules of any kind the firewall namespace holds, per firewall."""
-    out = {}
-    if proc.have("iptables-legacy-save"):
-        text = tb.exec("fw", ["iptables-legacy-save"])
-        out["iptables-legacy"] = sum(1 for ln in text.splitlines() if ln.startswith("-A "))
-    if proc.have("nft"):
-        text = tb.exec("fw", ["nft", "list", "ruleset"])
-        out["nftables_tables"] = sum(1 for ln in text.splitlines() if ln.startswith("table "))
-    if proc.have("ipset"):
-        out["ipsets"] = len(tb.exec("fw", ["ipset", "list", "-n"]).split())
-    out["bpf_programs"] = sum(len(bpf.attached(tb.topo.netns("fw"), port.ifname))
-                              for port in (tb.topo.fw_client_side, tb.topo.fw_server_side))
-    return out
+    # The probes, as many distinct flows each, and a sample of the corpus: forwarded
+    # or dropped, counted and translated as the probe and the reference say.
+    pkts, owners = [], []
+    for probe in rs.probes:
+        for p in copies(as_tracked(probe.packet), PROBE_PACKETS):
+            pkts.append(p)
+            owners.append(probe)
+    pkts += [as_tracked(p) for p in corpus_sample(rs, sample, seed)]
+    ex = exchange(backend, tb, rs, pkts)
+    ids = backend.counted_ids(rs)
+    probes = {}
+    for probe in rs.probes:
+        got = [s for s, o in zip(ex.seen, owners) if o is probe]
+        fwd = sum(1 for s in got if s is not None)
+        want = PROBE_PACKETS if (probe.forward or not backend.filters) else 0
+        rec = probes[probe.name] = {"sent": len(got), "forwarded": fwd}
+        if fwd != want:
+            problems.append(f"{probe.name} probe: {fwd} of {len(got)} forwarded, "
+                            f"expected {want}")
+        if backend.filters and probe.rule is not None:
+            if probe.rule not in ids:
+                problems.append(f"{probe.name} probe: rule {probe.rule} has no counter "
+                                f"in {backend.name}")
+            else:
+                rec["rule"], rec["rule_hits"] = probe.rule, ex.counts.get(probe.rule, 0)
+        if backend.filters and probe.translated is not None and fwd:
+            first = next(s for s in got if s is not None)
+            if _addresses(first)[:2] != _addresses(probe.translated)[:2] or \
+                    first.dport != probe.translated.dport:
+                problems.append(f"{probe.name} probe: left as {describe(first, False)}, "
+                                f"expected {describe(probe.translated, False)}")
+    details["probes"] = probes
+    per_packet, per_rule = disagreements(backend, rs, ex)
+    details["sample"] = {"sent": len(pkts), "disagreements": per_packet[:10] + per_rule[:10]}
+    if per_packet:
+        problems.append(f"{len(per_packet)} of {len(pkts)} packets not as the reference "
+                        f"evaluator says, first: {per_packet[0]}")
+    if per_rule:
+        problems.append(f"{len(per_rule)} rule counters not as the reference evaluator "
+                        f"says, first: {per_rule[0]}")
+    return Verification(not problems, loaded, "; ".join(problems) or None, details)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import platform
 
 from fwbench import bpf, proc
-from fwbench.backends.base import (Backend, Snapshot, interfaces, ordered_differences,
-                                   unordered_differences)
+from fwbench.backends.base import Backend, interfaces, ordered_differences, \
+    unordered_differences
 from fwbench.errors import FwbenchError
-from fwbench.ruleset import Interfaces, Policy
-from fwbench.ruleset import policy_render as r
+from fwbench.ruleset.model import Interfaces, RuleSet
+from fwbench.ruleset.render import bpf as bpf_render
 from fwbench.testbed.netns import NetnsTestbed
 
 _probe_cache: dict[tuple[str, str], str | None] = {}
@@ -57,7 +57,7 @@ class _Ebpf(Backend):
         key = (self.hook, self.mode)
         if key not in _probe_cache:
             # Load (not attach) the program with one rule: the verifier's answer.
-            probe = r.bpf_line("set" if self.set_mode else "rule", "198.18.0.1", "udp", 9)
+            probe = f"{'set' if self.set_mode else 'rule'} 198.18.0.1 17 9"
             try:
                 bpf.test_run(self.hook, self.mode, probe + "\n", [])
                 _probe_cache[key] = None
@@ -70,41 +70,48 @@ class _Ebpf(Backend):
                 "libbpf": _libbpf_version(),
                 "clang": proc.version_line(["clang", "--version"])}
 
-    def render(self, policy: Policy, ifs: Interfaces) -> dict[str, str]:
-        return {"rules.bpf": r.bpf_rules(policy, self.set_mode)}
+    def _check(self, rs: RuleSet) -> None:
+        bpf_render.check(rs)
+
+    def _rendering(self, rs: RuleSet) -> bpf_render.BpfRendering:
+        return bpf_render.render(rs, self.set_mode)
+
+    def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
+        return {"rules.bpf": self._rendering(rs).text}
 
     def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
         ifs = interfaces(tb)
         bpf.load(tb.topo.netns("fw"), self.hook, self.mode, ifs.client_side,
                  files["rules.bpf"], ifs.local4)
 
-    def snapshot(self, tb: NetnsTestbed, policy: Policy) -> Snapshot:
-        ifs = interfaces(tb)
-        d = bpf.dump(tb.topo.netns("fw"), self.hook, ifs.client_side)
-        aux = set(r.bpf_aux_lines(policy))
-        entries = len(d["set"]) if self.set_mode else \
-            sum(1 for line in _lines(d["rules"], "rule") if line not in aux)
-        counters = d["counters"]
+    def _dump(self, tb: NetnsTestbed) -> dict:
+        return bpf.dump(tb.topo.netns("fw"), self.hook, interfaces(tb).client_side)
 
-        def hits(slot: int | None) -> int | None:
-            return None if slot is None or slot >= len(counters) else counters[slot][0]
+    def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+        """A rule's packets: the sum of its slots (a set rule has one per element)."""
+        counts = self._dump(tb)["counters"]
+        return {rid: sum(counts[s][0] for s in slots if s < len(counts))
+                for rid, slots in self._rendering(rs).slots.items()}
 
-        t = policy.test_entry
-        test_key = (t.daddr, r.BPF_PROTO[t.proto], t.dport)
-        ping_key = (policy.ping_daddr, r.BPF_PROTO["icmp"], r.ICMP_ECHO_REQUEST)
-        return Snapshot(
-            entries=entries,
-            test_hits=hits(_first_slot(d, test_key)),
-            ping_hits=hits(_first_slot(d, ping_key, rules_only=True)),
-            notes={"program": d["prog"], "default_drops": hits(d["drop_slot"])})
+    def counted_ids(self, rs: RuleSet) -> frozenset[str]:
+        """Rules with a slot: the skeleton (the jumps by interface, the return path)
+        is the program's own structure and counts nothing."""
+        return frozenset(rid for rid, slots in self._rendering(rs).slots.items() if slots)
 
-    def differences(self, tb: NetnsTestbed, policy: Policy) -> list[str]:
+    def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
+        d = self._dump(tb)
+        return len(d["set"]) + len(d["rules"])
+
+    def expected_entries(self, rs: RuleSet) -> int:
+        return len(self._rendering(rs).text.splitlines())
+
+    def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
         """The set as a set (it dumps in hash order), the rule array in scan order,
         and the settings the program was loaded with."""
         ifs = interfaces(tb)
-        d = bpf.dump(tb.topo.netns("fw"), self.hook, ifs.client_side)
-        want = r.bpf_rules(policy, self.set_mode).splitlines()
-        n_set = policy.size if self.set_mode else 0
+        d = self._dump(tb)
+        want = self._rendering(rs).text.splitlines()
+        n_set = sum(1 for line in want if line.startswith("set "))
         out = unordered_differences("BPF set", want[:n_set], _lines(d["set"], "set"))
         out += ordered_differences("BPF rules", want[n_set:], _lines(d["rules"], "rule"))
         if d["mode"] != self.mode:
@@ -112,18 +119,6 @@ class _Ebpf(Backend):
         out += unordered_differences("BPF local addresses", ifs.local4, d["local"],
                                      "address")
         return out
-
-
-def _first_slot(d: dict, key: tuple, rules_only: bool = False) -> int | None:
-    """The counter slot of the rule a packet with `key` matches first."""
-    if not rules_only:
-        for slot, daddr, proto, port in d["set"]:
-            if (daddr, proto, port) == key:
-                return slot
-    for slot, daddr, proto, port in d["rules"]:  # scan order
-        if (daddr, proto, port) == key:
-            return slot
-    return None
 
 
 class XdpLinear(_Ebpf):
@@ -135,6 +130,7 @@ class XdpLinear(_Ebpf):
 class XdpSet(_Ebpf):
     name = "xdp-set"
     hook, mode = "xdp", "set"
+    layout = "set"
     description = "eBPF at XDP (native), entries in a hash keyed (daddr, proto, port)"
 
 
@@ -147,4 +143,5 @@ class TcLinear(_Ebpf):
 class TcSet(_Ebpf):
     name = "tc-set"
     hook, mode = "tc", "set"
+    layout = "set"
     description = "eBPF at tc ingress (cls_bpf), entries in a hash keyed (daddr, proto, port)"

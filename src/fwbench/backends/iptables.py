@@ -1,41 +1,26 @@
-"""iptables backends: legacy (x_tables) and nft (iptables-nft), linear chains, and
-the ipset variant (hash:ip,port set matched by one iptables-legacy rule).
+"""iptables backends: legacy (x_tables) and nft (iptables-nft), IPv4 and IPv6
+(ip6tables) from one rendering; named sets through ipset. `ipset` is the legacy
+backend with templates' entries held in a set.
 
 Rules are rendered in iptables-save's own format, so what the kernel holds is
-compared with what was asked line by line, not only counted: the whole filter table
-(policies, chains, every rule in order), every other table empty, and for ipset the
-set's type and elements.
+compared with what was asked line by line, not only counted: every table (policies,
+chains, every rule in order), every table not rendered empty, and every set with
+its type and elements. Counters are read by the `fwb:` id comment on each rule.
 """
 from __future__ import annotations
 
-import re
-
 from fwbench import proc
-from fwbench.backends.base import (Backend, Snapshot, interfaces, ordered_differences,
-                                   unordered_differences)
-from fwbench.ruleset import Interfaces, Policy
-from fwbench.ruleset import policy_render as r
+from fwbench.backends import kernel
+from fwbench.backends.base import Backend, interfaces, ordered_differences, \
+    unordered_differences
+from fwbench.ruleset.model import Interfaces, RuleSet
+from fwbench.ruleset.render import ipset as ipset_render
+from fwbench.ruleset.render import iptables as ipt_render
 from fwbench.testbed.netns import NetnsTestbed
 
-_COUNTED = re.compile(r"^\[(\d+):(\d+)\] (-A .*)$")
-_CHAIN_COUNTERS = re.compile(r" \[\d+:\d+\]$")
 
-
-def save_tables(text: str) -> dict[str, list[str]]:
-    """iptables-save (or restore) text as table -> its lines in order: chains with
-    their policies, then rules; comments, COMMIT and counters left out, so what was
-    rendered and what the kernel lists compare line by line."""
-    tables: dict[str, list[str]] = {}
-    lines: list[str] | None = None
-    for line in text.splitlines():
-        if not line or line.startswith("#") or line == "COMMIT":
-            continue
-        if line.startswith("*"):
-            lines = tables.setdefault(line[1:], [])
-        elif lines is not None:
-            m = _COUNTED.match(line)
-            lines.append(m.group(3) if m else _CHAIN_COUNTERS.sub("", line))
-    return tables
+def _file(version: int) -> str:
+    return "rules.iptables" if version == 4 else "rules.ip6tables"
 
 
 def _unasked(lines: list[str]) -> list[str]:
@@ -45,14 +30,8 @@ def _unasked(lines: list[str]) -> list[str]:
             if ln.startswith("-A ") or (ln.startswith(":") and not ln.endswith(" ACCEPT"))]
 
 
-def _chain_rules(save_text: str, chain: str) -> list[tuple[int, str]]:
-    """(packets, rule text) for each rule of `chain` in `iptables-save -c` output."""
-    out = []
-    for line in save_text.splitlines():
-        m = _COUNTED.match(line)
-        if m and m.group(3).startswith(f"-A {chain} "):
-            out.append((int(m.group(1)), m.group(3)))
-    return out
+def _has_sets(rs: RuleSet) -> bool:
+    return any(t.sets for t in rs.tables)
 
 
 class _Iptables(Backend):
@@ -60,65 +39,108 @@ class _Iptables(Backend):
 
     @property
     def tools(self) -> tuple[str, ...]:
-        return (f"iptables-{self.variant}-restore", f"iptables-{self.variant}-save")
+        return (f"iptables-{self.variant}-restore", f"iptables-{self.variant}-save",
+                f"ip6tables-{self.variant}-restore", f"ip6tables-{self.variant}-save")
 
     def versions(self) -> dict[str, str | None]:
-        return {"iptables": proc.version_line([f"iptables-{self.variant}", "-V"])}
-
-    def _save(self, tb: NetnsTestbed) -> str:
-        return tb.exec("fw", [f"iptables-{self.variant}-save", "-c", "-t", "filter"])
-
-    def _restore(self, tb: NetnsTestbed, text: str) -> None:
-        tb.exec("fw", [f"iptables-{self.variant}-restore"], input=text)
-
-    def _snapshot(self, tb: NetnsTestbed, policy: Policy, count_entries) -> Snapshot:
-        rules = _chain_rules(self._save(tb), r.IPT_FROM_CLIENT)
-        texts = [t for _, t in rules]
-        by_text = {t: n for n, t in rules}
-        icmp = r.ipt_aux_rules(policy)[1]
-        return Snapshot(entries=count_entries(texts, policy, tb),
-                        test_hits=by_text.get(self._test_rule(policy)),
-                        ping_hits=by_text.get(icmp))
-
-    def differences(self, tb: NetnsTestbed, policy: Policy) -> list[str]:
-        """The filter table line by line against the rendering; every other table
-        this family has registered must hold nothing."""
-        want = save_tables(self.render(policy, interfaces(tb))["rules.iptables"])["filter"]
-        got = save_tables(tb.exec("fw", [f"iptables-{self.variant}-save"]))
-        out = ordered_differences("filter table", want, got.pop("filter", []))
-        for table, lines in sorted(got.items()):
-            out += unordered_differences(f"{table} table", [], _unasked(lines), "line")
+        out = {"iptables": proc.version_line([f"iptables-{self.variant}", "-V"])}
+        if proc.have("ipset"):
+            out["ipset"] = proc.version_line(["ipset", "-v"])
         return out
 
-    def _test_rule(self, policy: Policy) -> str:
-        return r.ipt_entry(policy.test_entry)
+    def _check(self, rs: RuleSet) -> None:
+        ipt_render.check(rs)
+        if _has_sets(rs):
+            ipset_render.check(rs)
 
-
-class IptablesLinear(_Iptables):
-    description = "iptables, one rule per entry in a linear chain"
-
-    def render(self, policy: Policy, ifs: Interfaces) -> dict[str, str]:
-        return {"rules.iptables": r.iptables_linear(policy, ifs)}
+    def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
+        files = {}
+        if _has_sets(rs):
+            files["sets.ipset"] = ipset_render.render(rs)
+        for v in sorted(rs.versions):
+            files[_file(v)] = ipt_render.render(rs, ifs, v)
+        return files
 
     def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
-        self._restore(tb, files["rules.iptables"])
+        # A set must exist before the rule that names it.
+        if "sets.ipset" in files:
+            kernel.ipset_restore(tb, files["sets.ipset"])
+        for v in (4, 6):
+            if _file(v) in files:
+                kernel.ipt_restore(tb, kernel.xt(self.variant, v), files[_file(v)])
 
-    def snapshot(self, tb: NetnsTestbed, policy: Policy) -> Snapshot:
-        aux = set(r.ipt_aux_rules(policy))
+    def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in sorted(rs.versions):
+            for rid, n in kernel.ipt_counters(
+                    kernel.ipt_save(tb, kernel.xt(self.variant, v), counters=True)).items():
+                out[rid] = out.get(rid, 0) + n
+        return out
 
-        def entries(texts, *_):
-            return sum(1 for t in texts if t not in aux)
+    def counted_ids(self, rs: RuleSet) -> frozenset[str]:
+        return frozenset(r.id for _, _, r in rs.rules())  # iptables counts every rule
 
-        return self._snapshot(tb, policy, entries)
+    def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
+        rules = sum(len(kernel.ipt_ids(kernel.ipt_save(tb, kernel.xt(self.variant, v))))
+                    for v in sorted(rs.versions))
+        sets = kernel.ipsets(kernel.ipset_save(tb)) if _has_sets(rs) else {}
+        return rules + sum(len(elems) for _, elems in sets.values())
+
+    def expected_entries(self, rs: RuleSet) -> int:
+        """Rules of an inet table land in both iptables and ip6tables unless their
+        addresses pin one version."""
+        return sum(len(kernel.ipt_ids(ipt_render.render(rs, Interfaces("a", "b"), v)))
+                   for v in sorted(rs.versions)) \
+            + sum(len(s.elements) for t in rs.tables for s in t.sets)
+
+    def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
+        """Every table line by line against the rendering; every other table this
+        family has registered must hold nothing; the sets as sets."""
+        files = self.render(rs, interfaces(tb))
+        out = []
+        for v in (4, 6):
+            want = kernel.save_tables(files.get(_file(v), ""))
+            got = kernel.save_tables(kernel.ipt_save(tb, kernel.xt(self.variant, v)))
+            name = "" if v == 4 else "ip6 "
+            for table in sorted(want.keys() | got.keys()):
+                if table in want:
+                    out += ordered_differences(f"{name}{table} table", want[table],
+                                               got.get(table, []))
+                else:
+                    out += unordered_differences(f"{name}{table} table", [],
+                                                 _unasked(got[table]), "line")
+        out += _set_differences(files.get("sets.ipset", ""), kernel.ipset_save(tb))
+        return out
 
 
-class IptablesLegacy(IptablesLinear):
+def _set_differences(rendered: str, saved: str) -> list[str]:
+    """Every set: the rendered one with its type, family and size limit and exactly
+    the rendered elements; no other set."""
+    out = []
+    want, got = kernel.ipsets(rendered), kernel.ipsets(saved)
+    for name in sorted(want.keys() | got.keys()):
+        if name not in got:
+            out.append(f"ipset {name}: rendered, not in the kernel")
+        elif name not in want:
+            out.append(f"ipset {name}: in the kernel ({len(got[name][1])} elements), "
+                       f"not rendered")
+        else:
+            (want_kind, want_elems), (got_kind, got_elems) = want[name], got[name]
+            if want_kind != got_kind:
+                out.append(f"ipset {name}: kernel has {' '.join(got_kind)}, rendered "
+                           f"{' '.join(want_kind)}")
+            out += unordered_differences(f"ipset {name}", want_elems, got_elems)
+    return out
+
+
+class IptablesLegacy(_Iptables):
     name = "iptables-legacy"
     variant = "legacy"
+    description = "iptables (x_tables), one rule per entry in a linear chain"
     max_rules = 200_000
 
 
-class IptablesNft(IptablesLinear):
+class IptablesNft(_Iptables):
     name = "iptables-nft"
     variant = "nft"
     description = "iptables-nft (nf_tables kernel, iptables syntax), linear chain"
@@ -128,73 +150,10 @@ class IptablesNft(IptablesLinear):
 class Ipset(_Iptables):
     name = "ipset"
     variant = "legacy"
+    layout = "set"
     description = "ipset hash:ip,port holding every entry, one iptables-legacy rule"
     max_rules = 1_000_000
 
     @property
     def tools(self) -> tuple[str, ...]:
         return super().tools + ("ipset",)
-
-    def versions(self) -> dict[str, str | None]:
-        return {**super().versions(), "ipset": proc.version_line(["ipset", "-v"])}
-
-    def render(self, policy: Policy, ifs: Interfaces) -> dict[str, str]:
-        return {"set.ipset": r.ipset_restore(policy),
-                "rules.iptables": r.iptables_ipset(policy, ifs)}
-
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
-        # The set must exist before the rule that names it.
-        tb.exec("fw", ["ipset", "restore"], input=files["set.ipset"])
-        self._restore(tb, files["rules.iptables"])
-
-    def _test_rule(self, policy: Policy) -> str:
-        return r.ipset_set_rule()
-
-    def snapshot(self, tb: NetnsTestbed, policy: Policy) -> Snapshot:
-        def entries(texts, policy, tb):
-            out = tb.run("fw", ["ipset", "list", "-t", r.IPSET_NAME], check=False).stdout
-            m = re.search(r"^Number of entries: (\d+)$", out, re.M)
-            return int(m.group(1)) if m else 0
-
-        snap = self._snapshot(tb, policy, entries)
-        t = policy.test_entry
-        member = tb.run("fw", ["ipset", "test", r.IPSET_NAME,
-                               f"{t.daddr},{t.proto}:{t.dport}"], check=False).returncode == 0
-        # The set rule is the test flow's rule only if the test entry is in the set.
-        return Snapshot(snap.entries, snap.test_hits if member else None, snap.ping_hits,
-                        {"test_entry_in_set": member})
-
-    def differences(self, tb: NetnsTestbed, policy: Policy) -> list[str]:
-        """The rule table as for the linear chain, then every set: the rendered one
-        with its type, family and size limit (hashsize grows with the elements, so
-        it is not compared) and exactly the rendered elements; no other set."""
-        out = super().differences(tb, policy)
-        want, got = _ipsets(r.ipset_restore(policy)), _ipsets(tb.exec("fw", ["ipset", "save"]))
-        for name in sorted(want.keys() | got.keys()):
-            if name not in got:
-                out.append(f"ipset {name}: rendered, not in the kernel")
-            elif name not in want:
-                out.append(f"ipset {name}: in the kernel ({len(got[name][1])} elements), "
-                           f"not rendered")
-            else:
-                (want_kind, want_elems), (got_kind, got_elems) = want[name], got[name]
-                if want_kind != got_kind:
-                    out.append(f"ipset {name}: kernel has {' '.join(got_kind)}, rendered "
-                               f"{' '.join(want_kind)}")
-                out += unordered_differences(f"ipset {name}", want_elems, got_elems)
-        return out
-
-
-def _ipsets(text: str) -> dict[str, tuple[tuple[str, ...], list[str]]]:
-    """ipset save/restore text as name -> ((type, family, maxelem), elements)."""
-    sets: dict[str, tuple[tuple[str, ...], list[str]]] = {}
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) >= 3 and words[0] == "create":
-            opts = {w: words[i + 1] for i, w in enumerate(words[:-1])
-                    if w in ("family", "maxelem")}
-            sets[words[1]] = ((words[2], f"family {opts.get('family')}",
-                               f"maxelem {opts.get('maxelem')}"), [])
-        elif len(words) >= 3 and words[0] == "add" and words[1] in sets:
-            sets[words[1]][1].append(" ".join(words[2:]))
-    return sets

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fwbench import proc
-from fwbench.backends.base import flush_all, ruleset_state
+from fwbench.backends.kernel import flush_all, ruleset_state
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 

@@ -1,0 +1,249 @@
+"""Kernel I/O in one place: loading, listing and counting every netfilter family
+in the firewall namespace, and emptying them all.
+
+Backends render text and call these; they keep only what differs between them.
+Counters are read by rule id (the `fwb:` annotation every rendering carries), never
+by re-rendering a rule's text. Adding a family means one entry in FAMILIES.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from fwbench import bpf, proc
+from fwbench.ruleset.render import ID_TAG
+from fwbench.testbed.netns import NetnsTestbed
+
+
+@dataclass(frozen=True)
+class XtFamily:
+    """One iptables flavour: legacy or nft, IPv4 or IPv6."""
+    variant: str    # "legacy" or "nft"
+    version: int    # 4 or 6
+
+    @property
+    def tool(self) -> str:
+        return f"{'ip' if self.version == 4 else 'ip6'}tables-{self.variant}"
+
+    @property
+    def proc_name(self) -> str:
+        """/proc/net/<name>_tables_names lists x_tables' registered tables."""
+        return "ip" if self.version == 4 else "ip6"
+
+
+XT_FAMILIES = tuple(XtFamily(v, n) for v in ("legacy", "nft") for n in (4, 6))
+
+
+def xt(variant: str, version: int) -> XtFamily:
+    return XtFamily(variant, version)
+
+
+# --- iptables ---------------------------------------------------------------------
+
+def ipt_restore(tb: NetnsTestbed, fam: XtFamily, text: str) -> None:
+    tb.exec("fw", [f"{fam.tool}-restore"], input=text)
+
+
+def ipt_save(tb: NetnsTestbed, fam: XtFamily, counters: bool = False) -> str:
+    return tb.exec("fw", [f"{fam.tool}-save", *(["-c"] if counters else [])])
+
+
+_SAVE_COUNTED = re.compile(r"^\[(\d+):(\d+)\] (-A .*)$")
+_CHAIN_COUNTERS = re.compile(r" \[\d+:\d+\]$")
+_IPT_ID = re.compile(r'-m comment --comment "' + re.escape(ID_TAG) + r'([^"]*)"')
+
+
+def save_tables(text: str) -> dict[str, list[str]]:
+    """iptables-save (or restore) text as table -> its lines in order: chains with
+    their policies, then rules; comments, COMMIT and counters left out, so what was
+    rendered and what the kernel lists compare line by line."""
+    tables: dict[str, list[str]] = {}
+    lines: list[str] | None = None
+    for line in text.splitlines():
+        if not line or line.startswith("#") or line == "COMMIT":
+            continue
+        if line.startswith("*"):
+            lines = tables.setdefault(line[1:], [])
+        elif lines is not None:
+            m = _SAVE_COUNTED.match(line)
+            lines.append(m.group(3) if m else _CHAIN_COUNTERS.sub("", line))
+    return tables
+
+
+def ipt_counters(save_c_text: str) -> dict[str, int]:
+    """Rule id -> packets, from `iptables-save -c` output."""
+    out: dict[str, int] = {}
+    for line in save_c_text.splitlines():
+        if line.startswith("["):
+            m = _SAVE_COUNTED.match(line)
+            i = _IPT_ID.search(line)
+            if m and i:
+                out[i.group(1)] = out.get(i.group(1), 0) + int(m.group(1))
+    return out
+
+
+def ipt_ids(text: str) -> list[str]:
+    """The rule ids of iptables-save (or restore) text, one per rule, in order."""
+    return [m.group(1) for m in map(_IPT_ID.search, text.splitlines()) if m]
+
+
+def _xt_tables(tb: NetnsTestbed, fam: XtFamily) -> list[str]:
+    cp = tb.run("fw", ["cat", f"/proc/net/{fam.proc_name}_tables_names"], check=False)
+    return cp.stdout.split() if cp.returncode == 0 else []
+
+
+# --- ipset --------------------------------------------------------------------------
+
+def ipset_restore(tb: NetnsTestbed, text: str) -> None:
+    tb.exec("fw", ["ipset", "restore"], input=text)
+
+
+def ipset_save(tb: NetnsTestbed) -> str:
+    return tb.exec("fw", ["ipset", "save"])
+
+
+def ipsets(text: str) -> dict[str, tuple[tuple[str, ...], list[str]]]:
+    """ipset save/restore text as name -> ((type, family, maxelem), elements);
+    hashsize grows with the elements, so it is left out."""
+    sets: dict[str, tuple[tuple[str, ...], list[str]]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[0] == "create":
+            opts = {w: words[i + 1] for i, w in enumerate(words[:-1])
+                    if w in ("family", "maxelem")}
+            sets[words[1]] = ((words[2], f"family {opts.get('family')}",
+                               f"maxelem {opts.get('maxelem')}"), [])
+        elif len(words) >= 3 and words[0] == "add" and words[1] in sets:
+            sets[words[1]][1].append(" ".join(words[2:]))
+    return sets
+
+
+# --- nftables -----------------------------------------------------------------------
+
+def nft_load(tb: NetnsTestbed, text: str) -> None:
+    tb.exec("fw", ["nft", "-f", "-"], input=text)
+
+
+def nft_list(tb: NetnsTestbed) -> str:
+    return tb.exec("fw", ["nft", "list", "ruleset"])
+
+
+def nft_json(tb: NetnsTestbed) -> list[dict]:
+    return json.loads(tb.exec("fw", ["nft", "-j", "list", "ruleset"]))["nftables"]
+
+
+def nft_rule_id(comment: str | None) -> str | None:
+    """The id in an nft rule comment: `fwb:ID`, or a user's text then ` fwb:ID`."""
+    if not comment:
+        return None
+    last = comment.rsplit(" ", 1)[-1]
+    return last[len(ID_TAG):] if last.startswith(ID_TAG) else None
+
+
+def nft_counters(items: list[dict]) -> dict[str, int]:
+    """Rule id -> packets, for every rule with an id and a counter."""
+    out: dict[str, int] = {}
+    for item in items:
+        rule = item.get("rule")
+        if not rule:
+            continue
+        rid = nft_rule_id(rule.get("comment"))
+        if rid is None:
+            continue
+        for e in rule.get("expr", []):
+            c = e.get("counter") if isinstance(e, dict) else None
+            if isinstance(c, dict):
+                out[rid] = out.get(rid, 0) + c.get("packets", 0)
+    return out
+
+
+_COUNTER_VALUES = re.compile(r"\bcounter packets \d+ bytes \d+")
+_ELEMENTS = "elements = {"
+
+
+def nft_lines(text: str) -> tuple[list[str], dict[str, list[str]]]:
+    """An nft ruleset, as `nft -f` reads it or `nft list` prints it, made comparable:
+    its lines stripped, blank ones and counters' values left out, and each set's
+    `elements = { ... }` block (one element a line when rendered, several when
+    listed, in hash order) taken out as (table, set) name -> elements."""
+    lines: list[str] = []
+    elements: dict[str, list[str]] = {}
+    table = current_set = None
+    it = iter(text.splitlines())
+    for raw in it:
+        line = _COUNTER_VALUES.sub("counter", raw.strip())
+        if not line:
+            continue
+        if line.startswith("table "):
+            table = " ".join(line.split()[1:3])
+        if line.startswith("set ") and line.endswith("{"):
+            current_set = f"{table} {line.split()[1]}"
+        if line.startswith(_ELEMENTS):
+            body = line[len(_ELEMENTS):]
+            while "}" not in body:
+                body += " " + next(it, "}").strip()
+            inside = body.partition("}")[0]
+            elements.setdefault(current_set or "?", []).extend(
+                e.strip() for e in inside.split(",") if e.strip())
+            line = _ELEMENTS + " ... }"
+        lines.append(line)
+    return lines, elements
+
+
+# --- every family at once -----------------------------------------------------------
+
+def flush_all(tb: NetnsTestbed) -> None:
+    """Empty every firewall in the firewall namespace: legacy and nft rules would
+    otherwise stack, and both would apply. Connection tracking's table goes too,
+    so an earlier trial's flows are not `established` in the next."""
+    for fam in XT_FAMILIES:
+        if fam.variant != "legacy" or not proc.have(fam.tool):
+            continue
+        # Only tables already registered: touching nat would register it, and with
+        # it connection tracking, for every later trial in this namespace.
+        for table in _xt_tables(tb, fam):
+            tb.exec("fw", [fam.tool, "-t", table, "-F"])
+            tb.exec("fw", [fam.tool, "-t", table, "-X"])
+            for chain in _BUILTIN.get(table, ()):
+                tb.exec("fw", [fam.tool, "-t", table, "-P", chain, "ACCEPT"])
+    if proc.have("nft"):
+        tb.exec("fw", ["nft", "flush", "ruleset"])  # also removes iptables-nft's tables
+    if proc.have("ipset"):
+        tb.exec("fw", ["ipset", "destroy"])
+    for port in (tb.topo.fw_client_side, tb.topo.fw_server_side):
+        bpf.detach_all(tb.topo.netns("fw"), port.ifname)
+    flush_conntrack(tb)
+
+
+# Built-in chains whose policy can be set, per x_tables table.
+_BUILTIN = {"filter": ("INPUT", "FORWARD", "OUTPUT"),
+            "raw": ("PREROUTING", "OUTPUT"),
+            "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
+            "security": ("INPUT", "FORWARD", "OUTPUT")}
+
+
+def flush_conntrack(tb: NetnsTestbed) -> bool:
+    """Forget every tracked connection in the firewall namespace; False when the
+    conntrack tool is missing (the table then empties only by timeout)."""
+    if not proc.have("conntrack"):
+        return False
+    tb.run("fw", ["conntrack", "-F"], check=False)  # exits 1 when nothing is loaded
+    return True
+
+
+def ruleset_state(tb: NetnsTestbed) -> dict[str, int]:
+    """How many rules of any kind the firewall namespace holds, per firewall."""
+    out = {}
+    for fam in XT_FAMILIES:
+        if fam.variant == "legacy" and proc.have(f"{fam.tool}-save"):
+            text = ipt_save(tb, fam)
+            out[fam.tool] = sum(1 for ln in text.splitlines() if ln.startswith("-A "))
+    if proc.have("nft"):
+        out["nftables_tables"] = sum(1 for ln in nft_list(tb).splitlines()
+                                     if ln.startswith("table "))
+    if proc.have("ipset"):
+        out["ipsets"] = len(tb.exec("fw", ["ipset", "list", "-n"]).split())
+    out["bpf_programs"] = sum(len(bpf.attached(tb.topo.netns("fw"), port.ifname))
+                              for port in (tb.topo.fw_client_side, tb.topo.fw_server_side))
+    return out
