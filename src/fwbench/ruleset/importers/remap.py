@@ -1,0 +1,387 @@
+"""An imported rule set moved onto the testbed: interface names onto its roles,
+addresses into the benchmarking ranges, deterministically and reversibly.
+
+Interfaces. `iface_map` names the user's interfaces by role ("eth0" -> "client",
+"eth1" -> "server"; a key may be a `+` wildcard as iptables writes it); they become
+model.CLIENT / model.SERVER, which renderers resolve to the testbed's names. Other
+names stay literal: they never match in the testbed, and RuleSet.notes says which.
+
+Addresses. The testbed routes only 198.18.0.0/15 and 2001:2::/48, so every other
+address of the rule set (in matches, set elements, NAT targets, probes) is moved in
+there; addresses already inside stay as they are, and so do networks that contain
+a whole range (0.0.0.0/0, 192.0.0.0/2, ::/0, 2000::/3: they match the testbed's
+traffic as they matched everything before). The mapping keeps prefixes, host bits,
+containment and order:
+
+1. The distinct networks to move form a forest by containment (10.0.0.0/8 holds
+   10.1.0.0/16 holds 10.1.2.3/32); its roots are the networks nothing else holds.
+2. Every node gets an aligned block. Under a size cap C, a node of at most C
+   addresses gets a block of its own size, and everything inside it moves with it
+   by offset: prefix lengths and host bits are kept (192.168.1.0/24 ->
+   198.18.1.0/24, 192.168.1.10 -> 198.18.1.10). A bigger node is compressed to
+   max(C, what its children need): its children are packed into it in address
+   order, and it keeps room for addresses of its own outside them, so it stays a
+   strictly larger network than each of them.
+3. The roots are laid out in address order from the start of the range, each on
+   a boundary of its block's size, skipping the testbed's links (198.18.0.0/24,
+   198.19.0.0/24, 2001:2:0:1::/64, 2001:2:0:2::/64) and the addresses the rule set
+   already had inside the range. C starts at the range's size and halves until
+   everything fits.
+
+So equal originals map to equal networks, different ones to different networks,
+one inside another stays inside, and order between networks is kept. The pairs
+(original, mapped) go into RuleSet.address_map, in the original order;
+reverse() maps any testbed address back.
+"""
+from __future__ import annotations
+
+import gc
+import ipaddress
+import socket
+from dataclasses import replace
+
+from fwbench.ruleset.model import (CLIENT, SERVER, Action, Chain, Iface, Match, Packet,
+                                   Prefix, Probe, Rule, RuleSet, RuleSetError, Set, Table)
+
+BENCH = {4: ipaddress.ip_network("198.18.0.0/15"), 6: ipaddress.ip_network("2001:2::/48")}
+# The testbed's own links; nothing is mapped onto them.
+LINKS = {4: ("198.18.0.0/24", "198.19.0.0/24"), 6: ("2001:2:0:1::/64", "2001:2:0:2::/64")}
+ROLES = {"client": CLIENT, "server": SERVER, CLIENT: CLIENT, SERVER: SERVER}
+_WIDTH = {4: 32, 6: 128}
+_AF = {4: socket.AF_INET, 6: socket.AF_INET6}
+
+Net = tuple[int, int, int]   # (version, network address as an int, prefix length)
+
+
+def remap(rs: RuleSet, iface_map: dict[str, str]) -> RuleSet:
+    """`rs` with interfaces mapped to roles and addresses moved into the
+    benchmarking ranges (see the module's docstring)."""
+    roles: dict[str, str] = {}
+    for name, role in iface_map.items():
+        if role not in ROLES:
+            raise RuleSetError(f"interface map: {name}={role}: the role must be client or "
+                               f"server")
+        roles[name] = ROLES[role]
+    # Nothing here makes reference cycles; the collector would only walk the
+    # growing heap again and again (most of the time at 100,000 rules).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        parsed = _collect(rs)
+        nets = set(parsed.values())
+        mapping: dict[Net, Net] = {}
+        notes = list(rs.notes)
+        for version in (4, 6):
+            mine = [n for n in nets if n[0] == version]
+            move, kept_wide = _classify(mine, version)
+            mapping.update(_plan(move, mine, version))
+            for n in kept_wide:
+                notes.append(f"{_text(n)} holds the whole benchmarking range: kept as it is")
+        return _apply(rs, roles, mapping, parsed, notes)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def reverse(rs: RuleSet, addr: str) -> str:
+    """The original address (or network) of testbed address `addr`, in the form
+    it is given; `addr` itself when remap() did not move it."""
+    a = _parse(addr)
+    best = None
+    for orig, mapped in rs.address_map:
+        m = _parse(mapped)
+        if m[0] == a[0] and m[2] <= a[2] and \
+                a[1] >> (_WIDTH[a[0]] - m[2]) == m[1] >> (_WIDTH[a[0]] - m[2]):
+            if best is None or m[2] > best[1][2]:
+                best = (orig, m)
+    if best is None:
+        return addr
+    orig, m = best
+    o = _parse(orig)
+    if a[1:] == m[1:]:
+        result = o
+    else:
+        result = (o[0], o[1] + (a[1] - m[1]), a[2])
+    return _text(result) if "/" in addr else _addr_text(result[0], result[1])
+
+
+def parse_iface_map(text: str) -> dict[str, str]:
+    """`eth0=client,eth1=server` as a dict; an empty text is an empty map."""
+    out: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, sep, role = item.partition("=")
+        name, role = name.strip(), role.strip()
+        if not sep or not name or role not in ("client", "server"):
+            raise RuleSetError(f"interface map: {item!r} is not NAME=client or "
+                               f"NAME=server")
+        if name in out:
+            raise RuleSetError(f"interface map: {name} given twice")
+        out[name] = role
+    return out
+
+
+# --- addresses as integers ---------------------------------------------------------
+
+def _parse(text: str) -> Net:
+    addr, sep, plen = text.partition("/")
+    version = 6 if ":" in addr else 4
+    try:
+        x = int.from_bytes(socket.inet_pton(_AF[version], addr), "big")
+        n = int(plen) if sep else _WIDTH[version]
+    except (OSError, ValueError):
+        raise RuleSetError(f"not an address or prefix: {text!r}") from None
+    w = _WIDTH[version]
+    if not 0 <= n <= w:
+        raise RuleSetError(f"not an address or prefix: {text!r}")
+    return version, x & (((1 << w) - 1) ^ ((1 << (w - n)) - 1)), n
+
+
+def _addr_text(version: int, x: int) -> str:
+    if version == 4:
+        return socket.inet_ntop(socket.AF_INET, x.to_bytes(4, "big"))
+    return str(ipaddress.IPv6Address(x))   # the model's canonical IPv6 text
+
+
+def _text(n: Net) -> str:
+    return f"{_addr_text(n[0], n[1])}/{n[2]}"
+
+
+def _span(n: Net) -> tuple[int, int]:
+    size = 1 << (_WIDTH[n[0]] - n[2])
+    return n[1], n[1] + size - 1
+
+
+def _collect(rs: RuleSet) -> dict[str, Net]:
+    """Every network the rule set names (matches, set elements, NAT, probes), by
+    its text."""
+    texts: set[str] = set()
+    for t in rs.tables:
+        for s in t.sets:
+            for i, k in enumerate(s.keys):
+                if k == "addr":
+                    texts.update(str(e[i]) for e in s.elements)
+        for c in t.chains:
+            for r in c.rules:
+                m = r.match
+                if m.src:
+                    texts.add(m.src.net)
+                if m.dst:
+                    texts.add(m.dst.net)
+                if r.action.addr:
+                    texts.add(r.action.addr)
+    for p in _packets(rs):
+        texts.update((p.saddr, p.daddr))
+    return {x: _parse(x) for x in texts}
+
+
+def _packets(rs: RuleSet) -> list[Packet]:
+    out = [p for pr in rs.probes for p in (pr.packet, pr.translated) if p]
+    return out + [rs.flow] if rs.flow else out
+
+
+def _classify(nets: list[Net], version: int) -> tuple[list[Net], list[Net]]:
+    """The networks to move, and those kept because they hold the whole range."""
+    blo, bhi = _span(_parse(str(BENCH[version])))
+    move, wide = [], []
+    for n in nets:
+        lo, hi = _span(n)
+        if hi < blo or lo > bhi:
+            move.append(n)
+        elif lo <= blo and hi >= bhi:
+            wide.append(n)
+    return sorted(move, key=lambda n: (n[1], n[2])), sorted(wide)
+
+
+# --- the plan ----------------------------------------------------------------------
+
+class _Node:
+    __slots__ = ("net", "children", "need")
+
+    def __init__(self, net: Net):
+        self.net, self.children, self.need = net, [], 0
+
+
+def _plan(move: list[Net], all_nets: list[Net], version: int) -> dict[Net, Net]:
+    if not move:
+        return {}
+    w = _WIDTH[version]
+    blo, bhi = _span(_parse(str(BENCH[version])))
+    # The links and the addresses already inside the range stay free for them.
+    taken = [_span(_parse(x)) for x in LINKS[version]]
+    taken += [_span(n) for n in all_nets if blo <= n[1] <= bhi]
+    reserved: list[list[int]] = []
+    for lo, hi in sorted(taken):
+        if reserved and lo <= reserved[-1][1] + 1:
+            reserved[-1][1] = max(reserved[-1][1], hi)
+        else:
+            reserved.append([lo, hi])
+
+    roots: list[_Node] = []
+    stack: list[_Node] = []
+    for n in move:   # sorted by address, a network before those inside it
+        node = _Node(n)
+        lo, hi = _span(n)
+        while stack and _span(stack[-1].net)[1] < lo:
+            stack.pop()
+        (stack[-1].children if stack else roots).append(node)
+        stack.append(node)
+
+    cap = bhi - blo + 1
+    while cap >= 1:
+        for r in roots:
+            _need(r, cap, w)
+        placed = _place(roots, blo, bhi, reserved)
+        if placed is not None:
+            out: dict[Net, Net] = {}
+            for r, base in zip(roots, placed):
+                _assign(r, base, cap, w, out)
+            return out
+        cap //= 2
+    raise RuleSetError(f"{len(move)} distinct IPv{version} networks do not fit into "
+                       f"{BENCH[version]} apart from the testbed's links")
+
+
+def _need(node: _Node, cap: int, w: int) -> int:
+    """The block size `node` gets under cap (set on every node below it too)."""
+    natural = 1 << (w - node.net[2])
+    if natural <= cap:
+        node.need = natural
+        return natural
+    packed = covered = 0
+    for c in node.children:
+        s = _need(c, cap, w)
+        packed = -(-packed // s) * s + s
+        covered += 1 << (w - c.net[2])
+    size = 1
+    while size < packed:
+        size *= 2
+    if size == packed and covered < natural:
+        size *= 2   # room for the node's own addresses outside its children
+    node.need = min(max(cap, size), natural)
+    return node.need
+
+
+def _place(roots: list[_Node], blo: int, bhi: int,
+           reserved: list[list[int]]) -> list[int] | None:
+    """Block bases for the roots in order, or None when they do not fit."""
+    out, cursor, j = [], blo, 0
+    for r in roots:
+        s = r.need
+        while True:
+            cursor = -(-cursor // s) * s
+            while j < len(reserved) and reserved[j][1] < cursor:
+                j += 1
+            if j < len(reserved) and reserved[j][0] <= cursor + s - 1:
+                cursor = reserved[j][1] + 1
+                continue
+            break
+        if cursor + s - 1 > bhi:
+            return None
+        out.append(cursor)
+        cursor += s
+    return out
+
+
+def _assign(node: _Node, base: int, cap: int, w: int, out: dict[Net, Net]) -> None:
+    version = node.net[0]
+    natural = 1 << (w - node.net[2])
+    if node.need == natural:
+        # The whole subtree moves by one offset, host bits and prefixes kept.
+        shift = base - node.net[1]
+        todo = [node]
+        while todo:
+            n = todo.pop()
+            out[n.net] = (version, n.net[1] + shift, n.net[2])
+            todo.extend(n.children)
+        return
+    out[node.net] = (version, base, w - node.need.bit_length() + 1)
+    cursor = base
+    for c in node.children:
+        cursor = -(-cursor // c.need) * c.need
+        _assign(c, cursor, cap, w, out)
+        cursor += c.need
+
+
+# --- applying it -------------------------------------------------------------------
+
+def _with(obj, **changes):
+    """dataclasses.replace for these plain frozen dataclasses, at a sixth of its
+    cost (it looks every field up again)."""
+    return type(obj)(**{**vars(obj), **changes})
+
+
+def _apply(rs: RuleSet, roles: dict[str, str], mapping: dict[Net, Net],
+           parsed: dict[str, Net], notes: list[str]) -> RuleSet:
+    texts: dict[str, str] = {}
+    unmapped: set[str] = set()
+
+    def addr(text: str) -> str:
+        """A network or address text, moved; plain stays plain."""
+        out = texts.get(text)
+        if out is None:
+            m = mapping.get(parsed[text])
+            if m is None:
+                out = text
+            else:
+                out = _text(m) if "/" in text else _addr_text(m[0], m[1])
+            texts[text] = out
+        return out
+
+    def iface(f: Iface | None) -> Iface | None:
+        if f is None or f.name in (CLIENT, SERVER):
+            return f
+        role = roles.get(f.name)
+        if role is None:
+            unmapped.add(f.name)
+            return f
+        return Iface(role, f.negate)
+
+    def prefix(p: Prefix | None) -> Prefix | None:
+        if p is None:
+            return None
+        net = addr(p.net)
+        return p if net == p.net else Prefix(net, p.negate)
+
+    def match(m: Match) -> Match:
+        iif, oif, src, dst = iface(m.iif), iface(m.oif), prefix(m.src), prefix(m.dst)
+        if iif is m.iif and oif is m.oif and src is m.src and dst is m.dst:
+            return m
+        return _with(m, iif=iif, oif=oif, src=src, dst=dst)
+
+    def action(a: Action) -> Action:
+        return _with(a, addr=addr(a.addr)) if a.addr else a
+
+    def packet(p: Packet | None) -> Packet | None:
+        return _with(p, saddr=addr(p.saddr), daddr=addr(p.daddr)) if p else None
+
+    matches: dict[int, Match] = {}
+    tables = []
+    for t in rs.tables:
+        chains = []
+        for c in t.chains:
+            rules = []
+            for r in c.rules:
+                m = matches.get(id(r.match))
+                if m is None:
+                    m = matches[id(r.match)] = match(r.match)
+                a = action(r.action)
+                rules.append(r if m is r.match and a is r.action
+                             else Rule(r.id, m, a, r.counter, r.comment))
+            chains.append(replace(c, rules=tuple(rules)))
+        sets = []
+        for s in t.sets:
+            idx = [i for i, k in enumerate(s.keys) if k == "addr"]
+            elements = tuple(tuple(addr(str(x)) if i in idx else x for i, x in enumerate(e))
+                             for e in s.elements) if idx else s.elements
+            sets.append(replace(s, elements=elements))
+        tables.append(Table(t.family, t.name, tuple(chains), tuple(sets)))
+    probes = tuple(Probe(p.name, packet(p.packet), p.forward, p.rule, packet(p.translated))
+                   for p in rs.probes)
+    if unmapped:
+        notes.append(f"interfaces without a role stay literal and never match in the "
+                     f"testbed: {', '.join(sorted(unmapped))}")
+    pairs = sorted(mapping.items(), key=lambda kv: kv[0])
+    address_map = rs.address_map + tuple((_text(o), _text(m)) for o, m in pairs)
+    iface_map = rs.iface_map + tuple(sorted((k, v) for k, v in roles.items()))
+    return replace(rs, tables=tuple(tables), probes=probes, flow=packet(rs.flow),
+                   address_map=address_map, iface_map=iface_map, notes=tuple(notes))
