@@ -65,6 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="adaptive repetitions: after --repeat rounds, repeat the cells whose "
                         "headline interval is still wider than [adaptive] rel_width (5 %% "
                         "of the median), up to N trials per cell; 0: off")
+    r.add_argument("--family", help="ipv4 (default) or ipv6: the rule set's and the "
+                   "measured flow's IP version")
+    r.add_argument("--ruleset", metavar="FILE",
+                   help="benchmark this rule set (iptables-save text, nft JSON or nft "
+                        "text) on every backend that can hold it, instead of seed 000's")
+    r.add_argument("--iface", help="with --ruleset: its interfaces on the testbed, "
+                   "e.g. eth0=client,eth1=server")
+    r.add_argument("--ipsets", metavar="FILE", help="with --ruleset: `ipset save` output "
+                   "of its sets")
+    r.add_argument("--flow", help="with --ruleset: the measured flow, udp:PORT or a rule "
+                   "id (default: the accepted flow that traverses the most rules)")
     r.add_argument("--out", help="results directory (default results/<name>-<time>)")
     r.add_argument("--resume", metavar="DIR",
                    help="finish an interrupted run in DIR; takes no other options")
@@ -94,6 +105,25 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--out", help="where to write compare.html/.md/.csv "
                                   "(default: RUN_B/compare-vs-<A>)")
 
+    ck = sub.add_parser(
+        "check", help="prove every backend gives a rule set's verdicts (for real)",
+        description="Build a packet corpus from the rule set, send it through each "
+                    "backend in a testbed and compare what was forwarded, translated and "
+                    "counted with the reference evaluator and between backends. Exit 1 "
+                    "on any disagreement.")
+    ck.add_argument("ruleset", nargs="?", help="iptables-save text, nft JSON or nft text")
+    ck.add_argument("--template", help="a template instead of a file: "
+                    "seed000, seed001, seed004-forward, seed004-nat, droprate, random")
+    ck.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a template setting, e.g. --param n=1000 (repeatable)")
+    ck.add_argument("--backends", type=_str_list,
+                    help="backends to check (default: every one here that holds the set)")
+    ck.add_argument("--iface", help="interface map of an imported set: eth0=client,eth1=server")
+    ck.add_argument("--ipsets", help="`ipset save` output the imported rules' sets come from")
+    ck.add_argument("--corpus", type=int, default=5000, help="packets in the corpus")
+    ck.add_argument("--seed", type=int, default=0, help="seed of the corpus's random part")
+    ck.add_argument("--json", metavar="FILE", help="also write every result to FILE")
+
     sub.add_parser("backends", help="list every backend with its version, or why it "
                                     "cannot run here")
     sub.add_parser("clean", help="remove namespaces (and their processes) left by "
@@ -114,7 +144,9 @@ def cmd_run(args, out: Console, err: Console) -> int:
                      "frame_sizes": args.frame_sizes, "repeat": args.repeat,
                      "duration_s": args.duration, "seed": args.seed,
                      "method": args.method, "traffic": args.traffic,
-                     "adaptive.max_repeat": args.max_repeat}
+                     "adaptive.max_repeat": args.max_repeat, "family": args.family,
+                     "policy.file": args.ruleset, "policy.iface": args.iface,
+                     "policy.ipsets": args.ipsets, "policy.flow": args.flow}
     if args.resume:
         if args.scenario or args.out or args.no_report or any(v is not None for v in scenario_opts.values()):
             raise FwbenchError("--resume finishes a run as it was planned; "
@@ -173,6 +205,41 @@ def cmd_compare(args, out: Console) -> int:
     return 0
 
 
+def cmd_check(args, out: Console) -> int:
+    import json
+
+    from fwbench import check
+    rs = check.ruleset_from(path=args.ruleset, template=args.template,
+                            params=check.template_params(args.param), iface=args.iface,
+                            ipsets=args.ipsets)
+    if args.corpus < 1:
+        raise FwbenchError("--corpus must be at least 1")
+    chosen, skipped = check.resolve(rs, args.backends)
+    out.print(f"rule set {rs.name}: {rs.rule_count:,} rules, "
+              f"{sum(len(s.elements) for t in rs.tables for s in t.sets):,} set elements")
+    for orig, mapped in rs.address_map:
+        out.print(f"  address {orig} -> {mapped}")
+    for name, why in skipped.items():
+        out.print(f"[yellow]skipping {name}: {why}[/]")
+    report = check.check(rs, chosen, args.corpus, args.seed,
+                         progress=lambda m: out.print(f"  {m}"))
+    for r in report.results:
+        mark = "[green]ok[/]" if r.disagreements == 0 else "[red]DISAGREES[/]"
+        out.print(f"{r.backend}: {r.packets:,} packets, {r.forwarded:,} forwarded, "
+                  f"{r.disagreements} disagreements, {r.seconds:.1f} s  {mark}")
+        for line in (r.kernel + r.per_packet + r.per_rule)[:check.SHOWN]:
+            out.print(f"    {line}", markup=False)
+        if r.disagreements > check.SHOWN:
+            out.print(f"    ... and {r.disagreements - check.SHOWN} more")
+    for line in report.between[:check.SHOWN]:
+        out.print(f"  between backends: {line}", markup=False)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+    out.print("all backends agree with the reference" if report.ok
+              else "[red]disagreements found[/]")
+    return 0 if report.ok else 1
+
+
 def cmd_backends(out: Console) -> int:
     t = Table(title="fwbench backends")
     for col in ("backend", "status", "versions", "what it is"):
@@ -207,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args, out)
         if args.command == "compare":
             return cmd_compare(args, out)
+        if args.command == "check":
+            return cmd_check(args, out)
         if args.command == "backends":
             return cmd_backends(out)
         if args.command == "clean":

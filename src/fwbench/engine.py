@@ -54,15 +54,17 @@ class Receiver:
     path) or "recv" (a user-space UDP socket; slower, for comparison).
     """
 
-    def __init__(self, tb: NetnsTestbed, kind: str = "sink", late_us: int = 1_000_000):
+    def __init__(self, tb: NetnsTestbed, kind: str = "sink", late_us: int = 1_000_000,
+                 port: int = ENGINE_PORT, version: int = 4):
         if kind not in ("sink", "recv"):
             raise FwbenchError(f"engine receiver {kind!r}: expected sink or recv")
         srv = tb.topo.server
-        argv = [str(binary()), kind, "--port", str(ENGINE_PORT), "--late-us", str(late_us)]
+        argv = [str(binary()), kind, "--port", str(port), "--late-us", str(late_us)]
         if kind == "sink":
             argv += ["--ifname", srv.ifname]
         else:
-            argv += ["--bind", srv.ip4, "--cpu", str(tb.topo.settings.server_cpu)]
+            argv += ["--bind", srv.ip4 if version == 4 else srv.ip6,
+                     "--cpu", str(tb.topo.settings.server_cpu)]
         self.kind = kind
         self._tb = tb
         self._p = tb.spawn("server", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -112,20 +114,22 @@ class Receiver:
 
 def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: float,
          cookie: int, threads: int = 1, cpus: list[int] | None = None,
-         sport_count: int = 1, src_count: int = 1, dst: str | None = None,
+         sport_count: int = 1, src_count: int = 1, src: str | None = None,
+         dst: str | None = None,
          dport: int = ENGINE_PORT, count: int | None = None,
          payload_text: str | None = None, seq_start: int = 0) -> dict:
     """Run the sender in the client namespace for one trial and return its report.
 
-    By default it sends to the server's test flow; `dst`/`dport` aim it elsewhere
-    (e.g. at the firewall itself). `count` sends that many packets instead of
+    By default it sends seed 000's test flow from the client to the server;
+    `src`/`dst`/`dport` send another (the rule set's measured flow, IPv6, or at the
+    firewall itself). `count` sends that many packets instead of
     running for `duration_s` (give 0); `payload_text` follows the stamp in every
     packet; `seq_start` is every stream's first sequence number (for tests of
     the receivers' duplicate and reorder window)."""
     t = tb.topo
     cpus = cpus if cpus is not None else [t.settings.sender_cpu]
     argv = [str(binary()), "send", "--ifname", t.client.ifname, "--src-mac", t.client.mac,
-            "--dst-mac", t.fw_client_side.mac, "--src", t.client.ip4,
+            "--dst-mac", t.fw_client_side.mac, "--src", src or t.client.ip4,
             "--dst", dst or t.server.ip4, "--dport", str(dport),
             "--frame-size", str(frame_size),
             "--mtu", str(t.settings.mtu), "--rate", f"{rate_pps:.3f}",

@@ -27,7 +27,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from fwbench import backends as registry
 from fwbench import adaptive, environment, proc
-from fwbench.backends.base import Backend, flush_all
+from fwbench.backends.base import Backend
+from fwbench.backends.kernel import flush_all
 from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.methods.base import Method
 from fwbench.methods.fixedrate import FixedRate
@@ -37,7 +38,10 @@ from fwbench.methods.maxrate import MaxRate
 from fwbench.methods.throughput import Throughput, search_config
 from fwbench.plan import TrialKey, make_plan
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
-from fwbench.ruleset import Policy, seed000
+from fwbench.ruleset import flows
+from fwbench.ruleset.evaluate import Evaluator
+from fwbench.ruleset.model import RuleSet, Unsupported
+from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.scenario import ALL, Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
@@ -94,6 +98,12 @@ def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:
         if why:
             skipped[name] = why
             continue
+        refusal = _refusal(b, sc)
+        if refusal and ALL not in sc.backends:
+            raise FwbenchError(refusal)
+        if refusal:
+            skipped[name] = refusal
+            continue
         too_big = [n for n in sc.rules if n > b.max_rules]
         if b.filters and too_big:
             raise FwbenchError(f"backend {name} holds at most {b.max_rules:,} rules "
@@ -105,15 +115,59 @@ def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:
     return chosen, skipped
 
 
+_imports: dict[tuple, RuleSet] = {}
+
+
+def imported(sc: Scenario) -> RuleSet | None:
+    """The scenario's own rule set (`policy.file`), imported once, with its measured
+    flow chosen; None when the scenario uses the template."""
+    p = sc.policy
+    if p.file is None:
+        return None
+    key = (p.file, p.iface, p.ipsets, p.flow)
+    if key not in _imports:
+        from fwbench.check import ruleset_from
+        rs = ruleset_from(path=p.file, iface=p.iface, ipsets=p.ipsets)
+        _imports[key] = flows.choose(rs, p.flow)
+    return _imports[key]
+
+
+def _refusal(b: Backend, sc: Scenario) -> str | None:
+    """Why the backend cannot hold the scenario's rule set (one line), or None."""
+    rs = imported(sc) or seed000(1, version=sc.version, layout=b.layout)
+    try:
+        b.check(rs)
+    except Unsupported as e:
+        return str(e)
+    return None
+
+
+def measured_flow(sc: Scenario) -> dict:
+    """The engine's flow: the rule set's measured flow, and its port on arrival."""
+    rs = imported(sc) or seed000(1, version=sc.version)
+    f = rs.flow
+    arrives = Evaluator(rs).evaluate(f).translated
+    return {"src": f.saddr, "dst": f.daddr, "dport": f.dport, "sink_port": arrives.dport}
+
+
 def make_method(sc: Scenario):
     """The scenario's method with its instruments. Settings a search would reject are
     rejected here, before a testbed is built."""
     ins = sc.instrument
     ping = PingRtt(ins.ping_count, ins.ping_interval_s)
     if sc.traffic == "iperf3":
+        if sc.version == 6 or sc.policy.file:
+            raise FwbenchError("iperf3 traffic measures seed 000's IPv4 flow only; use "
+                               "traffic = engine with --family ipv6 or --ruleset")
         return MaxRate(Iperf3Rate(ins.iperf3_streams), ping)
     e = sc.engine
-    engine = EngineTraffic(EngineSettings(e.receiver, e.threads, e.flows, e.late_us))
+    if sc.traffic == "engine" and (sc.version == 6 or sc.policy.file) and \
+            sc.method not in ("maxrate", "throughput", "lossload"):
+        raise FwbenchError(f"method {sc.method} measures seed 000's IPv4 flow only; "
+                           f"use maxrate, throughput or lossload with --family ipv6 or "
+                           f"--ruleset")
+    engine = EngineTraffic(EngineSettings(e.receiver, e.threads, e.flows, e.late_us,
+                                          **measured_flow(sc)))
     if sc.method in ("throughput", "latency"):
         # Validate with a stand-in ceiling; the real one is measured per frame size.
         top = sc.throughput.max_load_pps or 2 * sc.throughput.min_load_pps
@@ -154,13 +208,23 @@ def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
     names, skipped = resolve_backends(sc)
     for name, why in skipped.items():
         console.print(f"[yellow]skipping backend {name}: {why}[/]")
-    resolved = from_dict({**sc.dump(), "backends": names})
+    rs = imported(sc)
+    resolved = from_dict({**sc.dump(), "backends": names,
+                          **({"rules": [rs.rule_count]} if rs else {})})
     plan = make_plan(names, resolved.rules, resolved.frame_sizes, resolved.repeat, resolved.seed)
     method = make_method(resolved)
     rd = RunDir.create(out, {
         "scenario": resolved.dump(),
         "skipped_backends": skipped,
         "plan": [k.as_dict() for k in plan],
+        **({"ruleset": {"file": sc.policy.file, "rules": rs.rule_count,
+                        "sha256": rs.digest(),
+                        "address_map": [list(m) for m in rs.address_map],
+                        "iface_map": [list(m) for m in rs.iface_map],
+                        "flow": {"proto": rs.flow.proto, "src": rs.flow.saddr,
+                                 "dst": rs.flow.daddr, "dport": rs.flow.dport,
+                                 "rule": rs.flow_rule},
+                        "notes": list(rs.notes)}} if rs else {}),
         "environment": environment.collect(_tool_versions(names, method)),
         "sessions": [],
     })
@@ -171,11 +235,17 @@ def resume(path: str | Path, console: Console) -> RunOutcome:
     return execute(RunDir.open(path), console)
 
 
-def _policy_for(rules: int, sc: Scenario, topo: Topology, cache: dict) -> Policy:
+def _ruleset_for(rules: int, backend: Backend, sc: Scenario, cache: dict) -> RuleSet:
+    """Seed 000's rule set of `rules` entries, held the way `backend` holds them."""
+    own = imported(sc)
+    if own is not None:
+        return own
     n = max(rules, 1)  # `none` still needs a test flow to probe
-    if n not in cache:
-        cache[n] = seed000(n, topo.server.ip4, counters=sc.policy.counters)
-    return cache[n]
+    key = (n, backend.layout)
+    if key not in cache:
+        cache[key] = seed000(n, version=sc.version, layout=backend.layout,
+                             counters=sc.policy.counters)
+    return cache[key]
 
 
 # What the testbed and the maxrate instruments run, with the Debian package that has it.
@@ -284,7 +354,7 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
     topo = Topology.new(TestbedSettings(t.mtu, t.offloads, t.sender_cpu, t.firewall_cpu,
                                         t.server_cpu, server_rps=sc.traffic == "iperf3"))
     method = make_method(sc)
-    policies: dict[int, Policy] = {}
+    policies: dict[tuple, RuleSet] = {}
     with sigterm_raises(), NetnsTestbed(topo) as tb:
         method.prepare(tb)
         session = {"testbed_id": topo.run_id, "started_at": now(),
@@ -311,8 +381,9 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
                 if isinstance(method, Method):
                     method.on_step = lambda line, cell=cell: progress.update(
                         task, description=f"{cell} {line}")
-                policy = _policy_for(key.rules, sc, topo, policies)
-                rec = run_trial(tb, backends[key.backend], policy, key, idx, sc, method,
+                backend = backends[key.backend]
+                rs = _ruleset_for(key.rules, backend, sc, policies)
+                rec = run_trial(tb, backend, rs, key, idx, sc, method,
                                 policies)
                 rd.append(rec)
                 progress.advance(task)
@@ -359,7 +430,7 @@ def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int]) -
     return {"bias": bias, "sender_ceiling_pps": ceilings}
 
 
-def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey, idx: int,
+def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, idx: int,
               sc: Scenario, method, policies: dict | None = None) -> TrialRecord:
     started = now()
     t0 = time.perf_counter()
@@ -370,8 +441,8 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
     trials: list[dict] = []
 
     try:
-        load_s = timed("apply_s", backend.apply, tb, policy).load_time_s
-        v = timed("verify_s", backend.verify, tb, policy)
+        load_s = timed("apply_s", backend.apply, tb, rs).load_time_s
+        v = timed("verify_s", backend.verify, tb, rs)
         verification = v.as_dict()
         if not v.ok:
             status, reason = "failed", f"verification: {v.reason}"
@@ -393,8 +464,9 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
         method=method.name, traffic=method.traffic, repetition=key.repetition,
         status=status, reason=reason, verification=verification, load_time_s=load_s,
         metrics=metrics, started_at=started, duration_s=time.perf_counter() - t0,
-        ruleset_sha256=policy.digest() if backend.filters else None,
+        ruleset_sha256=rs.digest() if backend.filters else None,
         conditions={"duration_s": sc.duration_s, "policy_template": sc.policy.template,
+                    "family": sc.family, "ruleset": rs.name,
                     "counters": sc.policy.counters, "phases": phases},
         trials=trials,
     )
@@ -403,9 +475,9 @@ def run_trial(tb: NetnsTestbed, backend: Backend, policy: Policy, key: TrialKey,
 def _reloader(tb: NetnsTestbed, backend: Backend, sc: Scenario, cache: dict):
     """For methods that search over the rule count: load and verify n rules."""
     def reload(n: int) -> None:
-        policy = _policy_for(n, sc, tb.topo, cache)
-        backend.apply(tb, policy)
-        v = backend.verify(tb, policy)
+        rs = _ruleset_for(n, backend, sc, cache)
+        backend.apply(tb, rs)
+        v = backend.verify(tb, rs)
         if not v.ok:
             raise FwbenchError(f"verification at {n} rules: {v.reason}")
     return reload

@@ -18,7 +18,7 @@ from fwbench import backends
 from fwbench.droprate import treatments as drop
 from fwbench.errors import FwbenchError
 from fwbench.frames import check_frame
-from fwbench.ruleset import MAX_ENTRIES
+from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 ALL = "all"
@@ -32,6 +32,13 @@ class PolicySettings(BaseModel):
     template: Literal["seed000"] = "seed000"
     counters: bool = Field(True, description="a counter on every nftables linear rule, "
                            "as seed 000 kept for parity with iptables")
+    file: str | None = Field(None, description="benchmark this rule set (iptables-save "
+                             "text, nft JSON or nft text) instead of the template")
+    iface: str | None = Field(None, description="the file's interfaces on the testbed: "
+                              "eth0=client,eth1=server")
+    ipsets: str | None = Field(None, description="`ipset save` output of the file's sets")
+    flow: str | None = Field(None, description="the measured flow: udp:PORT or a rule id "
+                             "(default: the accepted flow that traverses the most rules)")
 
 
 class TestbedSettings(BaseModel):
@@ -189,6 +196,8 @@ class Scenario(BaseModel):
     method: Literal["maxrate", "throughput", "latency", "lossload", "fixedrate",
                     "droprate"] = "maxrate"
     traffic: Literal["engine", "iperf3"] = "engine"
+    family: Literal["ipv4", "ipv6"] = Field(
+        "ipv4", description="the IP version of the rule set and the measured flow")
     policy: PolicySettings = PolicySettings()
     testbed: TestbedSettings = TestbedSettings()
     instrument: InstrumentSettings = InstrumentSettings()
@@ -199,6 +208,10 @@ class Scenario(BaseModel):
     fixedrate: FixedRateSettings = FixedRateSettings()
     droprate: DropRateSettings = DropRateSettings()
     adaptive: AdaptiveSettings = AdaptiveSettings()
+
+    @property
+    def version(self) -> int:
+        return 4 if self.family == "ipv4" else 6
 
     @model_validator(mode="before")
     @classmethod

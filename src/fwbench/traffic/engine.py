@@ -28,6 +28,15 @@ class EngineSettings:
     threads: int = 1
     flows: int = 1             # source ports, round robin
     late_us: int = 1_000_000
+    # The measured flow (the rule set's): None sends seed 000's IPv4 test flow.
+    src: str | None = None
+    dst: str | None = None
+    dport: int = engine.ENGINE_PORT
+    sink_port: int = engine.ENGINE_PORT   # its port on arrival (after any DNAT)
+
+    @property
+    def version(self) -> int:
+        return 6 if self.dst and ":" in self.dst else 4
 
 
 def _us(lat_ns: dict) -> dict[str, float] | None:
@@ -68,7 +77,7 @@ class EngineMeasurer:
         before = cpu.CpuSample.now()
         sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
                            duration_s=duration_s, cookie=cookie, threads=st.threads,
-                           sport_count=st.flows)
+                           sport_count=st.flows, src=st.src, dst=st.dst, dport=st.dport)
         got = drain(rx)
         after = cpu.CpuSample.now()
         fw_cpu = self.tb.topo.settings.firewall_cpu
@@ -107,7 +116,8 @@ class EngineTraffic:
 
     def receiver(self, tb: NetnsTestbed) -> engine.Receiver:
         if self._rx is None:
-            self._rx = engine.Receiver(tb, self.settings.receiver, self.settings.late_us)
+            st = self.settings
+            self._rx = engine.Receiver(tb, st.receiver, st.late_us, st.sink_port, st.version)
         return self._rx
 
     def close(self) -> None:

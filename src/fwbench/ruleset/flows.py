@@ -1,0 +1,60 @@
+"""The measured flow of a rule set: the UDP flow the traffic engine sends.
+
+A template names its flow. For an imported rule set the user names it (`udp:PORT`,
+from the client to the server, or the id of a rule whose packet the corpus builds),
+or it defaults to the accepted UDP flow from the client side that traverses the
+most rules, as seed 000's test entry sits last.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fwbench.ruleset import corpus as corpora
+from fwbench.ruleset.evaluate import Evaluator
+from fwbench.ruleset.model import Packet, RuleSet, RuleSetError
+
+CLIENT = {4: "198.18.0.2", 6: "2001:2:0:1::2"}
+SERVER = {4: "198.19.0.2", 6: "2001:2:0:2::2"}
+SPORT = 40404
+
+
+def choose(rs: RuleSet, spec: str | None = None) -> RuleSet:
+    """The rule set with its measured flow set (`flow`, `flow_rule`)."""
+    ev = Evaluator(rs)
+    version = min(rs.versions)
+    if spec is None and rs.flow is not None:
+        return rs
+    if spec is None:
+        candidates = [p for p in corpora.build(rs, size=2000, seed=0)
+                      if p.proto == "udp" and p.iif == "client" and p.ct_state == "new"
+                      and p.saddr == CLIENT[p.version]]
+        scored = [(ev.evaluate(p), p) for p in candidates]
+        scored = [(v, p) for v, p in scored
+                  if v.forward and v.translated.daddr == SERVER[p.version]]
+        if not scored:
+            raise RuleSetError(f"{rs.name}: no UDP flow from the client is accepted; "
+                               f"name one with --flow udp:PORT or a rule id")
+        # Rules a flow traverses grow with the position of the rule deciding it.
+        position = {r.id: i for i, (_, _, r) in enumerate(rs.rules())}
+        v, flow = max(scored, key=lambda vp: (position.get(vp[0].decided_by, -1),
+                                              -vp[1].dport))
+    elif spec.startswith("udp:"):
+        try:
+            port = int(spec[4:])
+        except ValueError:
+            raise RuleSetError(f"--flow {spec}: expected udp:PORT") from None
+        flow = Packet(version, "client", CLIENT[version], SERVER[version], "udp", SPORT, port)
+        v = ev.evaluate(flow)
+    else:
+        rs.rule(spec)  # raises if there is no such rule
+        mine = [p for p in corpora.build(rs, size=2000, seed=0)
+                if p.proto == "udp" and p.iif == "client" and ev.evaluate(p).decided_by == spec]
+        if not mine:
+            raise RuleSetError(f"--flow {spec}: no UDP packet from the client is decided "
+                               f"by rule {spec}")
+        flow = mine[0]
+        v = ev.evaluate(flow)
+    if not v.forward:
+        raise RuleSetError(f"the measured flow {flow.proto}:{flow.dport} is dropped "
+                           f"({v.reason}); a throughput of 0 needs no benchmark")
+    return replace(rs, flow=flow, flow_rule=v.decided_by)
