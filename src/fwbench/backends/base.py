@@ -226,17 +226,47 @@ class Exchange:
     counts: dict[str, int]           # rule id -> packets counted during the exchange
 
 
+def _rounds(rs: RuleSet, pkts: list[Packet]) -> list[list[int]]:
+    """Packets split into rounds that connection tracking cannot link: one side's
+    packets per round (a packet from the server side could be the reply to one from
+    the client side), and no two in a round with the same flow before or after NAT
+    (the kernel would take the second for the first's connection, or move its
+    source port to keep translated flows unique)."""
+    ev = evaluator(rs)
+    rounds: list[tuple[str, set, list[int]]] = []
+    for i, p in enumerate(pkts):
+        if p.sport is None:   # ICMP: the injector gives every packet its own id
+            keys = {i}
+        else:
+            t = ev.evaluate(p).translated
+            keys = {(p.proto, p.saddr, p.sport, p.daddr, p.dport),
+                    (t.proto, t.saddr, t.sport, t.daddr, t.dport)}
+        for side, used, members in rounds:
+            if side == p.iif and not keys & used:
+                used |= keys
+                members.append(i)
+                break
+        else:
+            rounds.append((p.iif, set(keys), [i]))
+    return [members for _, _, members in rounds]
+
+
 def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
              pkts: list[Packet]) -> Exchange:
-    """Send `pkts` through the firewall as it is loaded, reading the counters around."""
+    """Send `pkts` through the firewall as it is loaded, in rounds connection
+    tracking cannot link (emptied before each), reading the counters around."""
+    seen: list[Packet | None] = [None] * len(pkts)
     packets.prepare(tb)
     try:
-        kernel.flush_conntrack(tb)
         before = backend.counters(tb, rs)
-        # The injector crafts new, unmarked packets; their conntrack state is the
-        # kernel's own (as_tracked), which only the evaluator is told.
-        seen = [o.packet if o else None for o in packets.exchange(
-            tb, [replace(p, ct_state="new", mark=0) for p in pkts])]
+        for members in _rounds(rs, pkts):
+            kernel.flush_conntrack(tb)
+            # The injector crafts new, unmarked packets; their conntrack state is
+            # the kernel's own (as_tracked), which only the evaluator is told.
+            got = packets.exchange(tb, [replace(pkts[i], ct_state="new", mark=0)
+                                        for i in members])
+            for i, o in zip(members, got):
+                seen[i] = o.packet if o else None
         after = backend.counters(tb, rs)
     finally:
         packets.restore(tb)

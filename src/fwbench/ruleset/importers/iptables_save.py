@@ -487,6 +487,10 @@ class _Parser:
         return p
 
     def _ports(self, v: str, neg: bool, single: bool) -> Ports:
+        if v.isdigit() and not neg and len(v) < 6:
+            x = int(v)
+            if x < 65536:
+                return Ports(((x, x),), False)
         key = (v, neg, single)
         p = self._ports_cache.get(key)
         if p is None:
@@ -630,6 +634,14 @@ def _split(line: str) -> list[str]:
     escapes with backslashes; lines without backslashes or single quotes (nearly
     all) are split here, the rest by shlex, ten times slower."""
     if "\\" not in line and "'" not in line:
+        # The common case, one quoted comment: three splits, no loop.
+        pre, _, rest = line.partition('"')
+        word, _, post = rest.partition('"')
+        if '"' not in post and pre[-1:] == " " and post[:1] in (" ", ""):
+            toks = pre.split()
+            toks.append(word)
+            toks += post.split()
+            return toks
         parts = line.split('"')
         if len(parts) % 2 == 1:
             toks: list[str] = []
