@@ -177,10 +177,4 @@ def ruleset_from(*, path: str | None = None, template: str | None = None,
         except TypeError as e:
             raise FwbenchError(f"template {template}: {e}") from None
     from fwbench.ruleset.importers import load
-    ipset_text = None
-    if ipsets:
-        try:
-            ipset_text = open(ipsets).read()
-        except OSError as e:
-            raise FwbenchError(f"{ipsets}: {e.strerror}") from None
-    return load.load_file(path, load.parse_iface_map(iface) if iface else None, ipset_text)
+    return load.load_file(path, load.parse_iface_map(iface) if iface else None, ipsets)

@@ -475,7 +475,7 @@ class _Parser:
     def _addr(self, v: str) -> Prefix:
         p = self._prefix_cache.get(v)
         if p is None:
-            net = _canon4(v) if self.version == 4 else None
+            net = canonical4(v) if self.version == 4 else None
             if net:
                 p = Prefix(net)
             else:
@@ -636,8 +636,8 @@ def _split(line: str) -> list[str]:
     if "\\" not in line and "'" not in line:
         # The common case, one quoted comment: three splits, no loop.
         pre, _, rest = line.partition('"')
-        word, _, post = rest.partition('"')
-        if '"' not in post and pre[-1:] == " " and post[:1] in (" ", ""):
+        word, closed, post = rest.partition('"')
+        if closed and '"' not in post and pre[-1:] == " " and post[:1] in (" ", ""):
             toks = pre.split()
             toks.append(word)
             toks += post.split()
@@ -664,10 +664,10 @@ def _split(line: str) -> list[str]:
         raise _Fail(f"syntax error: {e}") from None
 
 
-def _canon4(v: str, _pton=socket.inet_pton, _ntop=socket.inet_ntop,
+def canonical4(v: str, _pton=socket.inet_pton, _ntop=socket.inet_ntop,
             _af=socket.AF_INET) -> str | None:
     """The canonical network text of an IPv4 `a.b.c.d[/len]`, or None to leave
-    it to the ipaddress module (five times slower)."""
+    it to the ipaddress module (five times slower). The nft importer uses it too."""
     addr, sep, plen = v.partition("/")
     try:
         packed = _pton(_af, addr)

@@ -27,6 +27,7 @@ into JSON: no other way reads nft syntax faithfully.
 """
 from __future__ import annotations
 
+import gc
 import ipaddress
 import itertools
 import json
@@ -35,6 +36,7 @@ import os
 from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBERS, Action,
                                    Chain, Iface, Limit, Match, Ports, Prefix, Rule, RuleSet,
                                    RuleSetError, Set, SetRef, Table, validate)
+from fwbench.ruleset.importers.iptables_save import canonical4
 from fwbench.ruleset.render import ID_TAG
 
 ICMP_TYPES = {
@@ -83,7 +85,15 @@ def parse(doc: dict | str, source: str) -> RuleSet:
             raise RuleSetError(f"{source}: not JSON ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nftables"), list):
         raise RuleSetError(f"{source}: not an nft JSON rule set (no \"nftables\" list)")
-    return _Importer(source).run(doc["nftables"])
+    # No reference cycles are made; the collector would only walk the growing
+    # heap again and again.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Importer(source).run(doc["nftables"])
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def parse_text(text: str, source: str) -> RuleSet:
@@ -142,10 +152,20 @@ class _Importer:
             if kind == "table":
                 self._table(obj)
             elif kind == "chain":
-                self._t(obj, kind)["chains"][obj.get("name")] = obj
+                chains = self._t(obj, kind)["chains"]
+                if obj.get("name") in chains:
+                    raise RuleSetError(f"{self.source}: table {obj.get('family')} "
+                                       f"{obj.get('table')}: chain {obj.get('name')} "
+                                       f"appears twice")
+                chains[obj.get("name")] = obj
             elif kind == "set":
+                t = self._t(obj, kind)
+                if any(s.get("name") == obj.get("name") for s in t["raw_sets"]):
+                    raise RuleSetError(f"{self.source}: table {obj.get('family')} "
+                                       f"{obj.get('table')}: set {obj.get('name')} "
+                                       f"appears twice")
                 self.set_names.add(str(obj.get("name")))
-                self._t(obj, kind)["raw_sets"].append(obj)
+                t["raw_sets"].append(obj)
             elif kind == "rule":
                 self._t(obj, kind)
                 rules.append(obj)
@@ -380,6 +400,10 @@ class _Importer:
             if isinstance(right, str) and right.startswith("@"):
                 ctx.sets.append(SetRef(right[1:], (field,), neg))
                 self._need_set(t, right[1:])
+                return
+            fast = canonical4(right) if version == 4 and isinstance(right, str) else None
+            if fast:
+                ctx.set(key, Prefix(fast, neg))
                 return
             nets = _networks(right, version)
             if len(nets) == 1:

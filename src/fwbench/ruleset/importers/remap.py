@@ -2,9 +2,10 @@
 addresses into the benchmarking ranges, deterministically and reversibly.
 
 Interfaces. `iface_map` names the user's interfaces by role ("eth0" -> "client",
-"eth1" -> "server"; a key may be a `+` wildcard as iptables writes it); they become
-model.CLIENT / model.SERVER, which renderers resolve to the testbed's names. Other
-names stay literal: they never match in the testbed, and RuleSet.notes says which.
+"eth1" -> "server"); they become model.CLIENT / model.SERVER, which renderers
+resolve to the testbed's names. Names are compared as written: a rule's wildcard
+`eth+` takes a role only from a key `eth+`. Other names stay literal: they never
+match in the testbed, and RuleSet.notes says which.
 
 Addresses. The testbed routes only 198.18.0.0/15 and 2001:2::/48, so every other
 address of the rule set (in matches, set elements, NAT targets, probes) is moved in
@@ -40,8 +41,8 @@ import ipaddress
 import socket
 from dataclasses import replace
 
-from fwbench.ruleset.model import (CLIENT, SERVER, Action, Chain, Iface, Match, Packet,
-                                   Prefix, Probe, Rule, RuleSet, RuleSetError, Set, Table)
+from fwbench.ruleset.model import (CLIENT, SERVER, Action, Iface, Match, Packet, Prefix,
+                                   Probe, Rule, RuleSet, RuleSetError, Table)
 
 BENCH = {4: ipaddress.ip_network("198.18.0.0/15"), 6: ipaddress.ip_network("2001:2::/48")}
 # The testbed's own links; nothing is mapped onto them.
