@@ -10,7 +10,6 @@ import json
 import os
 import shlex
 import shutil
-import time
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,6 @@ FWBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_render_iptables.py, then review t
 diff and run the privileged test.
 """
 import os
-import time
 from pathlib import Path
 
 import pytest

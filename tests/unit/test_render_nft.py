@@ -9,7 +9,6 @@ tests/privileged/test_render_nft_kernel.py loads them and compares the listing.
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
