@@ -74,7 +74,8 @@ def test_run_records_every_trial(tmp_path, own_netns):
     for r in records(d):
         assert r["status"] == "ok", r["reason"]
         assert r["verification"]["ok"] is True
-        assert r["verification"]["rules_loaded"] == (0 if r["backend"] == "none" else 100)
+        # Rules and set elements held: the 100 entries plus the skeleton and aux rules.
+        assert r["verification"]["rules_loaded"] == (0 if r["backend"] == "none" else 105)
         assert r["metrics"]["rx_pps"] > 0 and r["metrics"]["rtt_us_median"] > 0
         assert r["traffic"] == "engine+ping" and r["metrics"]["sent"] >= r["metrics"]["received"]
     meta = json.loads((d / "run.json").read_text())
