@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fwbench import backends, engine
-from fwbench.ruleset import seed000
+from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.traffic.engine import EngineSettings, EngineTraffic, drain
 
 
@@ -46,7 +46,7 @@ def test_received_matches_the_server_interface(testbed, eng, frame):
 def test_loss_is_counted_against_what_was_sent(testbed, eng):
     """5,000 linear rules cannot forward 300k pps here: loss, and received equals
     what the firewall put on its server-side interface."""
-    pol = seed000(5000, testbed.topo.server.ip4)
+    pol = seed000(5000)
     backends.get("iptables-legacy").apply(testbed, pol)
     # IPv4 the firewall put on a wire: a link's tx count would include its ARP/ND.
     fw_tx0 = testbed.ipv4_transmits()
