@@ -17,8 +17,6 @@ flood is tracked. Group "drop" drops every flood packet (hashlimit: all but ~1k/
 from __future__ import annotations
 
 import abc
-import functools
-import ipaddress
 import json
 import re
 import shlex
@@ -27,6 +25,8 @@ from pathlib import Path
 
 from fwbench import proc
 from fwbench.backends.kernel import flush_all, ruleset_state
+from fwbench.ruleset.templates.droprate import (BENCH_V4, FILLER_CAPACITY,  # noqa: F401 (used by tests)
+                                                TESTBED_V4, filler_addresses)
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 
@@ -37,9 +37,6 @@ BPF_OBJECT = Path(__file__).resolve().parents[3] / "bpf" / "build" / "drop.bpf.o
 # Set fillers: addresses of the benchmarking range the testbed does not use (its two
 # link subnets are 198.18.0.0/24 and 198.19.0.0/24). The range holds 2^17 addresses,
 # so no set here can hold seed 002's 265,000 distinct IPv4 addresses.
-BENCH_V4 = ipaddress.ip_network("198.18.0.0/15")
-TESTBED_V4 = (ipaddress.ip_network("198.18.0.0/24"), ipaddress.ip_network("198.19.0.0/24"))
-FILLER_CAPACITY = BENCH_V4.num_addresses - sum(n.num_addresses for n in TESTBED_V4)
 MAX_SET_SIZE = FILLER_CAPACITY + 1  # every filler plus the client's own address
 
 # Names fwbench gives what it loads; `fwb_` keeps them apart from anything else.
@@ -53,25 +50,6 @@ XDP_PROG = "fwb_xdp_drop"
 TC_PROG = "fwb_tc_drop"
 
 GROUPS = ("accept", "drop")
-
-
-@functools.lru_cache(maxsize=4)
-def filler_addresses(n: int) -> tuple[str, ...]:
-    """The first `n` addresses of 198.18.0.0/15 outside the testbed's subnets."""
-    if not 0 <= n <= FILLER_CAPACITY:
-        raise FwbenchError(f"{n:,} filler addresses asked; 198.18.0.0/15 has "
-                           f"{FILLER_CAPACITY:,} the testbed does not use")
-    skip = [(int(s.network_address), int(s.broadcast_address)) for s in TESTBED_V4]
-    out: list[str] = []
-    a, end = int(BENCH_V4.network_address), int(BENCH_V4.broadcast_address)
-    while len(out) < n and a <= end:
-        hole = next((hi for lo, hi in skip if lo <= a <= hi), None)
-        if hole is not None:
-            a = hole + 1
-            continue
-        out.append(str(ipaddress.IPv4Address(a)))
-        a += 1
-    return tuple(out)
 
 
 @dataclass(frozen=True)
