@@ -1,4 +1,5 @@
-"""What the ratio scripts share: interleaved repetitions and paired ratios."""
+"""What the ratio scripts share: seed 000's rule set per backend, interleaved
+repetitions and paired ratios."""
 from __future__ import annotations
 
 import random
@@ -6,7 +7,22 @@ import statistics
 import sys
 from typing import Callable
 
+from fwbench.backends.base import Backend
 from fwbench.errors import FwbenchError
+from fwbench.ruleset import templates
+from fwbench.ruleset.model import RuleSet
+from fwbench.testbed.netns import NetnsTestbed
+
+
+def seed000_for(tb: NetnsTestbed, rules: int, backend: Backend) -> RuleSet:
+    """Seed 000's rule set of `rules` entries, held the way `backend` holds them
+    (one rule each, or one set), as `fwbench run` builds it. The template's
+    addresses are the testbed's, and its flow the one the engine sends by default."""
+    rs = templates.get("seed000")(max(rules, 1), layout=backend.layout)
+    if rs.flow.daddr != tb.topo.server.ip4:
+        raise FwbenchError(f"seed000's server {rs.flow.daddr} is not the testbed's "
+                           f"{tb.topo.server.ip4}")
+    return rs
 
 
 def interleave(names: list[str], reps: int, rng: random.Random,

@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import random
 
-from _ratios import check, interleave, run_main
+from _ratios import check, interleave, run_main, seed000_for
 
 from fwbench import backends, environment
 from fwbench.errors import FwbenchError
-from fwbench.ruleset import seed000
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
 from fwbench.traffic.engine import EngineTraffic
@@ -47,13 +46,19 @@ def main() -> int:
 
     topo = Topology.new()
     with NetnsTestbed(topo) as tb:
-        policy = seed000(a.rules, topo.server.ip4)
+        chosen = {name: backends.get(name) for name in TREATMENTS}
+        # One rule set per layout: the linear and set treatments hold the same entries.
+        rulesets = {b.layout: seed000_for(tb, a.rules, b) for b in chosen.values()}
         engine = EngineTraffic()
 
         def measure(name: str) -> float:
-            b = backends.get(name)
-            b.apply(tb, policy)
-            v = b.verify(tb, policy)
+            b = chosen[name]
+            rs = rulesets[b.layout]
+            b.apply(tb, rs)
+            # The engine's XDP sink on the server's port would take the probes
+            # before verification's capture sees them; the measurement restarts it.
+            engine.close()
+            v = b.verify(tb, rs)
             if not v.ok:
                 raise FwbenchError(f"{name} did not verify: {v.reason}")
             return engine.measurer(tb, 64).measure(a.duration, 0).forwarded_pps

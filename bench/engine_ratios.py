@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import random
 
-from _ratios import check, interleave, run_main
+from _ratios import check, interleave, run_main, seed000_for
 
 from fwbench import backends, environment
 from fwbench.errors import FwbenchError
-from fwbench.ruleset import seed000
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
 from fwbench.traffic.engine import EngineTraffic
@@ -48,20 +47,22 @@ def main() -> int:
     topo = Topology.new(TestbedSettings(server_rps=True))
     legacy, none = backends.get("iptables-legacy"), backends.get("none")
     with NetnsTestbed(topo) as tb:
-        pol_1k = seed000(1000, topo.server.ip4)
-        pol_1 = seed000(1, topo.server.ip4)
+        rs_1k = seed000_for(tb, 1000, legacy)
+        rs_1 = seed000_for(tb, 1, none)
         engine, iperf3 = EngineTraffic(), Iperf3Rate()
         iperf3.start(tb)
 
         def measure(what: str) -> float:
             if what == "iperf3":
                 engine.close()  # the XDP sink would take iperf3's UDP port
-                none.apply(tb, pol_1)
+                none.apply(tb, rs_1)
                 return iperf3.measure(tb, a.frame_size, a.duration)["rx_pps"]
-            b, pol = (none, pol_1) if what == "engine" else (legacy, pol_1k)
-            b.apply(tb, pol)
-            if what == "legacy-1k" and not (v := legacy.verify(tb, pol)).ok:
-                raise FwbenchError(f"iptables-legacy did not verify: {v.reason}")
+            b, rs = (none, rs_1) if what == "engine" else (legacy, rs_1k)
+            b.apply(tb, rs)
+            if what == "legacy-1k":
+                engine.close()  # its XDP sink would take the probes from the capture
+                if not (v := legacy.verify(tb, rs)).ok:
+                    raise FwbenchError(f"iptables-legacy did not verify: {v.reason}")
             return engine.measurer(tb, a.frame_size).measure(a.duration, 0).forwarded_pps
 
         got = interleave(["engine", "iperf3", "legacy-1k"], a.reps, rng, measure)

@@ -23,13 +23,12 @@ import argparse
 import random
 import statistics
 
-from _ratios import interleave, run_main
+from _ratios import interleave, run_main, seed000_for
 
 from fwbench import backends, environment
 from fwbench.errors import FwbenchError
 from fwbench.methods.search import search
 from fwbench.methods.throughput import search_config
-from fwbench.ruleset import seed000
 from fwbench.scenario import ThroughputSettings
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
@@ -61,7 +60,7 @@ def main() -> int:
     with NetnsTestbed(topo) as tb:
         engine = EngineTraffic()
         engine.start(tb)
-        none.apply(tb, seed000(1, topo.server.ip4))
+        none.apply(tb, seed000_for(tb, 1, none))
         trials: dict[str, list] = {"short": [], "long": []}
 
         def open_throttle(what: str) -> float:
@@ -86,10 +85,11 @@ def main() -> int:
         loss = {k: statistics.median(r.loss_ratio for r in rs) for k, rs in trials.items()}
 
         if not a.skip_strict:
-            pol = seed000(a.rules, topo.server.ip4)
+            ruleset = seed000_for(tb, a.rules, legacy)
             ceiling = engine.measurer(tb, 64).measure(0.5, 0).achieved_pps
-            legacy.apply(tb, pol)
-            if not (v := legacy.verify(tb, pol)).ok:
+            legacy.apply(tb, ruleset)
+            engine.close()  # its XDP sink would take the probes from the capture
+            if not (v := legacy.verify(tb, ruleset)).ok:
                 raise FwbenchError(f"iptables-legacy did not verify: {v.reason}")
             ndr: dict[str, list] = {"mlrsearch": [], "rfc2544-strict": []}
             for preset in ("mlrsearch", "rfc2544-strict", "mlrsearch"):

@@ -1,7 +1,7 @@
 """The eBPF filter against the real kernel: every program loads in a fresh
 namespace; BPF_PROG_RUN gives each rule's verdict and counter with no traffic;
 and real packets through the firewall get the same verdicts from the four eBPF
-backends as from the iptables rendering of the same policy."""
+backends as from the iptables rendering of the same rule set."""
 import ipaddress
 import json
 import random
@@ -16,11 +16,9 @@ import pytest
 
 from fwbench import backends, bpf, proc
 from fwbench.backends.kernel import flush_all
-from fwbench.ruleset import Entry, Policy, seed000
-from fwbench.ruleset.model import Match, Ports, Prefix
-from fwbench.ruleset.templates.seed000 import entry_id
-from fwbench.ruleset.templates.seed000 import seed000 as new_seed000
-from fwbench.ruleset import policy_render as r
+from fwbench.ruleset.model import PROTO_NUMBERS, Match, Ports, Prefix, RuleSet, validate
+from fwbench.ruleset.render import bpf as bpf_render
+from fwbench.ruleset.templates.seed000 import SET_NAME, entry_id, seed000
 
 EBPF = ["xdp-linear", "xdp-set", "tc-linear", "tc-set"]
 HOOK_MODES = [("xdp", "linear"), ("xdp", "set"), ("tc", "linear"), ("tc", "set")]
@@ -54,39 +52,47 @@ def frame(daddr: str, proto: int, port: int, *, ident: int = 1, frag: int = 0,
     return dst_mac + src_mac + b"\x08\x00" + hdr + l4
 
 
-def key(e: Entry) -> tuple[str, int, int]:
-    return e.daddr, r.BPF_PROTO[e.proto], e.dport
+def keys_of(text: str) -> list[tuple[str, int, int]]:
+    """(daddr, protocol number, port or ICMP type) of every line of a BPF rendering."""
+    return [(d, int(p), int(port)) for _, d, p, port in map(str.split, text.splitlines())]
 
 
 @pytest.mark.parametrize("hook,mode", HOOK_MODES)
 def test_every_rule_verdict_and_counter_by_prog_run(hook, mode):
-    """One packet per rule: passed and counted by that rule's slot, and nothing
-    else; the next port up of each entry is dropped and counted as a drop."""
-    backend_or_skip(f"{hook}-{mode}")
-    policy = seed000(300, "198.19.0.2")
-    rules = r.bpf_rules(policy, mode == "set")
-    keys = [tuple(ln.split()[1:]) for ln in rules.splitlines()]
-    hits = [frame(d, int(p), int(port)) for d, p, port in keys]
-    misses = [frame(e.daddr, r.BPF_PROTO[e.proto], e.dport + 1) for e in policy.entries
-              if (e.daddr, e.proto, e.dport + 1) not in
-              {(x.daddr, x.proto, x.dport) for x in policy.entries}]
-    out = bpf.test_run(hook, mode, rules, hits + misses)
+    """One packet per line of the rendering: passed and counted by that line's slot,
+    so by its rule's slots, and nothing else; the next port up of each TCP or UDP
+    line, when no line has it, is dropped and counted as the default drop."""
+    b = backend_or_skip(f"{hook}-{mode}")
+    rs = seed000(300, layout=b.layout)
+    r = bpf_render.render(rs, b.set_mode)
+    keys = keys_of(r.text)
+    hits = [frame(*k) for k in keys]
+    misses = [frame(d, p, port + 1) for d, p, port in keys
+              if p != PROTO_NUMBERS["icmp"] and (d, p, port + 1) not in set(keys)]
+    assert len(hits) == 302 and len(misses) == 3   # after the last filler, udp and tcp 5202
+    out = bpf.test_run(hook, mode, r.text, hits + misses)
     assert out["verdicts"][:len(hits)] == [bpf.PASS[hook]] * len(hits)
     assert out["verdicts"][len(hits):] == [bpf.DROP[hook]] * len(misses)
     counts = [c[0] for c in out["counters"]]
-    assert counts[:len(hits)] == [1] * len(hits)   # slot i counted rule i's packet
-    assert counts[-1] == len(misses)                # the default drop
+    assert len(counts) == r.drop_slot + 1
+    assert counts[:len(hits)] == [1] * len(hits)   # slot i counted line i's packet
+    assert counts[r.drop_slot] == len(misses)      # the default drop
+    # By rule id, as the backend reads them: each rule counted one packet per
+    # line it has (the set rule one per element; the skeleton has no slot).
+    for rid, slots in r.slots.items():
+        assert sum(counts[i] for i in slots) == len(slots), rid
+    assert len(r.slots[rs.flow_rule]) == (300 if b.layout == "set" else 1)
 
 
 @pytest.mark.parametrize("hook,mode", HOOK_MODES)
 def test_not_judged_by_the_filter(hook, mode):
     """The firewall's own address, multicast, non-IPv4 pass; fragments and
     protocols no rule names are dropped, as iptables' L4 matches never match them."""
-    backend_or_skip(f"{hook}-{mode}")
-    policy = seed000(5, "198.19.0.2")
-    t = policy.test_entry
+    b = backend_or_skip(f"{hook}-{mode}")
+    rs = seed000(5, layout=b.layout)
+    t = rs.flow
     arp = b"\xff" * 6 + b"\x02" * 6 + b"\x08\x06" + bytes(28)
-    out = bpf.test_run(hook, mode, r.bpf_rules(policy, mode == "set"), [
+    out = bpf.test_run(hook, mode, bpf_render.render(rs, b.set_mode).text, [
         frame("198.18.0.1", 17, 9), frame("224.0.0.251", 17, 5353), arp,
         frame(t.daddr, 17, t.dport, frag=100), frame(t.daddr, 47, t.dport),
         frame(t.daddr, 17, t.dport)], local=("198.18.0.1",))
@@ -99,7 +105,7 @@ def test_every_program_loads_in_a_fresh_namespace(testbed):
     fw, ifname = testbed.topo.netns("fw"), testbed.topo.fw_client_side.ifname
     for name in EBPF:
         b = backend_or_skip(name)
-        rs = new_seed000(10, layout=b.layout)
+        rs = seed000(10, layout=b.layout)
         b.apply(testbed, rs)
         got = bpf.attached(fw, ifname)
         assert list(got) == [b.hook], (name, got)
@@ -144,40 +150,42 @@ for line in sys.stdin:
 """
 
 
-def _random_policy(server: str, extra: list[str], rng: random.Random) -> Policy:
+Key = tuple[str, str, int]   # (daddr, protocol name, dport)
+
+
+def _random_entries(server: str, extra: list[str], rng: random.Random) -> list[Key]:
     daddrs = [server] + extra
-    entries = tuple(dict.fromkeys(Entry(rng.choice(daddrs), rng.choice(["tcp", "udp"]),
-                                        rng.randrange(1000, 1080)) for _ in range(150)))
-    return Policy(entries=entries, test_entry=entries[-1],
-                  control=Entry(server, "tcp", 5201), ping_daddr=server, template="random")
+    return list(dict.fromkeys((rng.choice(daddrs), rng.choice(["tcp", "udp"]),
+                               rng.randrange(1000, 1080)) for _ in range(150)))
 
 
-def _as_ruleset(policy: Policy, layout: str):
-    """Seed 000's skeleton holding the policy's entries, in the new model."""
-    rs = new_seed000(policy.size, layout=layout)
+def _holding(entries: list[Key], layout: str) -> RuleSet:
+    """Seed 000's skeleton (its chains, control and ping rules) holding `entries`
+    in order instead of its own: one rule each, or the elements of its set. Its
+    probes go: they are about seed 000's entries."""
+    rs = seed000(len(entries), layout=layout)
     (t,) = rs.tables
-    want = [(e.daddr, e.proto, e.dport) for e in policy.entries]
     if layout == "set":
-        (st,) = t.sets
-        t = replace(t, sets=(replace(st, elements=tuple(want)),))
+        t = replace(t, sets=(replace(t.set(SET_NAME), elements=tuple(entries)),))
     else:
-        ids = {entry_id(i + 1): w for i, w in enumerate(want)}
+        new = {entry_id(i + 1): Match(dst=Prefix.of(d), proto=p, dport=Ports.of(port))
+               for i, (d, p, port) in enumerate(entries)}
         t = replace(t, chains=tuple(replace(c, rules=tuple(
-            replace(r_, match=Match(dst=Prefix.of(ids[r_.id][0]), proto=ids[r_.id][1],
-                                    dport=Ports.of(ids[r_.id][2])))
-            if r_.id in ids else r_ for r_ in c.rules)) for c in t.chains))
-    return replace(rs, tables=(t,))
+            replace(r, match=new.get(r.id, r.match)) for r in c.rules)) for c in t.chains))
+    return validate(rs.with_tables((t,), name=f"random-{layout}", probes=(), flow=None,
+                                   flow_rule=None))
 
 
-def _random_packets(policy: Policy, daddrs: list[str], rng: random.Random, n: int):
+def _random_packets(entries: list[Key], daddrs: list[str], rng: random.Random,
+                    n: int) -> list[tuple[str, int, int]]:
     out = []
     for _ in range(n):
-        e = rng.choice(policy.entries)
+        daddr, proto, port = rng.choice(entries)
         kind = rng.random()
         if kind < 0.35:
-            k = key(e)                                     # an entry exactly
+            k = (daddr, PROTO_NUMBERS[proto], port)                  # an entry exactly
         elif kind < 0.55:
-            k = (e.daddr, r.BPF_PROTO[e.proto], e.dport + rng.choice([-1, 1]))
+            k = (daddr, PROTO_NUMBERS[proto], port + rng.choice([-1, 1]))
         elif kind < 0.70:
             k = (rng.choice(daddrs), rng.choice([6, 17]), rng.randrange(990, 1090))
         elif kind < 0.80:
@@ -185,7 +193,7 @@ def _random_packets(policy: Policy, daddrs: list[str], rng: random.Random, n: in
         elif kind < 0.88:
             k = (rng.choice(daddrs), rng.choice([6, 17]), 5201)      # control port
         else:
-            k = (rng.choice(daddrs), 47, e.dport)                    # GRE: no rule
+            k = (rng.choice(daddrs), 47, port)                       # GRE: no rule
         out.append(k)
     return out
 
@@ -216,24 +224,25 @@ def test_same_verdicts_as_iptables_on_random_packets(testbed):
     for a in extra:   # the firewall forwards to them; the capture sees them
         testbed.exec("fw", ["ip", "neigh", "replace", a, "lladdr", topo.server.mac, "dev",
                             topo.fw_server_side.ifname, "nud", "permanent"])
-    policy = _random_policy(server, extra, rng)
-    keys = _random_packets(policy, [server] + extra, rng, 300)
+    entries = _random_entries(server, extra, rng)
+    keys = _random_packets(entries, [server] + extra, rng, 300)
     mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
     frames = [frame(d, p, port, ident=i + 1, saddr=topo.client.ip4,
                     src_mac=mac(topo.client.mac), dst_mac=mac(topo.fw_client_side.mac))
               for i, (d, p, port) in enumerate(keys)]
 
     legacy = backend_or_skip("iptables-legacy")
-    legacy.apply(testbed, _as_ruleset(policy, "linear"))
+    legacy.apply(testbed, _holding(entries, "linear"))
     want = _forwarded(testbed, frames)
     assert 0 < len(want) < len(frames)   # the mix has both verdicts
 
     for name in EBPF:
         b = backend_or_skip(name)
-        b.apply(testbed, _as_ruleset(policy, b.layout))
+        rs = _holding(entries, b.layout)
+        b.apply(testbed, rs)
         got = _forwarded(testbed, frames)
         assert got == want, (name, sorted(got ^ want)[:10])
-        run = bpf.test_run(b.hook, b.mode, r.bpf_rules(policy, b.mode == "set"), frames,
+        run = bpf.test_run(b.hook, b.mode, bpf_render.render(rs, b.set_mode).text, frames,
                            local=(topo.fw_client_side.ip4, topo.fw_server_side.ip4))
         passed = {i + 1 for i, v in enumerate(run["verdicts"]) if v == bpf.PASS[b.hook]}
         assert passed == want, (name, sorted(passed ^ want)[:10])

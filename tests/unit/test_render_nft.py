@@ -220,7 +220,7 @@ def test_check_accepts_what_renders():
 # --- nft itself -------------------------------------------------------------------------
 
 def _nft_check(text: str, tmp_path: Path):
-    """`nft -c -f` in a private network namespace (tests/unit/test_render.py's way)."""
+    """`nft -c -f` in a private network namespace (test_seed000.py's way)."""
     if not shutil.which("nft") or not shutil.which("unshare"):
         pytest.skip("nft or unshare is not installed (./scripts/setup.sh installs them)")
     f = tmp_path / "rules.nft"
