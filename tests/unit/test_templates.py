@@ -420,3 +420,20 @@ def test_random_walk_undoes_a_goto_that_ends_at_the_policy():
                          flow, 0, sets)
     assert not rnd._hits(Match(oif=Iface(SERVER, negate=True)), flow, 0, sets)
     assert rnd._hits(Match(iif=Iface("veth+", negate=True)), flow, 0, sets)
+
+
+def test_random_sets_leave_most_of_the_corpus_to_more_than_a_few_rules():
+    """A rule set whose first few rules decide every packet tests nothing after them:
+    at 500 rules, the reference sees a tenth of the rules count a corpus packet, and
+    the corpus is neither all forwarded nor all dropped."""
+    from fwbench.ruleset import corpus
+    from fwbench.ruleset.evaluate import Evaluator
+    for version in (4, 6):
+        for seed in range(1, 6):
+            rs = rnd.random_ruleset(n_rules=500, seed=seed, version=version)
+            ev = Evaluator(rs)
+            verdicts = [ev.evaluate(p) for p in corpus.build(rs, 2000, seed)]
+            counted = set().union(*(v.counted for v in verdicts))
+            forwarded = sum(v.forward for v in verdicts)
+            assert len(counted) >= 40, (version, seed, len(counted))
+            assert 0 < forwarded < len(verdicts), (version, seed, forwarded)

@@ -227,19 +227,32 @@ def _plan(move: list[Net], all_nets: list[Net], version: int) -> dict[Net, Net]:
         (stack[-1].children if stack else roots).append(node)
         stack.append(node)
 
-    cap = bhi - blo + 1
-    while cap >= 1:
+    def fits(cap: int) -> list[int] | None:
         for r in roots:
             _need(r, cap, w)
-        placed = _place(roots, blo, bhi, reserved)
-        if placed is not None:
-            out: dict[Net, Net] = {}
-            for r, base in zip(roots, placed):
-                _assign(r, base, cap, w, out)
-            return out
-        cap //= 2
-    raise RuleSetError(f"{len(move)} distinct IPv{version} networks do not fit into "
-                       f"{BENCH[version]} apart from the testbed's links")
+        return _place(roots, blo, bhi, reserved)
+
+    # The largest cap that fits, by bisection over powers of two: a smaller cap
+    # never needs more room, and each try walks every network.
+    top = (bhi - blo + 1).bit_length() - 1
+    good = top
+    if fits(1 << top) is None:
+        if fits(1) is None:
+            raise RuleSetError(f"{len(move)} distinct IPv{version} networks do not fit "
+                               f"into {BENCH[version]} apart from the testbed's links")
+        good, bad = 0, top
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if fits(1 << mid) is None:
+                bad = mid
+            else:
+                good = mid
+    cap = 1 << good
+    placed = fits(cap)   # sets every node's need for this cap again
+    out: dict[Net, Net] = {}
+    for r, base in zip(roots, placed):
+        _assign(r, base, cap, w, out)
+    return out
 
 
 def _need(node: _Node, cap: int, w: int) -> int:
@@ -306,9 +319,15 @@ def _assign(node: _Node, base: int, cap: int, w: int, out: dict[Net, Net]) -> No
 # --- applying it -------------------------------------------------------------------
 
 def _with(obj, **changes):
-    """dataclasses.replace for these plain frozen dataclasses, at a sixth of its
-    cost (it looks every field up again)."""
-    return type(obj)(**{**vars(obj), **changes})
+    """dataclasses.replace for the model's plain frozen dataclasses (Match, Action,
+    Packet, Rule: fields only, no cached values, no __post_init__), without their
+    __init__: a frozen dataclass sets every field through object.__setattr__, most
+    of the cost of moving 100,000 rules."""
+    new = object.__new__(type(obj))
+    d = new.__dict__
+    d.update(vars(obj))
+    d.update(changes)
+    return new
 
 
 def _apply(rs: RuleSet, roles: dict[str, str], mapping: dict[Net, Net],
@@ -337,11 +356,18 @@ def _apply(rs: RuleSet, roles: dict[str, str], mapping: dict[Net, Net],
             return f
         return Iface(role, f.negate)
 
+    # By identity: importers share one Prefix object per address text, and the
+    # rule set keeps every key alive while this runs.
+    prefixes: dict[int, Prefix] = {}
+
     def prefix(p: Prefix | None) -> Prefix | None:
         if p is None:
             return None
-        net = addr(p.net)
-        return p if net == p.net else Prefix(net, p.negate)
+        out = prefixes.get(id(p))
+        if out is None:
+            net = addr(p.net)
+            out = prefixes[id(p)] = p if net == p.net else Prefix(net, p.negate)
+        return out
 
     def match(m: Match) -> Match:
         iif, oif, src, dst = iface(m.iif), iface(m.oif), prefix(m.src), prefix(m.dst)
@@ -367,7 +393,7 @@ def _apply(rs: RuleSet, roles: dict[str, str], mapping: dict[Net, Net],
                     m = matches[id(r.match)] = match(r.match)
                 a = action(r.action)
                 rules.append(r if m is r.match and a is r.action
-                             else Rule(r.id, m, a, r.counter, r.comment))
+                             else _with(r, match=m, action=a))
             chains.append(replace(c, rules=tuple(rules)))
         sets = []
         for s in t.sets:

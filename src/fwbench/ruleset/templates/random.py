@@ -37,6 +37,7 @@ MAX_CHAINS = 4
 # Interface names no testbed interface has (they never match; negated, always).
 ODD_IFACES = ("lo", "eth9", "veth+")
 MARKS = (1, 2, 3, 0x10, 0x100)
+TERMINAL = ("accept", "drop", "reject", "goto")
 
 
 class _Space:
@@ -139,6 +140,14 @@ class _Gen:
         return value, self.rng.choice(masks)
 
     def match(self, *, oif: bool = True, sets: bool = True) -> Match:
+        """A random match with at least one condition: a match-all rule that
+        accepts or drops early would leave every rule after it dead."""
+        while True:
+            m = self._match(oif=oif, sets=sets)
+            if m != Match():
+                return m
+
+    def _match(self, *, oif: bool, sets: bool) -> Match:
         r, sp = self.rng, self.sp
         kw: dict = {}
         if r.random() < 0.45:
@@ -169,8 +178,23 @@ class _Gen:
                 fields = (r.choice(("saddr", "daddr")),)
             else:
                 fields = r.choice((("daddr", "proto", "dport"), ("saddr", "proto", "sport")))
-            kw["sets"] = (SetRef(s.name, fields, self._negate()),)
+            # iptables (ipset) and the model differ on a port lookup of a packet
+            # without ports once negated: negate it only where -p says tcp/udp.
+            negate = self._negate() if s.keys == ("addr",) or \
+                kw.get("proto") in ("tcp", "udp") else False
+            kw["sets"] = (SetRef(s.name, fields, negate),)
         return Match(**kw)
+
+    def narrow(self, m: Match) -> bool:
+        """Whether `m` singles out a small part of the traffic: a host or subnet,
+        a few ports, an ICMP type or a set's members."""
+        def small(p: Prefix | None) -> bool:
+            return p is not None and not p.negate and \
+                p.network.prefixlen >= self.sp.block_len
+        ports = [p for p in (m.sport, m.dport) if p is not None and not p.negate]
+        return small(m.src) or small(m.dst) or m.icmp_type is not None or \
+            any(sum(hi - lo + 1 for lo, hi in p.ranges) <= 1000 for p in ports) or \
+            any(not ref.negate for ref in m.sets)
 
     def make_sets(self) -> None:
         r, sp = self.rng, self.sp
@@ -240,7 +264,10 @@ class _Gen:
             options.append(lambda: replace(m, iif=r.choice((Iface(SERVER),
                                                             Iface(CLIENT, negate=True)))))
         if m.proto is None:
-            options.append(lambda: replace(m, proto=r.choice(("tcp", sp.icmp))))
+            # A port lookup needs a protocol with ports.
+            ported = any(f in ("sport", "dport") for ref in m.sets for f in ref.fields)
+            options.append(lambda: replace(m, proto="tcp" if ported
+                                           else r.choice(("tcp", sp.icmp))))
         if not options:
             options.append(lambda: replace(m, src=self._missing(flow.saddr)))
         return r.choice(options)()
@@ -389,9 +416,17 @@ def random_ruleset(*, n_rules: int, seed: int, version: int = 4) -> RuleSet:
         for _ in range(count):
             if body and rng.random() < 0.1:
                 m = rng.choice(body)[0]      # shadowed by, or shadowing, a twin
+                a = gen.action(m, c, n_chains)
             else:
                 m = gen.match()
-            body.append((m, gen.action(m, c, n_chains)))
+                a = gen.action(m, c, n_chains)
+                # Broad verdicts stay, but rare: a few of them early decide nearly
+                # every packet, and the rules after them would go untested.
+                while a.kind in TERMINAL and not gen.narrow(m) and rng.random() < 0.85:
+                    m = gen.match()
+                    if a.reject_with == "tcp-reset" and m.proto != "tcp":
+                        a = Action("reject")
+            body.append((m, a))
         bodies.append(body)
     for c in range(1, n_chains + 1):
         parent = rng.randrange(c)
