@@ -20,7 +20,7 @@ from typing import Callable
 
 from fwbench import backends as registry
 from fwbench.backends.base import Backend, as_tracked, describe, disagreements, \
-    evaluator, exchange
+    evaluator, exchange, rate_limits
 from fwbench.errors import FwbenchError
 from fwbench.ruleset import corpus as corpora
 from fwbench.ruleset.model import Packet, RuleSet, Unsupported
@@ -61,6 +61,7 @@ class CheckReport:
     corpus: int
     results: list[BackendResult]
     between: list[str]             # packets on which backends disagree among themselves
+    limited: int = 0               # packets not judged: a rate limit may decide them
 
     @property
     def ok(self) -> bool:
@@ -69,6 +70,7 @@ class CheckReport:
 
     def as_dict(self) -> dict:
         return {"ruleset": self.ruleset, "corpus": self.corpus, "ok": self.ok,
+                "not_judged_rate_limited": self.limited,
                 "backends": [r.as_dict() for r in self.results], "between": self.between}
 
 
@@ -128,7 +130,8 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
             res.forwarded = sum(1 for s in ex.seen if s is not None)
             res.seconds = time.perf_counter() - t0
             results.append(res)
-    return CheckReport(rs.name, len(pkts), results, _between(pkts, results))
+    limited = sum(1 for p in pkts if rate_limits(rs).reached(p))
+    return CheckReport(rs.name, len(pkts), results, _between(rs, pkts, results), limited)
 
 
 def _attributed(rs: RuleSet, pkts: list[Packet], line: str) -> str:
@@ -141,9 +144,12 @@ def _attributed(rs: RuleSet, pkts: list[Packet], line: str) -> str:
     return "; its packets include " + ", ".join(describe(p) for p in mine[:3])
 
 
-def _between(pkts: list[Packet], results: list[BackendResult]) -> list[str]:
+def _between(rs: RuleSet, pkts: list[Packet], results: list[BackendResult]) -> list[str]:
     out = []
+    limits = rate_limits(rs)
     for i, p in enumerate(pkts):
+        if limits.reached(p):
+            continue   # a spent limit may decide it, in each kernel at its own time
         seen = {r.backend: r.outcomes[i] for r in results}
         if len(set(seen.values())) > 1:
             parts = [f"{name} {'dropped' if o is None else 'forwarded'}"

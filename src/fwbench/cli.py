@@ -228,11 +228,15 @@ def cmd_check(args, out: Console) -> int:
         out.print(f"{r.backend}: {r.packets:,} packets, {r.forwarded:,} forwarded, "
                   f"{r.disagreements} disagreements, {r.seconds:.1f} s  {mark}")
         for line in (r.kernel + r.per_packet + r.per_rule)[:check.SHOWN]:
-            out.print(f"    {line}", markup=False)
+            out.print(f"    {line}", markup=False, soft_wrap=True)   # one line each
         if r.disagreements > check.SHOWN:
             out.print(f"    ... and {r.disagreements - check.SHOWN} more")
+    if report.limited:
+        out.print(f"{report.limited:,} packets not judged: they reach a rate limit "
+                  f"(rules {', '.join(sorted(check.rate_limits(rs).ids))}), which each "
+                  f"kernel applies at its own time")
     for line in report.between[:check.SHOWN]:
-        out.print(f"  between backends: {line}", markup=False)
+        out.print(f"  between backends: {line}", markup=False, soft_wrap=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report.as_dict(), indent=1) + "\n")
     out.print("all backends agree with the reference" if report.ok

@@ -10,16 +10,25 @@ from fwbench.errors import FwbenchError
 MIN_FRAME = 64
 L2_OVERHEAD = 14 + 4            # Ethernet header + FCS
 IPV4_UDP_OVERHEAD = L2_OVERHEAD + 20 + 8
+STAMP = 18                      # the engine's payload: sequence, stream, time
+# IPv6's header is 20 bytes longer: its smallest frame that holds the stamp.
+MIN_FRAME_V6 = L2_OVERHEAD + 40 + 8 + STAMP
 
 
 def max_frame(mtu: int) -> int:
     return mtu + L2_OVERHEAD
 
 
-def check_frame(size: int, mtu: int) -> None:
-    if not MIN_FRAME <= size <= max_frame(mtu):
-        raise FwbenchError(f"frame size {size} is outside {MIN_FRAME}..{max_frame(mtu)} "
-                           f"(64..MTU+18 bytes, FCS included; MTU is {mtu})")
+def min_frame(version: int) -> int:
+    return MIN_FRAME if version == 4 else MIN_FRAME_V6
+
+
+def check_frame(size: int, mtu: int, version: int = 4) -> None:
+    lo = min_frame(version)
+    if not lo <= size <= max_frame(mtu):
+        ip = "" if version == 4 else " over IPv6"
+        raise FwbenchError(f"frame size {size} is outside {lo}..{max_frame(mtu)}{ip} "
+                           f"({lo}..MTU+18 bytes, FCS included; MTU is {mtu})")
 
 
 def ipv4_payload(frame_size: int) -> int:

@@ -27,6 +27,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from fwbench import backends as registry
 from fwbench import adaptive, environment, proc
+from fwbench.frames import min_frame
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
 from fwbench.errors import FwbenchError, MeasurementInvalid
@@ -40,7 +41,7 @@ from fwbench.plan import TrialKey, make_plan
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
 from fwbench.ruleset import flows
 from fwbench.ruleset.evaluate import Evaluator
-from fwbench.ruleset.model import RuleSet, Unsupported
+from fwbench.ruleset.model import Packet, RuleSet, Unsupported
 from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.scenario import ALL, Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
@@ -150,11 +151,31 @@ def measured_flow(sc: Scenario) -> dict:
     return {"src": f.saddr, "dst": f.daddr, "dport": f.dport, "sink_port": arrives.dport}
 
 
+def ping_unavailable(sc: Scenario) -> str | None:
+    """Why ping cannot measure through the rule set, if it cannot: an imported rule
+    set may drop the client's echo request to the server, or its reply."""
+    rs = imported(sc)
+    if rs is None:
+        return None   # the templates accept the echo and its reply
+    v = sc.version
+    ev = Evaluator(rs)
+    icmp, (req, rep) = ("icmp", (8, 0)) if v == 4 else ("icmpv6", (128, 129))
+    ask = ev.evaluate(Packet(v, "client", flows.CLIENT[v], flows.SERVER[v], icmp,
+                             icmp_type=req))
+    if not ask.forward:
+        return f"the rule set drops ping's echo request ({ask.reason})"
+    ans = ev.evaluate(Packet(v, "server", flows.SERVER[v], flows.CLIENT[v], icmp,
+                             icmp_type=rep, ct_state="established"))
+    if not ans.forward:
+        return f"the rule set drops ping's echo reply ({ans.reason})"
+    return None
+
+
 def make_method(sc: Scenario):
     """The scenario's method with its instruments. Settings a search would reject are
     rejected here, before a testbed is built."""
     ins = sc.instrument
-    ping = PingRtt(ins.ping_count, ins.ping_interval_s)
+    ping = PingRtt(ins.ping_count, ins.ping_interval_s, sc.version, ping_unavailable(sc))
     if sc.traffic == "iperf3":
         if sc.version == 6 or sc.policy.file:
             raise FwbenchError("iperf3 traffic measures seed 000's IPv4 flow only; use "
@@ -180,7 +201,8 @@ def make_method(sc: Scenario):
         case "latency":
             # The reference ping runs at the engine's idle rate: on a VM, the wake-up
             # of an idle CPU dominates latency, so only equal gaps compare.
-            idle_ping = PingRtt(max(ins.ping_count, 200), max(1 / sc.latency.idle_pps, 1e-4))
+            idle_ping = PingRtt(max(ins.ping_count, 200), max(1 / sc.latency.idle_pps, 1e-4),
+                                sc.version)
             return Latency(engine, sc.throughput, sc.latency, idle_ping)
         case "lossload":
             return LossLoad(engine, sc.lossload)
@@ -366,7 +388,7 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
         if engine is not None:
             console.print("calibrating the engine with no firewall: latency bias, "
                           "sender ceiling")
-            cal = calibrate(tb, engine, sc.frame_sizes)
+            cal = calibrate(tb, engine, sc.frame_sizes, sc.version)
             if isinstance(method, Method):
                 method.ceilings.update({int(f): v for f, v in cal["sender_ceiling_pps"].items()})
             session["engine"] = cal
@@ -421,7 +443,8 @@ def _engine_of(method) -> EngineTraffic | None:
     return engine if isinstance(engine, EngineTraffic) else None
 
 
-def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int]) -> dict:
+def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int],
+              version: int = 4) -> dict:
     """Measured once per testbed session with every firewall flushed:
 
     - the engine's own latency (no firewall, 1,000 pps for 1 s): what the instrument
@@ -431,8 +454,9 @@ def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int]) -
       search. Measured here because through a saturated firewall the sender slows
       down (each refused frame costs it a system call)."""
     flush_all(tb)
-    r = engine.measurer(tb, 64).measure(1.0, 1000)
-    bias = {"frame_size": 64, "offered_pps": 1000, "duration_s": 1.0,
+    smallest = min_frame(version)   # 64 B; IPv6's header needs 84
+    r = engine.measurer(tb, smallest).measure(1.0, 1000)
+    bias = {"frame_size": smallest, "offered_pps": 1000, "duration_s": 1.0,
             "one_way_us": r.latency_us, "send_lag_us": r.extra.get("send_lag_us"),
             "loss_ratio": r.loss_ratio, "receiver": r.extra.get("receiver")}
     ceilings = {str(f): engine.measurer(tb, f).measure(0.5, 0).achieved_pps

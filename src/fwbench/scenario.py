@@ -237,7 +237,7 @@ class Scenario(BaseModel):
     def _frames_fit_mtu(self) -> "Scenario":
         for f in self.frame_sizes:
             try:
-                check_frame(f, self.testbed.mtu)
+                check_frame(f, self.testbed.mtu, self.version)
             except FwbenchError as e:
                 raise ValueError(str(e)) from None
         return self

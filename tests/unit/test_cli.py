@@ -9,9 +9,9 @@ import pytest
 from fwbench.cli import main
 
 
-def run_cli(*args, env=None):
+def run_cli(*args, env=None, cwd=None):
     return subprocess.run([sys.executable, "-m", "fwbench", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})})
+                          text=True, env={**os.environ, **(env or {})}, cwd=cwd)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -77,3 +77,63 @@ def test_droprate_cpu_that_does_not_exist_stops_before_anything(tmp_path):
     cp = run_cli("run", str(sc), "--out", str(tmp_path / "out"))
     assert cp.returncode == 2 and "droprate.cpu: CPU" in cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+# --- fwbench check: every bad input is one line, before any testbed ----------------
+
+RULESETS = Path(__file__).parent.parent / "data" / "rulesets"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("*filter\n:FORWARD DROP [0:0]\n-A FORWARD -p tcp --dport\nCOMMIT\n",
+     "bad.rules:3: --dport needs a value"),
+    ("*filter\n:FORWARD DROP [0:0]\n-A FORWARD -m frobnicate -j DROP\nCOMMIT\n",
+     "bad.rules:3: unsupported match -m frobnicate"),
+    ("*filter\n:FORWARD DROP [0:0]\n-A FORWARD -j nowhere\nCOMMIT\n",
+     "bad.rules:3: -j nowhere: jump to a missing chain"),
+    ("*filter\n:FORWARD DROP [0:0]\n:a - [0:0]\n:b - [0:0]\n-A FORWARD -j a\n"
+     "-A a -j b\n-A b -j a\nCOMMIT\n", "jump loop a -> b -> a"),
+    pytest.param(
+        "table inet t {\n\tchain c {\n\t\ttype filter hook forward priority 0;\n"
+        "\t\tjump nowhere\n\t}\n}\n",
+        "bad.rules:4:8-14: Error: Could not process rule: No such file or directory: "
+        "jump nowhere",
+        marks=pytest.mark.skipif(os.geteuid() != 0, reason="nft text is read by nft, "
+                                 "in a namespace of its own: root")),
+    ("hello, I am not a rule set\n", "bad.rules: not a rule set"),
+    ('{"nftables": 3}', "bad.rules"),
+    ("", "bad.rules: not a rule set"),
+])
+def test_check_refuses_bad_rule_set_files_in_one_line(tmp_path, text, needle):
+    f = tmp_path / "bad.rules"
+    f.write_text(text)
+    cp = run_cli("check", str(f), cwd=tmp_path)
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(lines) == 1, cp.stderr
+    assert needle in lines[0] and "Traceback" not in cp.stderr, lines[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["/nonexistent.rules"], "/nonexistent.rules: no such file"),
+    ([], "give a rule-set file or --template NAME"),
+    (["--template", "seed999"], "unknown template 'seed999'"),
+    (["--template", "seed000", "--param", "n=0"], "rule count must be 1.."),
+    (["--template", "seed000", "--param", "bogus=1"], "template seed000"),
+    (["--template", "seed000", "--param", "n"], "expected KEY=VALUE"),
+    (["--template", "seed000", "--param", "n=5", "--corpus", "0"],
+     "--corpus must be at least 1"),
+    (["--template", "seed004-nat", "--backends", "xdp-set"],
+     "xdp-set: unsupported: dnat (rule nat-1)"),
+    (["--template", "seed004-nat", "--backends", "tc-linear"],
+     "tc-linear: unsupported: dnat (rule nat-1)"),
+    ([str(RULESETS / "gateway.rules")], "-m set --match-set blocklist"),
+    ([str(RULESETS / "gateway.rules"), "--ipsets", str(RULESETS / "gateway.nft")],
+     "ipset"),
+    ([str(RULESETS / "gateway.nft"), "--iface", "eth0=router"],
+     "interface map: 'eth0=router' is not NAME=client or NAME=server"),
+])
+def test_check_refuses_bad_arguments_in_one_line(args, needle):
+    cp = run_cli("check", *args)
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(lines) == 1, cp.stderr
+    assert needle in lines[0] and "Traceback" not in cp.stderr, lines[0]

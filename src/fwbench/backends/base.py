@@ -22,9 +22,10 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from fwbench import proc
+from fwbench.errors import MeasurementInvalid
 from fwbench.backends import kernel
 from fwbench.ruleset import corpus as corpora
-from fwbench.ruleset.evaluate import Evaluator
+from fwbench.ruleset.evaluate import Evaluator, RateLimits
 from fwbench.ruleset.model import Interfaces, Packet, RuleSet, Unsupported
 from fwbench.testbed import packets
 from fwbench.testbed.netns import NetnsTestbed
@@ -32,6 +33,7 @@ from fwbench.testbed.netns import NetnsTestbed
 PROBE_PACKETS = 20
 # Corpus packets each verification sends besides the probes.
 SAMPLE_PACKETS = 40
+EXCHANGE_ATTEMPTS = 3     # per round, when the instrument itself lost packets
 # A verification names this many differences and counts the rest.
 _DIFFERENCES_SHOWN = 3
 
@@ -198,6 +200,7 @@ def copies(p: Packet, n: int) -> list[Packet]:
 
 
 _evaluators: dict[str, Evaluator] = {}
+_limits: dict[str, RateLimits] = {}
 _samples: dict[tuple[str, int, int], list[Packet]] = {}
 
 
@@ -256,31 +259,58 @@ def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
     """Send `pkts` through the firewall as it is loaded, in rounds connection
     tracking cannot link (emptied before each), reading the counters around."""
     seen: list[Packet | None] = [None] * len(pkts)
+    counts: Counter[str] = Counter()
     packets.prepare(tb)
     try:
-        before = backend.counters(tb, rs)
         for members in _rounds(rs, pkts):
-            kernel.flush_conntrack(tb)
             # The injector crafts new, unmarked packets; their conntrack state is
             # the kernel's own (as_tracked), which only the evaluator is told.
-            got = packets.exchange(tb, [replace(pkts[i], ct_state="new", mark=0)
-                                        for i in members])
+            batch = [replace(pkts[i], ct_state="new", mark=0) for i in members]
+            for attempt in range(1, EXCHANGE_ATTEMPTS + 1):
+                kernel.flush_conntrack(tb)
+                before = backend.counters(tb, rs)
+                try:
+                    got = packets.exchange(tb, batch)
+                except MeasurementInvalid:
+                    # The instrument, not the firewall, lost packets (a busy
+                    # machine): the round again, its counts read afresh.
+                    if attempt == EXCHANGE_ATTEMPTS:
+                        raise
+                    continue
+                after = backend.counters(tb, rs)
+                counts.update({k: after.get(k, 0) - before.get(k, 0)
+                               for k in after.keys() | before.keys()})
+                break
             for i, o in zip(members, got):
                 seen[i] = o.packet if o else None
-        after = backend.counters(tb, rs)
     finally:
         packets.restore(tb)
-    counts = {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
-    return Exchange(pkts, seen, counts)
+    return Exchange(pkts, seen, dict(counts))
+
+
+def rate_limits(rs: RuleSet) -> RateLimits:
+    """The rule set's rate limits, compiled once per rule set."""
+    key = rs.digest()
+    if key not in _limits:
+        _limits.clear()
+        _limits[key] = RateLimits(rs)
+    return _limits[key]
 
 
 def disagreements(backend: Backend, rs: RuleSet, ex: Exchange) -> tuple[list[str], list[str]]:
     """Where the exchange differs from the reference evaluator: (per packet, per
-    rule counter). With no firewall, every packet must pass unchanged."""
+    rule counter). With no firewall, every packet must pass unchanged. A packet
+    that reaches a rate limit, and a counter such packets may change, are not
+    judged (RateLimits)."""
     ev = evaluator(rs)
+    limits = rate_limits(rs) if backend.filters else None
     per_packet: list[str] = []
     expected: Counter[str] = Counter()
     for p, got in zip(ex.sent, ex.seen):
+        if limits is not None and limits.reached(p):
+            # Its counts still hold for every rule a limit cannot change.
+            expected.update(ev.evaluate(p).counted)
+            continue
         if backend.filters:
             v = ev.evaluate(p)
             want = v.translated if v.forward else None
@@ -295,7 +325,8 @@ def disagreements(backend: Backend, rs: RuleSet, ex: Exchange) -> tuple[list[str
             per_packet.append(f"{describe(p)}: left as {describe(got, iif=False)}, "
                               f"expected {describe(want, iif=False)}")
     per_rule = []
-    for rid in sorted(backend.counted_ids(rs)):
+    unsure = limits.unsure_rules(ex.sent) if limits is not None else set()
+    for rid in sorted(backend.counted_ids(rs) - unsure):
         if ex.counts.get(rid, 0) != expected.get(rid, 0):
             per_rule.append(f"rule {rid} counted {ex.counts.get(rid, 0)}, "
                             f"expected {expected.get(rid, 0)}")

@@ -37,4 +37,6 @@ class MaxRate:
                 **self.rtt.measure(tb, frame_size)}
 
     def line(self, m: dict) -> str:
+        if "rtt_us_median" not in m:
+            return f"{m['rx_pps']:,.0f} pps, no RTT ({m.get('rtt_skipped', 'not measured')})"
         return f"{m['rx_pps']:,.0f} pps, RTT median {m['rtt_us_median']:.0f} us"

@@ -86,6 +86,16 @@ def environment_rows(data: RunData) -> list[list[str]]:
     for tool, version in sorted((env.get("tools") or {}).items()):
         if version:
             rows.append([tool, str(version)])
+    rs = data.meta.get("ruleset")
+    if rs:   # an imported rule set: what it was, and which flow was measured
+        rows.append(["rule set", f"{rs.get('file')} ({rs.get('rules')} rules, sha256 "
+                                 f"{str(rs.get('sha256'))[:12]})"])
+        f = rs.get("flow") or {}
+        rows.append(["measured flow", f"{f.get('proto')} {f.get('src')} -> {f.get('dst')} "
+                                      f"port {f.get('dport')}, accepted by rule "
+                                      f"{f.get('rule')}"])
+        for orig, mapped in rs.get("address_map", []):
+            rows.append(["address moved", f"{orig} -> {mapped}"])
     sessions = data.meta.get("sessions", [])
     for i, s in enumerate(sessions, 1):
         tb = s.get("testbed", {})

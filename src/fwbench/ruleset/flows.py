@@ -2,15 +2,16 @@
 
 A template names its flow. For an imported rule set the user names it (`udp:PORT`,
 from the client to the server, or the id of a rule whose packet the corpus builds),
-or it defaults to the accepted UDP flow from the client side that traverses the
-most rules, as seed 000's test entry sits last.
+or it defaults to the accepted UDP flow from the client side (from any of its
+addresses) to the server that traverses the most rules, as seed 000's test entry
+sits last.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from fwbench.ruleset import corpus as corpora
-from fwbench.ruleset.evaluate import Evaluator
+from fwbench.ruleset.evaluate import Evaluator, RateLimits
 from fwbench.ruleset.model import Packet, RuleSet, RuleSetError
 
 CLIENT = {4: "198.18.0.2", 6: "2001:2:0:1::2"}
@@ -25,18 +26,25 @@ def choose(rs: RuleSet, spec: str | None = None) -> RuleSet:
     if spec is None and rs.flow is not None:
         return rs
     if spec is None:
+        # From the client side, from any source: the engine writes whole frames,
+        # so a rule set that accepts only its LAN's addresses (remapped into the
+        # client side's range) is measured from one of them.
         candidates = [p for p in corpora.build(rs, size=2000, seed=0)
-                      if p.proto == "udp" and p.iif == "client" and p.ct_state == "new"
-                      and p.saddr == CLIENT[p.version]]
-        scored = [(ev.evaluate(p), p) for p in candidates]
+                      if p.proto == "udp" and p.iif == "client" and p.ct_state == "new"]
+        # Not through a rate limit: it would measure the limit, not the firewall.
+        limits = RateLimits(rs)
+        scored = [(ev.evaluate(p), p) for p in candidates if not limits.reached(p)]
         scored = [(v, p) for v, p in scored
                   if v.forward and v.translated.daddr == SERVER[p.version]]
         if not scored:
-            raise RuleSetError(f"{rs.name}: no UDP flow from the client is accepted; "
-                               f"name one with --flow udp:PORT or a rule id")
-        # Rules a flow traverses grow with the position of the rule deciding it.
+            raise RuleSetError(f"{rs.name}: no UDP flow from the client side to the "
+                               f"server is accepted; name one with --flow udp:PORT or a "
+                               f"rule id")
+        # Rules a flow traverses grow with the position of the rule deciding it;
+        # among equals, the client's own address, then the lowest port.
         position = {r.id: i for i, (_, _, r) in enumerate(rs.rules())}
         v, flow = max(scored, key=lambda vp: (position.get(vp[0].decided_by, -1),
+                                              vp[1].saddr == CLIENT[vp[1].version],
                                               -vp[1].dport))
     elif spec.startswith("udp:"):
         try:
