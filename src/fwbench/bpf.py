@@ -4,6 +4,11 @@
 what the kernel holds there (program, settings, rules, set, per-rule counters);
 `test_run` runs frames through a freshly loaded, unattached copy with
 BPF_PROG_RUN, so verdicts can be checked with no traffic at all.
+
+`bpf/drop.bpf.c` (the drop-position experiment's "drop every IPv4 UDP packet"
+programs, one for XDP, one for tc) has no loader of its own: iproute2 attaches
+it (`drop_commands`, `attach_drop`), `drop_attachment` reads back what is
+attached, and `drop_count` reads the per-CPU map its program counts drops in.
 """
 from __future__ import annotations
 
@@ -16,6 +21,9 @@ from fwbench import __version__, proc
 from fwbench.errors import FwbenchError
 
 HOOKS = ("xdp", "tc")
+DROP_OBJECT = proc.REPO / "bpf" / "build" / "drop.bpf.o"
+DROP_PROGRAMS = {"xdp": "fwb_xdp_drop", "tc": "fwb_tc_drop"}   # hook -> program name
+DROP_MAP = "fwb_drops"
 MODES = ("linear", "set")
 # Return codes of the two hooks: XDP_DROP/XDP_PASS, TC_ACT_SHOT/TC_ACT_OK.
 PASS = {"xdp": 2, "tc": 0}
@@ -88,3 +96,66 @@ def attached(netns: str, ifname: str) -> dict[str, int]:
             if prog.get("id"):
                 out["tc"] = prog["id"]
     return out
+
+
+# --- bpf/drop.bpf.c -------------------------------------------------------------------
+
+def drop_commands(hook: str, ifname: str, obj: str | Path = DROP_OBJECT) -> list[list[str]]:
+    """The iproute2 commands that attach drop.bpf.o's program for `hook` to ifname:
+    XDP in native mode, or tc ingress (clsact) in direct-action mode."""
+    if hook == "xdp":
+        return [["ip", "link", "set", "dev", ifname, "xdpdrv", "obj", str(obj), "sec", "xdp"]]
+    if hook == "tc":
+        return [["tc", "qdisc", "add", "dev", ifname, "clsact"],
+                ["tc", "filter", "add", "dev", ifname, "ingress", "bpf", "da", "obj",
+                 str(obj), "sec", "tc"]]
+    raise FwbenchError(f"no drop program for hook {hook!r} (known: {', '.join(HOOKS)})")
+
+
+def attach_drop(netns: str, commands: list[list[str]]) -> None:
+    """Run drop_commands' commands (as rendered, so what ran is what was recorded)."""
+    for argv in commands:
+        if not argv or argv[0] not in ("ip", "tc"):
+            raise FwbenchError(f"not an iproute2 command: {' '.join(argv)!r}")
+        proc.run(argv, netns=netns)
+
+
+def drop_attachment(netns: str, hook: str, ifname: str) -> dict:
+    """The program attached at `hook` on ifname: {"prog": {id, name, tag, jited, ...},
+    "mode": iproute2's XDP mode (1 native, 2 generic, 3 offload)} for XDP,
+    {"prog": ..., "direct_action": bool} for tc; {} when none is attached."""
+    if hook == "xdp":
+        link = json.loads(proc.output(["ip", "-j", "link", "show", "dev", ifname],
+                                      netns=netns))[0]
+        xdp = link.get("xdp") or {}
+        return {"prog": xdp["prog"], "mode": xdp.get("mode")} if xdp.get("prog") else {}
+    cp = proc.run(["tc", "-j", "filter", "show", "dev", ifname, "ingress"], netns=netns,
+                  check=False)
+    items = json.loads(cp.stdout) if cp.returncode == 0 and cp.stdout.strip() else []
+    for f in items:
+        opts = f.get("options") or {}
+        if f.get("kind") == "bpf" and opts.get("prog"):
+            return {"prog": opts["prog"], "direct_action": bool(opts.get("direct-action"))}
+    return {}
+
+
+def drop_count(netns: str, prog_id: int) -> int:
+    """Packets program `prog_id` has counted in its DROP_MAP, summed over CPUs."""
+    info = json.loads(proc.output(["bpftool", "-j", "prog", "show", "id", str(prog_id)],
+                                  netns=netns))
+    for m in info.get("map_ids", []):
+        meta = json.loads(proc.output(["bpftool", "-j", "map", "show", "id", str(m)],
+                                      netns=netns))
+        if meta.get("name") == DROP_MAP:
+            dump = json.loads(proc.output(["bpftool", "-j", "map", "dump", "id", str(m)],
+                                          netns=netns))
+            return sum(v["value"] for e in dump for v in e["formatted"]["values"])
+    raise FwbenchError(f"BPF program {prog_id} has no {DROP_MAP} map")
+
+
+def has_clsact(netns: str, ifname: str) -> bool:
+    """Whether ifname has a clsact qdisc (tc's attach point), with or without filters."""
+    cp = proc.run(["tc", "-j", "qdisc", "show", "dev", ifname], netns=netns, check=False)
+    if cp.returncode != 0 or not cp.stdout.strip():
+        return False
+    return any(q.get("kind") == "clsact" for q in json.loads(cp.stdout))

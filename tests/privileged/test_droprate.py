@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from fwbench.backends import kernel
 from fwbench.droprate import measure
 from fwbench.droprate import treatments as tr
 from fwbench.testbed.netns import NetnsTestbed
@@ -24,8 +25,7 @@ ALL = tr.build(list(tr.NAMES), [1, 1000], 5)
 @pytest.fixture(scope="module")
 def bed(netns_of):
     with NetnsTestbed(Topology.new(ONE_CPU)) as tb:
-        for table in ("raw", "filter"):
-            tb.exec("fw", ["iptables-legacy", "-t", table, "-S"])
+        kernel.register_xt_tables(tb, kernel.xt("legacy", 4), ("raw", "filter"))
         t = tr.Target(tb.topo.fw_client_side.ifname, tb.topo.client.ip4,
                       tb.topo.fw_client_side.ip4)
         yield tb, t
@@ -96,13 +96,15 @@ def test_nothing_loaded_fails_verification(bed):
     tb, t = bed
     tr.clear(tb, t)
     v = measure.verify(tb, tr.FilterInput(), t, {}, 128, PROBE)
-    assert not v.ok and "no rule in filter INPUT" in v.reason
+    assert not v.ok and "no rule flood in the kernel (filter INPUT)" in v.reason
 
 
 def test_a_rule_that_drops_elsewhere_fails_verification(bed):
     tb, t = bed
     v = _verify_as(tb, t, tr.RawDrop(), tr.StringMatch("bm"))
-    assert not v.ok and "differ from the 1 loaded" in v.reason
+    assert not v.ok and "the kernel's rule set differs from the rendered one" in v.reason
+    assert "1 rendered line missing from the kernel, first '-A PREROUTING -p udp -m string" \
+        in v.reason
 
 
 def test_untracked_flood_is_not_conntrack(bed):

@@ -1,5 +1,7 @@
-"""What each drop-position treatment loads, rendered without root, and the check of
-where flood packets went (`account`), on made-up counter deltas."""
+"""What each drop-position treatment loads (the droprate template, rendered by the
+backends' renderers), without root; its counters read by rule id from a faked
+listing; and the check of where flood packets went (`account`), on made-up
+counter deltas."""
 import ipaddress
 
 import pytest
@@ -40,11 +42,17 @@ def test_table_order_and_one_set_treatment_per_size():
         [("raw", 1), ("hashlimit", 1)]
 
 
+def _rules(treatment) -> list[str]:
+    """The rule lines of a treatment's iptables-restore file."""
+    return [ln for ln in treatment.render(T)["rules.iptables"].splitlines()
+            if ln.startswith("-A ")]
+
+
 def test_conntrack_pair_differs_only_in_notrack():
-    a = tr.Notrack().rules(T)
-    b = tr.Conntrack().rules(T)
-    assert a == ["-p udp -j CT --notrack", "-p icmp -j CT"]
-    assert b == ["-p udp -j CT", "-p icmp -j CT"]
+    a, b = _rules(tr.Notrack()), _rules(tr.Conntrack())
+    assert a == ['-A PREROUTING -p udp -m comment --comment "fwb:flood" -j CT --notrack',
+                 '-A PREROUTING -p icmp -m comment --comment "fwb:ct-icmp" -j CT']
+    assert b == ['-A PREROUTING -p udp -m comment --comment "fwb:flood" -j CT', a[1]]
     assert tr.Notrack().expect.conntrack_on and tr.Conntrack().expect.tracked
     assert not tr.Notrack().expect.tracked
 
@@ -52,54 +60,115 @@ def test_conntrack_pair_differs_only_in_notrack():
 def test_raw_drop_restore_file():
     text = tr.RawDrop().render(T)["rules.iptables"]
     assert text.splitlines() == ["*raw", ":PREROUTING ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
-                                 "-A PREROUTING -i fwbabc123-f0 -p udp -j DROP", "COMMIT"]
+                                 "-A PREROUTING -i fwbabc123-f0 -p udp "
+                                 '-m comment --comment "fwb:flood" -j DROP', "COMMIT"]
+    assert list(tr.RawDrop().render(T)) == ["rules.iptables"]
 
 
 def test_filter_input_is_in_the_filter_table():
     text = tr.FilterInput().render(T)["rules.iptables"]
     assert text.startswith("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n")
-    assert "-A INPUT -i fwbabc123-f0 -p udp -j DROP\n" in text
+    assert '-A INPUT -i fwbabc123-f0 -p udp -m comment --comment "fwb:flood" -j DROP\n' \
+        in text
+    assert tr.FilterInput().where(T) == "filter INPUT"
 
 
 def test_raw_after_rules_puts_non_matching_sources_first():
-    rules = tr.RawAfterRules(5).rules(T)
-    assert len(rules) == 6 and rules[-1] == "-i fwbabc123-f0 -p udp -j DROP"
-    for r in rules[:-1]:
-        src = ipaddress.ip_address(r.split()[1].removesuffix("/32"))
+    rules = _rules(tr.RawAfterRules(5))
+    assert len(rules) == 6 and rules[-1] == \
+        '-A PREROUTING -i fwbabc123-f0 -p udp -m comment --comment "fwb:flood" -j DROP'
+    for i, r in enumerate(rules[:-1], 1):
+        src = ipaddress.ip_address(r.split()[3].removesuffix("/32"))
         assert src in tr.BENCH_V4 and src != ipaddress.ip_address(T.client_ip)
+        assert r.endswith(f'-i fwbabc123-f0 -p udp -m comment --comment '
+                          f'"fwb:nonmatching-{i}" -j DROP')
 
 
 def test_string_and_hashlimit_rules_in_iptables_save_form():
-    assert tr.StringMatch("kmp").rules(T) == \
-        ['-p udp -m string --string "foo.com" --algo kmp -j DROP']
-    assert tr.Hashlimit().rules(T) == [
-        "-p udp -m hashlimit --hashlimit-above 1000/sec --hashlimit-burst 5 "
-        "--hashlimit-mode srcip --hashlimit-name fwb_udp --hashlimit-srcmask 16 -j DROP"]
+    assert _rules(tr.StringMatch("kmp")) == [
+        '-A PREROUTING -p udp -m string --string "foo.com" --algo kmp '
+        '-m comment --comment "fwb:flood" -j DROP']
+    assert _rules(tr.StringMatch("bm"))[0].startswith(
+        '-A PREROUTING -p udp -m string --string "foo.com" --algo bm ')
+    assert _rules(tr.Hashlimit()) == [
+        "-A PREROUTING -p udp -m hashlimit --hashlimit-above 1000/sec --hashlimit-burst 5 "
+        "--hashlimit-mode srcip --hashlimit-name fwb_udp --hashlimit-srcmask 16 "
+        '-m comment --comment "fwb:flood" -j DROP']
     with pytest.raises(FwbenchError):
         tr.StringMatch("regex")
 
 
+def test_the_payload_text_and_the_rate_come_from_the_target():
+    t = tr.Target("fwbabc123-f0", "198.18.0.2", "198.18.0.1", text="bar.org",
+                  hashlimit_pps=500)
+    assert '--string "bar.org" --algo bm ' in tr.StringMatch("bm").render(t)["rules.iptables"]
+    assert "--hashlimit-above 500/sec " in tr.Hashlimit().render(t)["rules.iptables"]
+
+
 def test_ipset_holds_the_client_and_fillers():
     files = tr.Ipset(1000).render(T)
-    lines = files["set.ipset"].splitlines()
-    assert lines[0] == "create fwb_bl hash:ip family inet counters maxelem 1000"
+    lines = files["sets.ipset"].splitlines()
+    assert lines[0] == "create fwb_bl hash:ip family inet hashsize 1024 maxelem 1000 counters"
     adds = [ln.split()[2] for ln in lines[1:]]
     assert len(adds) == len(set(adds)) == 1000 and adds[0] == T.client_ip
-    assert "-A PREROUTING -m set --match-set fwb_bl src -j DROP" in files["rules.iptables"]
+    assert adds[1:] == list(tr.filler_addresses(999))
+    assert '-A PREROUTING -m set --match-set fwb_bl src -m comment --comment "fwb:flood" ' \
+        "-j DROP" in files["rules.iptables"]
 
 
 def test_nft_set_at_raw_priority():
     text = tr.NftSet(1000).render(T)["rules.nft"]
-    elems = text.split("elements = { ")[1].split(" }")[0].split(", ")
+    elems = [ln.strip().rstrip(",") for ln in
+             text.split("elements = {\n")[1].split("\n\t\t}")[0].splitlines()]
     assert len(set(elems)) == 1000 and T.client_ip in elems
-    assert "type filter hook prerouting priority -300; policy accept;" in text
-    assert "ip saddr @fwb_bl counter drop" in text and text.startswith("table ip fwb_drop {")
+    assert "\t\ttype ipv4_addr\n\t\tsize 1000\n" in text
+    assert "type filter hook prerouting priority raw; policy accept;" in text
+    assert 'ip saddr @bl counter drop comment "fwb:flood"' in text
+    assert text.startswith("table ip raw {")
 
 
 def test_nft_ingress_is_bound_to_the_interface():
     text = tr.NftIngress().render(T)["rules.nft"]
-    assert 'type filter hook ingress device "fwbabc123-f0" priority 0;' in text
-    assert "meta l4proto udp counter drop" in text and text.startswith("table netdev ")
+    assert 'type filter hook ingress device "fwbabc123-f0" priority filter;' in text
+    assert 'meta l4proto udp counter drop comment "fwb:flood"' in text
+    assert text.startswith("table netdev ")
+
+
+def test_what_only_iptables_renders_stays_with_iptables():
+    # The backends refuse the constructs elsewhere, in one line.
+    from fwbench.backends.nftables import NftLinear
+    for treatment in (tr.Conntrack(), tr.StringMatch("bm"), tr.Hashlimit(), tr.Ipset(3)):
+        with pytest.raises(FwbenchError) as e:
+            NftLinear().check(treatment.ruleset(T))
+        assert str(e.value).startswith("nftables: unsupported: ")
+
+
+class FakeTb:
+    """A testbed whose firewall answers `iptables-legacy-save -c` with `saved`."""
+
+    def __init__(self, saved: str):
+        self.saved = saved
+
+    def exec(self, role, argv, **kw):
+        assert role == "fw" and argv == ["iptables-legacy-save", "-c"], argv
+        return self.saved
+
+
+def test_counters_are_read_by_rule_id():
+    saved = "\n".join(
+        ["*raw", ":PREROUTING ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+        + [f'[{n}:{n * 100}] -A PREROUTING -s {a}/32 -i fwbabc123-f0 -p udp -m comment '
+           f'--comment "fwb:nonmatching-{i}" -j DROP'
+           for i, (n, a) in enumerate(zip((0, 3), tr.filler_addresses(2)), 1)]
+        + ['[77:7700] -A PREROUTING -i fwbabc123-f0 -p udp -m comment --comment "fwb:flood" '
+           "-j DROP", "COMMIT", ""])
+    tb = FakeTb(saved)
+    treatment = tr.RawAfterRules(2)
+    assert treatment.hits(tb, T) == 77
+    assert treatment.silent(tb, T) == [0, 3]
+    assert tr.RawDrop().silent(tb, T) == []
+    with pytest.raises(FwbenchError, match="no rule flood in the kernel"):
+        tr.RawDrop().hits(FakeTb("*raw\nCOMMIT\n"), T)
 
 
 def test_bpf_treatments_attach_by_iproute2():

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fwbench.ruleset.model import (ACCEPT, CLIENT, DROP, RETURN, SERVER, Action, Chain,
-                                   Iface, Interfaces, Limit, Match, Ports, Prefix, Rule,
-                                   RuleSet, RuleSetError, Set, SetRef, Table, Unsupported,
-                                   jump, validate)
+                                   HashLimit, Iface, Interfaces, Limit, Match, Ports, Prefix,
+                                   Rule, RuleSet, RuleSetError, Set, SetRef, StringMatch,
+                                   Table, Unsupported, jump, validate)
 from fwbench.ruleset.render import ipset
 from fwbench.ruleset.render import iptables as ipt
 from fwbench.ruleset.templates.seed000 import seed000
@@ -78,13 +78,15 @@ def _one(rule=None, *, chain=None, family="ip", sets=(), extra=()) -> RuleSet:
 
 def rich() -> RuleSet:
     """Filter, nat, mangle and raw chains, user chains with jump, goto and return,
-    conntrack, marks, negations, port ranges and lists, sets, limits, logging, and
-    IPv6 through a family ip6 table and a family inet table."""
+    conntrack, marks, negations, port ranges and lists, sets (sized, counting),
+    limits, hashlimits, payload strings, `-j CT`, logging, and IPv6 through a family
+    ip6 table and a family inet table."""
     tcp, udp = "tcp", "udp"
     main = Table("ip", "main", (
         Chain("raw_pre", (
             _r("notrack-dns", Action("notrack"), src=Prefix.of("198.18.0.0/24"),
                proto=udp, dport=Ports.of(53)),
+            _r("ct-icmp", Action("ct"), proto="icmp"),
         ), hook="prerouting", priority=-300),
         Chain("mangle_fwd", (
             _r("mark-web", Action("mark", mark=0x1), iif=Iface(CLIENT), proto=tcp,
@@ -125,6 +127,10 @@ def rich() -> RuleSet:
                sets=(SetRef("blocked", ("saddr",), negate=True),)),
             _r("rate", limit=Limit(10), proto="icmp", icmp_type=8),
             _r("rate-burst", limit=Limit(60, "minute", 7), proto="icmp", icmp_type=0),
+            _r("payload", DROP, proto=udp, string=StringMatch("foo.com")),
+            _r("payload-quoted", DROP, string=StringMatch('say "hi" \\ it\'s', "kmp")),
+            _r("flood-16", DROP, proto=udp, hashlimit=HashLimit("flood", 1000, src_prefix=16)),
+            _r("flood-min", DROP, hashlimit=HashLimit("slow", 60, "minute", 9)),
             _r("commented", comment="web servers", dst=Prefix.of("198.19.1.0/24")),
             _r("quoted", comment='say "hi"', dst=Prefix.of("198.19.2.1")),
             _r("reset", Action("reject", reject_with="tcp-reset"), proto=tcp),
@@ -140,8 +146,9 @@ def rich() -> RuleSet:
         )),
     ), (
         Set("allowed", ("addr", "proto", "port"),
-            (("198.19.0.2", "tcp", 40000), ("198.19.0.2", "udp", 5201))),
-        Set("blocked", ("addr",), (("198.18.7.0/24",), ("198.18.8.1",)), interval=True),
+            (("198.19.0.2", "tcp", 40000), ("198.19.0.2", "udp", 5201)), size=1000),
+        Set("blocked", ("addr",), (("198.18.7.0/24",), ("198.18.8.1",)), interval=True,
+            counters=True),
     ))
     v6 = Table("ip6", "six", (
         Chain("forward", (
@@ -150,6 +157,8 @@ def rich() -> RuleSet:
             _r("set6", sets=(SetRef("allowed6", ("daddr", "proto", "dport")),)),
             _r("reject6", Action("reject", reject_with="icmp-admin-prohibited"),
                src=Prefix.of("2001:2:0:9::/64")),
+            _r("flood6", DROP, proto=udp, hashlimit=HashLimit("flood6", 500, burst=10,
+                                                              src_prefix=64)),
         ), hook="forward", policy="drop"),
         Chain("masq6", (
             _r("masq6", Action("masquerade"), oif=Iface(SERVER)),
@@ -170,6 +179,8 @@ def rich() -> RuleSet:
             _r("in-icmp", proto="icmp"),
             _r("in-icmpv6", proto="icmpv6"),
             _r("in-ssh", proto=tcp, dport=Ports.of(22)),
+            _r("in-telnet", DROP, proto=tcp, dport=Ports.of(23),
+               hashlimit=HashLimit("telnet", 3, "hour", 1)),
             _r("in-log", jump("log_drop")),
         ), hook="input"),
         Chain("log_drop", (
@@ -389,6 +400,16 @@ def test_user_chain_goes_with_the_base_chains_that_reach_it():
         Chain("m", (Rule("y", action=jump("u")),), hook="prerouting", priority=-150),
         Chain("orphan", (Rule("z", action=jump("u")),)), Chain("u", (Rule("w"),)))),
      "jump from table filter to table mangle", "chain orphan"),
+    (_one(Rule("x", action=Action("ct"))), "ct in table filter", "rule x"),
+    (_one(Rule("x", Match(string=StringMatch("x" * 129)))),
+     "string match longer than 128 bytes", "rule x"),
+    (_one(Rule("x", Match(string=StringMatch("tab\there")))),
+     "string match of a byte that is not printable ASCII", "rule x"),
+    (_one(Rule("x", Match(hashlimit=HashLimit("a-long-hashlimit", 10)))),
+     "hashlimit name 'fwb_a-long-hashlimit' (at most 15 letters, digits, _ and -)",
+     "rule x"),
+    (_one(Rule("x", Match(hashlimit=HashLimit("h", 1_000_001)))),
+     "hashlimit faster than 1000000/second", "rule x"),
 ])
 def test_unsupported(rs, feature, where):
     with pytest.raises(Unsupported) as e:
@@ -416,6 +437,34 @@ def test_an_ipv6_rule_in_an_ip_table_is_an_error():
     rs = _one(Rule("x", Match(dst=Prefix.of("2001:2::1"))))
     with pytest.raises(RuleSetError, match="rule x"):
         ipt.render(rs, IFS, 4)
+
+
+def test_payload_strings_as_save_prints_them():
+    """save quotes a string match always, escaping `"` and `\\` only; the rest of
+    the line (the id after it) is untouched by what the string holds."""
+    for text, printed in (("foo", '"foo"'), ("a b", '"a b"'), ("it's", '"it\'s"'),
+                          ('"x" \\', '"\\"x\\" \\\\"')):
+        line = ipt.render(_one(Rule("x", Match(string=StringMatch(text, "kmp")))), IFS, 4)
+        assert f" -m string --string {printed} --algo kmp " \
+            '-m comment --comment "fwb:x" -j ACCEPT' in line, line
+
+
+def test_hashlimit_rates_in_the_unit_save_prints():
+    def line(**kw):
+        rs = _one(Rule("x", Match(hashlimit=HashLimit("h", **kw)), DROP))
+        return ipt.render(rs, IFS, 4).splitlines()[-2]
+    assert "--hashlimit-above 1000/sec --hashlimit-burst 5 --hashlimit-mode srcip " \
+        "--hashlimit-name fwb_h -m comment" in line(rate=1000)
+    # 60/minute is kept as one per second; save would add the entries' expiry if the
+    # rendering said /min.
+    assert "--hashlimit-above 1/sec --hashlimit-burst 2 " in line(rate=60, per="minute",
+                                                                   burst=2)
+    assert "--hashlimit-above 7/hour " in line(rate=7, per="hour")
+    # The source mask only when it is not the whole address.
+    assert "--hashlimit-srcmask 16 " in line(rate=1, src_prefix=16)
+    assert "srcmask" not in line(rate=1, src_prefix=32)
+    with pytest.raises(RuleSetError, match="rule x: hashlimit source prefix /64 in an IPv4"):
+        line(rate=1, src_prefix=64)
 
 
 def test_supports_uses_the_features_vocabulary():

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from fwbench.ruleset.model import (ACCEPT, CLIENT, DROP, RETURN, SERVER, Action, Chain,
-                                   Iface, Interfaces, Limit, Match, Ports, Prefix, Rule,
-                                   RuleSet, RuleSetError, Set, SetRef, Table, Unsupported,
-                                   jump, validate)
+                                   HashLimit, Iface, Interfaces, Limit, Match, Ports, Prefix,
+                                   Rule, RuleSet, RuleSetError, Set, SetRef, StringMatch,
+                                   Table, Unsupported, jump, validate)
 from fwbench.ruleset.render import nft
 from fwbench.ruleset.templates.seed000 import seed000
 
@@ -41,7 +41,8 @@ def _r(rid, action=ACCEPT, counter=True, comment=None, **match):
 def rich() -> RuleSet:
     """Four families; filter, nat, route, mangle and raw chains at their priorities;
     user chains with jump, goto and return; ct state, marks, negations, port
-    ranges and lists, named sets (interval ones too), NAT, reject, log, limit."""
+    ranges and lists, named sets (interval ones too, sized ones), NAT, reject, log,
+    limit, netdev chains on either side's device."""
     tcp, udp = "tcp", "udp"
     srv = Prefix.of("198.19.0.2")
     inet = Table("inet", "fwb_inet", (
@@ -108,11 +109,12 @@ def rich() -> RuleSet:
         Chain("early", (), hook="input", priority=-160),
     ), (
         Set("allowed4", ("addr", "proto", "port"),
-            (("198.19.0.2", "tcp", 80), ("198.19.0.2", "udp", 53), ("198.19.0.3", 6, 443))),
+            (("198.19.0.2", "tcp", 80), ("198.19.0.2", "udp", 53), ("198.19.0.3", 6, 443)),
+            size=100),
         Set("allowed6", ("addr", "proto", "port"),
             (("2001:2:0:2::2", "tcp", 80), ("2001:2:0:2::3", "udp", 53)), version=6),
         Set("blocked", ("addr",), (("198.18.5.0/24",), ("198.18.7.7",), ("198.18.6.0/25",),
-                                   ("198.18.6.128/25",)), interval=True),
+                                   ("198.18.6.128/25",)), interval=True, size=64),
         Set("svc", ("addr", "port"), (("198.19.1.0/24", "8000-8999"), ("198.19.0.2", 22)),
             interval=True),
         Set("ports", ("port",), ((22,), (80,), (443,))),
@@ -175,6 +177,9 @@ def rich() -> RuleSet:
             _r("in-4", Action("mark", mark=3), limit=Limit(1000, "second", 100)),
             _r("in-5", Action("reject"), proto=udp, dport=Ports.of(24)),
         ), hook="ingress", priority=-10),
+        Chain("ingress_server", (
+            _r("in-server", DROP, proto=udp),
+        ), hook="ingress", priority=0, device=SERVER),
     ))
     return validate(RuleSet("rich", (inet, nat, ip6, netdev)))
 
@@ -358,6 +363,46 @@ def test_nat_as_nft_prints_it():
 
 
 # --- what nft cannot hold ---------------------------------------------------------------
+
+@pytest.mark.parametrize("rule, sets, message", [
+    (Rule("r", Match(proto="udp", string=StringMatch("foo.com"))), (),
+     "unsupported: string match (rule r)"),
+    (Rule("r", Match(hashlimit=HashLimit("h", 10))), (), "unsupported: hashlimit (rule r)"),
+    (Rule("r", action=Action("ct")), (), "unsupported: ct (rule r)"),
+    (Rule("r", Match(sets=(SetRef("s", ("saddr",)),))),
+     (Set("s", ("addr",), (("198.18.0.2",),), counters=True),), "unsupported: set counters (set s)"),
+])
+def test_what_only_iptables_renders_is_refused(rule, sets, message):
+    """By check() and by render() alone: nft would load the rule without it."""
+    rs = validate(RuleSet("t", (Table("ip", "t", (
+        Chain("c", (rule,), hook="prerouting", priority=-300),), sets),)))
+    for call in (nft.check, lambda rs: nft.render(rs, IFS)):
+        with pytest.raises(Unsupported) as e:
+            call(rs)
+        assert str(e.value) == message
+    assert {"string match", "hashlimit", "ct", "set counters"}.isdisjoint(nft.SUPPORTS)
+
+
+def test_a_netdev_chain_hooks_its_device():
+    def header(device):
+        rs = validate(RuleSet("t", (Table("netdev", "t", (
+            Chain("c", (), hook="ingress", device=device),)),)))
+        return nft.render(rs, IFS).splitlines()[2].strip()
+    assert header(None) == \
+        'type filter hook ingress device "fwb000000-f0" priority filter; policy accept;'
+    assert header(CLIENT) == header(None)
+    assert 'device "fwb000000-f1" ' in header(SERVER)
+    assert 'device "eth0" ' in header("eth0")
+    with pytest.raises(RuleSetError, match="device"):
+        header("a-very-long-device-name")
+
+
+def test_a_set_size_is_listed_after_its_type():
+    rs = validate(RuleSet("t", (Table("ip", "t", (), (
+        Set("s", ("addr",), (("198.18.0.0/24",),), interval=True, size=7),)),)))
+    assert nft.render(rs, IFS).splitlines()[1:5] == [
+        "\tset s {", "\t\ttype ipv4_addr", "\t\tsize 7", "\t\tflags interval"]
+
 
 @pytest.mark.parametrize("make, message", [
     (lambda: _one(Match(ct_state=frozenset({"new"})), family="netdev", hook="ingress"),

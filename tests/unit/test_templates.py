@@ -11,9 +11,10 @@ import pytest
 from fwbench.ruleset import templates
 from fwbench.ruleset.evaluate import evaluate
 from fwbench.ruleset.importers.iptables_save import parse
-from fwbench.ruleset.model import (ACCEPT, CLIENT, DROP, SERVER, Action, Iface, Match,
-                                   Packet, Prefix, Rule, RuleSet, RuleSetError, Set, SetRef,
-                                   Unsupported, jump, validate)
+from fwbench.ruleset.model import (ACCEPT, CLIENT, DROP, SERVER, Action, HashLimit, Iface,
+                                   Match, Packet, Prefix, Rule, RuleSet, RuleSetError, Set,
+                                   SetRef, StringMatch, Table, Unsupported, as_dict, jump,
+                                   validate)
 from fwbench.ruleset.templates import droprate as dr
 from fwbench.ruleset.templates import random as rnd
 from fwbench.ruleset.templates.seed001 import seed001
@@ -242,10 +243,11 @@ def test_seed004_refuses_a_negative_size():
 
 # --- droprate -------------------------------------------------------------------------
 
-SUPPORTED = [t for t in dr.TREATMENTS if t not in ("string-bm", "string-kmp", "hashlimit")]
+# Matches the reference evaluator cannot judge (a payload, a rate).
+UNJUDGED = ("string-bm", "string-kmp", "hashlimit")
 
 
-@pytest.mark.parametrize("treatment", SUPPORTED)
+@pytest.mark.parametrize("treatment", dr.TREATMENTS)
 def test_droprate_treatments_hold_their_rules(treatment):
     rs = dr.droprate(treatment=treatment, size=7, nonmatching=3)
     assert rs.flow_rule == "flood" and rs.name == f"droprate-{treatment}"
@@ -259,17 +261,24 @@ def test_droprate_treatments_hold_their_rules(treatment):
     assert (table.family, chain.hook, chain.priority) == \
         place.get(treatment, ("ip", "prerouting", -300))
     assert chain.policy == "accept"
+    assert chain.device == (CLIENT if treatment == "nft-ingress" else None)
     flood = rs.rule("flood")
     if treatment in dr.ACCEPT_GROUP:
         assert chain.rules[0] is flood and not rs.probes
-        assert flood.action.kind == ("notrack" if treatment == "notrack" else "counter")
-        assert chain.rules[1].match.proto == "icmp" and chain.rules[1].match.ct_state
+        assert flood.action.kind == ("notrack" if treatment == "notrack" else "ct")
+        assert chain.rules[1].match == Match(proto="icmp")
+        assert chain.rules[1].action == Action("ct")
     else:
         # The drop is last: behind the non-matching rules in raw-after-rules.
         assert chain.rules[-1] is flood and flood.action == DROP
         assert [p.forward for p in rs.probes] == [False]
     _in_ranges(rs)
-    if chain.hook != "input":   # the evaluator follows forwarded packets only
+    if treatment in UNJUDGED:
+        with pytest.raises(Unsupported) as e:
+            evaluate(rs, rs.flow)
+        feature = "hashlimit" if treatment == "hashlimit" else "string match"
+        assert str(e.value) == f"reference evaluator: unsupported: {feature} (rule flood)"
+    elif chain.hook != "input":   # the evaluator follows forwarded packets only
         _probes_agree(rs, flow_forwarded=False)
 
 
@@ -278,7 +287,11 @@ def test_droprate_sets_and_fillers_match_treatments_py():
     (s,) = rs.tables[0].sets
     assert s.elements == (("198.18.0.2",), ("198.18.1.0",), ("198.18.1.1",))
     assert rs.layout == "set" and rs.ipt_prefix + s.name == "fwb_bl"
-    assert dr.droprate(treatment="nftset", size=3).tables == rs.tables
+    # Seed 002's ipset counted per element; both sets are sized, so nft picks the
+    # set implementation it picked for seed 002's `size`d set.
+    assert s.size == 3 and s.counters
+    (nft_set,) = dr.droprate(treatment="nftset", size=3).tables[0].sets
+    assert nft_set == replace(s, counters=False)
     rs = dr.droprate(treatment="raw-after-rules", nonmatching=2)
     assert [r.id for _, _, r in rs.rules()] == ["nonmatching-1", "nonmatching-2", "flood"]
     assert [r.match.src.net for _, _, r in list(rs.rules())[:2]] == ["198.18.1.0/32",
@@ -288,18 +301,83 @@ def test_droprate_sets_and_fillers_match_treatments_py():
     assert not any(ipaddress.ip_address(a) in n for a in fill[::97] for n in dr.TESTBED_V4)
 
 
-def test_droprate_refuses_what_the_model_cannot_hold_in_one_line():
-    for t, feature in (("string-bm", "payload string match"),
-                       ("string-kmp", "payload string match"), ("hashlimit", "hashlimit")):
-        with pytest.raises(Unsupported) as e:
-            dr.droprate(treatment=t)
-        assert str(e.value) == f"unsupported: {feature} (treatment {t})"
+def test_droprate_string_and_hashlimit_rules():
+    for algo in ("bm", "kmp"):
+        rs = dr.droprate(treatment=f"string-{algo}", text="bar.org")
+        assert rs.rule("flood").match == Match(proto="udp",
+                                               string=StringMatch("bar.org", algo))
+        assert rs.features()["string match"] == "rule flood"
+    rs = dr.droprate(treatment="hashlimit", hashlimit_pps=500)
+    assert rs.rule("flood").match == Match(proto="udp", hashlimit=HashLimit(
+        "udp", 500, "second", burst=5, src_prefix=16))
+    assert rs.features()["hashlimit"] == "rule flood"
+
+
+def test_droprate_ingress_chain_sees_its_device_only():
+    rs = dr.droprate(treatment="nft-ingress")
+    v = evaluate(rs, rs.flow)
+    assert not v.forward and v.counted == ("flood",)
+    # From the server side the packet never meets the client side's ingress chain.
+    back = replace(rs.flow, iif="server", saddr="198.19.0.2")
+    assert evaluate(rs, back).counted == ()
+    unbound = rs.with_tables((replace(rs.tables[0], chains=(
+        replace(rs.tables[0].chains[0], device=None),)),))
+    assert evaluate(unbound, back).counted == ("flood",)
+
+
+def test_fields_added_for_droprate_leave_other_rule_sets_digests_alone():
+    """Chain.device, Match.string/hashlimit and Set.size/counters are left out of
+    the digest (and as_dict) at their defaults: rule sets that do not use them
+    keep the digests they had before the fields existed."""
+    def keys(obj) -> set:
+        if isinstance(obj, dict):
+            return set(obj) | set().union(*(keys(v) for v in obj.values()))
+        if isinstance(obj, list):
+            return set().union(set(), *(keys(v) for v in obj))
+        return set()
+    later = {"device", "string", "hashlimit", "counters"}
+    for rs in (seed001(5, 4), dr.droprate(treatment="raw")):
+        assert not keys(as_dict(rs)["tables"]) & (later | {"size"})
+    assert keys(as_dict(dr.droprate(treatment="nft-ingress"))["tables"]) >= {"device"}
+    assert keys(as_dict(dr.droprate(treatment="ipset", size=2))["tables"]) >= \
+        {"size", "counters"}
+    assert dr.droprate(treatment="ipset", size=2).digest() != \
+        dr.droprate(treatment="nftset", size=2).digest()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: replace(c, hook="prerouting", priority=-300), "hook prerouting in family"),
+    (lambda c: replace(c, device=""), "chain ingress: a device belongs to a netdev ingress"),
+    (lambda c: replace(c, rules=(replace(c.rules[0], match=Match(
+        string=StringMatch("x", "regex"))),)), "string match algorithm 'regex'"),
+    (lambda c: replace(c, rules=(replace(c.rules[0], match=Match(
+        hashlimit=HashLimit("h", 10, "week"))),)), "hashlimit per 'week'"),
+    (lambda c: replace(c, rules=(replace(c.rules[0], match=Match(
+        hashlimit=HashLimit("", 10))),)), "a hashlimit without a name"),
+    (lambda c: replace(c, rules=(replace(c.rules[0], match=Match(
+        hashlimit=HashLimit("h", 10, src_prefix=129))),)), "hashlimit source prefix /129"),
+])
+def test_the_constructs_droprate_added_are_validated(change, message):
+    rs = dr.droprate(treatment="nft-ingress")
+    table = rs.tables[0]
+    with pytest.raises(RuleSetError, match=message):
+        validate(rs.with_tables((replace(table, chains=(change(table.chains[0]),)),)))
+    s = dr.droprate(treatment="nftset", size=3).tables[0].sets[0]
+    with pytest.raises(RuleSetError, match="set bl: size 2 is below its 3 elements"):
+        validate(RuleSet("t", (Table("ip", "t", (), (replace(s, size=2),)),)))
+
+
+def test_droprate_refuses_bad_settings_in_one_line():
     with pytest.raises(RuleSetError, match="unknown treatment"):
         dr.droprate(treatment="bogus")
     with pytest.raises(RuleSetError):
         dr.droprate(treatment="ipset", size=0)
     with pytest.raises(RuleSetError):
         dr.droprate(treatment="ipset", size=dr.MAX_SET_SIZE + 1)
+    with pytest.raises(RuleSetError, match="rule flood: an empty string match"):
+        dr.droprate(treatment="string-bm", text="")
+    with pytest.raises(RuleSetError, match="rule flood: hashlimit rate 0"):
+        dr.droprate(treatment="hashlimit", hashlimit_pps=0)
 
 
 # --- random ---------------------------------------------------------------------------

@@ -88,6 +88,13 @@ def ipt_ids(text: str) -> list[str]:
     return [m.group(1) for m in map(_IPT_ID.search, text.splitlines()) if m]
 
 
+def register_xt_tables(tb: NetnsTestbed, fam: XtFamily, tables: tuple[str, ...]) -> None:
+    """Register x_tables tables (empty) by listing them: a legacy table's hooks then
+    run for every packet until the namespace goes, whatever is loaded later."""
+    for table in tables:
+        tb.exec("fw", [fam.tool, "-t", table, "-S"])
+
+
 def _xt_tables(tb: NetnsTestbed, fam: XtFamily) -> list[str]:
     cp = tb.run("fw", ["cat", f"/proc/net/{fam.proc_name}_tables_names"], check=False)
     return cp.stdout.split() if cp.returncode == 0 else []
@@ -104,18 +111,28 @@ def ipset_save(tb: NetnsTestbed) -> str:
 
 
 def ipsets(text: str) -> dict[str, tuple[tuple[str, ...], list[str]]]:
-    """ipset save/restore text as name -> ((type, family, maxelem), elements);
-    hashsize grows with the elements, so it is left out."""
+    """ipset save/restore text as name -> ((type, family, maxelem[, counters]),
+    elements); hashsize grows with the elements, so it is left out, and so are the
+    values of a set's per-element counters (save prints `packets N bytes M`)."""
     sets: dict[str, tuple[tuple[str, ...], list[str]]] = {}
+    counted: set[str] = set()
     for line in text.splitlines():
         words = line.split()
         if len(words) >= 3 and words[0] == "create":
             opts = {w: words[i + 1] for i, w in enumerate(words[:-1])
                     if w in ("family", "maxelem")}
-            sets[words[1]] = ((words[2], f"family {opts.get('family')}",
-                               f"maxelem {opts.get('maxelem')}"), [])
+            kind = (words[2], f"family {opts.get('family')}", f"maxelem {opts.get('maxelem')}")
+            if "counters" in words[3:]:
+                kind += ("counters",)
+                counted.add(words[1])
+            sets[words[1]] = (kind, [])
         elif len(words) >= 3 and words[0] == "add" and words[1] in sets:
-            sets[words[1]][1].append(" ".join(words[2:]))
+            elem = words[2:]
+            if words[1] in counted:
+                elem = [w for i, w in enumerate(elem)
+                        if w not in ("packets", "bytes")
+                        and (i == 0 or elem[i - 1] not in ("packets", "bytes"))]
+            sets[words[1]][1].append(" ".join(elem))
     return sets
 
 
@@ -129,8 +146,11 @@ def nft_list(tb: NetnsTestbed) -> str:
     return tb.exec("fw", ["nft", "list", "ruleset"])
 
 
-def nft_json(tb: NetnsTestbed) -> list[dict]:
-    return json.loads(tb.exec("fw", ["nft", "-j", "list", "ruleset"]))["nftables"]
+def nft_json(tb: NetnsTestbed, *what: str) -> list[dict]:
+    """`nft -j list` of the ruleset, or of `what` (e.g. "chain", "ip", "raw",
+    "PREROUTING": one chain's rules and counters without its table's set
+    elements, which a large set makes slow to list)."""
+    return json.loads(tb.exec("fw", ["nft", "-j", "list", *(what or ("ruleset",))]))["nftables"]
 
 
 def nft_rule_id(comment: str | None) -> str | None:
@@ -180,10 +200,12 @@ def nft_lines(text: str) -> tuple[list[str], dict[str, list[str]]]:
         if line.startswith("set ") and line.endswith("{"):
             current_set = f"{table} {line.split()[1]}"
         if line.startswith(_ELEMENTS):
-            body = line[len(_ELEMENTS):]
-            while "}" not in body:
-                body += " " + next(it, "}").strip()
-            inside = body.partition("}")[0]
+            # Piece by piece: a rendered set has one element a line, and looking for
+            # the closing brace in the text gathered so far would take quadratic time.
+            pieces = [line[len(_ELEMENTS):]]
+            while "}" not in pieces[-1]:
+                pieces.append(next(it, "}").strip())
+            inside = " ".join(pieces).partition("}")[0]
             elements.setdefault(current_set or "?", []).extend(
                 e.strip() for e in inside.split(",") if e.strip())
             line = _ELEMENTS + " ... }"
@@ -230,6 +252,13 @@ def flush_conntrack(tb: NetnsTestbed) -> bool:
         return False
     tb.run("fw", ["conntrack", "-F"], check=False)  # exits 1 when nothing is loaded
     return True
+
+
+def conntrack_entries(tb: NetnsTestbed) -> list[str]:
+    """The firewall namespace's conntrack table, one `conntrack -L` line per
+    entry; empty when nothing is tracked (or conntrack cannot be listed)."""
+    cp = tb.run("fw", ["conntrack", "-L"], check=False)
+    return cp.stdout.splitlines() if cp.returncode == 0 else []
 
 
 def ruleset_state(tb: NetnsTestbed) -> dict[str, int]:

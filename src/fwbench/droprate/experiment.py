@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fwbench import engine, environment, proc
+from fwbench.backends import kernel
 from fwbench.droprate import measure
 from fwbench.droprate.treatments import BPF_OBJECT, Target, Treatment, build, clear, leftovers
 from fwbench.errors import FwbenchError
@@ -47,7 +48,8 @@ def target(tb: NetnsTestbed, sc: Scenario) -> Target:
     t = tb.topo
     return Target(t.fw_client_side.ifname, t.client.ip4, t.fw_client_side.ip4,
                   text=sc.droprate.payload_text, nonmatching=sc.droprate.nonmatching_rules,
-                  hashlimit_pps=sc.droprate.hashlimit_above_pps, bpf_object=str(BPF_OBJECT))
+                  hashlimit_pps=sc.droprate.hashlimit_above_pps, bpf_object=str(BPF_OBJECT),
+                  server_ifname=t.fw_server_side.ifname)
 
 
 def check(trs: list[Treatment], path_cpu: int) -> None:
@@ -114,8 +116,7 @@ def _run(rd, sc, plan, todo, trs, console) -> None:
         # Register raw and filter up front: a legacy table stays registered (its hooks
         # run for every packet) once anything touches it, so which treatments ran
         # earlier must not decide which hooks the next one pays for.
-        for table in ("raw", "filter"):
-            tb.exec("fw", ["iptables-legacy", "-t", table, "-S"])
+        kernel.register_xt_tables(tb, kernel.xt("legacy", 4), ("raw", "filter"))
         session = {"testbed_id": topo.run_id, "started_at": now(),
                    "testbed": {**topo.settings.as_dict(), "provider": "netns", **tb.recorded},
                    "target": {"dst": t.fw_ip, "dport": t.port, "ifname": t.ifname,

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from fwbench import cpu, engine
+from fwbench.backends import kernel
 from fwbench.backends.base import Verification
 from fwbench.droprate.treatments import HASHLIMIT_BURST, Expect, Listing, Target, Treatment
 from fwbench.errors import FwbenchError
@@ -60,8 +61,7 @@ def read(tb: NetnsTestbed, tr: Treatment, t: Target) -> Counters:
 def conntrack_entries(tb: NetnsTestbed, t: Target) -> dict[str, int]:
     """Entries in the firewall namespace's conntrack table: the flood's UDP flow and
     ICMP (from the ping probe)."""
-    cp = tb.run("fw", ["conntrack", "-L"], check=False)
-    lines = cp.stdout.splitlines() if cp.returncode == 0 else []
+    lines = kernel.conntrack_entries(tb)
     return {"udp_flood": sum(1 for ln in lines if ln.startswith("udp")
                              and f"dport={t.port} " in ln),
             "icmp": sum(1 for ln in lines if ln.startswith("icmp")),

@@ -5,8 +5,9 @@ Verdict equivalence is checked against it: the same packet corpus goes through
 every backend in the testbed, and each backend's verdicts and per-rule counters
 must agree with `evaluate` / `expected_counts`.
 
-The path of a forwarded packet: netdev ingress chains (iif is all they know),
-then prerouting, forward and postrouting. At each hook every base chain of every
+The path of a forwarded packet: netdev ingress chains (iif is all they know; a
+chain with a device sees only the packets arriving on it), then prerouting,
+forward and postrouting. At each hook every base chain of every
 table whose family applies (ip and inet for IPv4, ip6 and inet for IPv6, netdev for
 both) runs in priority order. An accept ends one base chain only; drop and reject
 end everything; falling off a base chain, or `return` in it, applies its policy.
@@ -26,8 +27,11 @@ Where the kernel's behaviour is less obvious (each measured on 6.18):
   ingress) see `ct state` as invalid; notrack there makes the packet untracked for
   every later chain, and NAT skips it.
 
-Limits, by design: `limit` always matches (a reference cannot model rates; a corpus
-sends far too few packets of one kind to reach a limit), and NAT translates only a
+Limits, by design: `limit` always matches (a reference cannot model rates; which
+packets a spent limit may decide otherwise, RateLimits says), while a payload string
+match and hashlimit, which decide what they match by a packet's payload or by the
+rate of its source's packets, are refused (Unsupported, one line): a verdict
+that would guess them would be no reference. NAT translates only a
 connection's first packet (ct state new): conntrack rewrites later packets from
 the connection's binding without running any nat chain, which a per-packet model
 cannot know; a snat/dnat address range translates to its first address.
@@ -43,8 +47,9 @@ from functools import lru_cache
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from fwbench.ruleset.model import (PROTO_NUMBERS, ROLES, Chain, Iface, Match, Packet,
-                                   Ports, Prefix, Rule, RuleSet, RuleSetError, Set, SetRef)
+from fwbench.ruleset.model import (PROTO_NUMBERS, ROLES, Action, Chain, Iface, Match,
+                                   Packet, Ports, Prefix, Rule, RuleSet, RuleSetError, Set,
+                                   SetRef, Unsupported)
 
 __all__ = ["Verdict", "Evaluator", "evaluate", "evaluate_all", "expected_counts",
            "DEFAULT_LOCAL", "FORWARD_HOOKS", "CompiledSet", "address_interval",
@@ -68,7 +73,7 @@ _DNAT, _SNAT, _MASQ, _NOP, _MARK, _NOTRACK = 6, 7, 8, 9, 10, 11
 _CODES = {"accept": _ACCEPT, "drop": _DROP, "reject": _REJECT, "jump": _JUMP,
           "goto": _GOTO, "return": _RETURN, "dnat": _DNAT, "snat": _SNAT,
           "masquerade": _MASQ, "counter": _NOP, "log": _NOP, "mark": _MARK,
-          "notrack": _NOTRACK}
+          "notrack": _NOTRACK, "ct": _NOP}
 # Chains shorter than this are walked rule by rule; longer ones get an index.
 _INDEX_MIN = 16
 
@@ -360,6 +365,9 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
                    ifnames: Mapping[str, str] | None):
     """A rule's match as one function of the state, or None (matches all) or _NEVER."""
     m: Match = r.match
+    if m.string is not None or m.hashlimit is not None:
+        raise Unsupported("string match" if m.string is not None else "hashlimit",
+                          f"rule {r.id}", "reference evaluator")
     tests: list = []
     try:
         version = rule_version(r, raw_sets)
@@ -581,7 +589,7 @@ class _CChain:
     """A compiled chain: rules as (id, test, action code, argument) tuples, and for a
     long chain a _Filter that narrows the rules a packet can match."""
     __slots__ = ("name", "table", "rules", "full", "filter", "policy_drop", "base",
-                 "nat", "hook", "priority", "order")
+                 "nat", "hook", "priority", "order", "sides")
 
     def __init__(self, table_idx: int, chain_idx: int, c: Chain, table_name: str):
         self.name = c.name
@@ -595,6 +603,8 @@ class _CChain:
         self.hook = c.hook
         self.priority = c.priority
         self.order = (table_idx, chain_idx)
+        # The sides whose packets the chain sees: all but for a chain on a device.
+        self.sides: frozenset[str] | None = None
 
     def candidates(self, s: _State) -> int:
         """Bit i set: rule i may match."""
@@ -659,6 +669,8 @@ class Evaluator:
             chains = {c.name: _CChain(ti, ci, c, t.name) for ci, c in enumerate(t.chains)}
             for c in t.chains:
                 cc = chains[c.name]
+                if c.device is not None:
+                    cc.sides = iface_sides(Iface(c.device), ifnames)
                 rules, kept, versions, sides = [], [], [], []
                 for r in c.rules:
                     test = _compile_match(r, csets, raw_sets, ifnames)
@@ -745,6 +757,8 @@ class Evaluator:
                 else:
                     s.ct = "untracked" if s.untracked else pkt.ct_state
                 for chain in unit.chains:
+                    if chain.sides is not None and s.side_in not in chain.sides:
+                        continue
                     code, rid = self._walk(chain, s, counted)
                     if code == _DROP or code == _REJECT:
                         if rid is None:
@@ -903,3 +917,58 @@ def expected_counts(rs: RuleSet, packets: Iterable[Packet],
                     local: Mapping[str, str] | None = None) -> Counter[str]:
     """Rule id -> how many of `packets` the rule counts (matches)."""
     return _evaluator(rs, local).expected_counts(packets)
+
+
+# --- rate limits -------------------------------------------------------------------
+
+_REACH = "\0reach:"   # ids of the counting twins; no rule id can start so
+
+
+class RateLimits:
+    """Which packets a rate limit may decide, so comparisons can leave them out.
+
+    The reference lets every `limit` match; a kernel matches only while the
+    limit's bucket holds tokens, which depends on what came before and when. A
+    packet whose path reaches a limit rule (every other condition of it met) may
+    go either way, and so may the counters of every rule it could then reach.
+    Found with the evaluator itself: a counting twin without the limit before
+    each limit rule says who reached it; a copy without the limit rules says
+    where a packet goes when every limit is spent. Counters a packet reaches only
+    with one limit spent and another not are not covered."""
+
+    def __init__(self, rs: RuleSet):
+        self.ids = frozenset(r.id for _, _, r in rs.rules() if r.match.limit is not None)
+        self._reach = self._spent = None
+        if self.ids:
+            self._reach = Evaluator(_rewrite(rs, lambda r: (
+                Rule(_REACH + r.id, replace(r.match, limit=None), Action("counter")), r)))
+            self._spent = Evaluator(_rewrite(rs, lambda r: ()))
+
+    def reached(self, p: Packet) -> tuple[str, ...]:
+        """The limit rules `p` reaches: its verdict may be theirs to decide."""
+        if self._reach is None:
+            return ()
+        return tuple(rid[len(_REACH):] for rid in self._reach.evaluate(p).counted
+                     if rid.startswith(_REACH))
+
+    def unsure_rules(self, packets: Iterable[Packet]) -> set[str]:
+        """Rules whose counters the limits may change, over these packets."""
+        out: set[str] = set()
+        if self._reach is None:
+            return out
+        for p in packets:
+            if self.reached(p):
+                full = Counter(rid for rid in self._reach.evaluate(p).counted
+                               if not rid.startswith(_REACH))
+                spent = Counter(self._spent.evaluate(p).counted)
+                out.update(rid for rid in full.keys() | spent.keys()
+                           if full[rid] != spent[rid])
+        return out
+
+
+def _rewrite(rs: RuleSet, limited: Callable[[Rule], tuple[Rule, ...]]) -> RuleSet:
+    """`rs` with every limit rule replaced by what `limited` makes of it."""
+    tables = tuple(replace(t, chains=tuple(replace(c, rules=tuple(
+        x for r in c.rules for x in (limited(r) if r.match.limit is not None else (r,))))
+        for c in t.chains)) for t in rs.tables)
+    return rs.with_tables(tables)

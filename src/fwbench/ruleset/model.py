@@ -14,15 +14,19 @@ Conventions the renderers, importers, templates and the evaluator share:
 - Protocols are names: tcp, udp, icmp, icmpv6.
 - A rule has one action. `counter` on a rule means it counts packets; iptables
   always counts, nft only when asked.
+- Some matches and actions exist in one syntax only (a payload string, hashlimit,
+  iptables' `-j CT`): the model holds them so that rule sets using them are data
+  too; the other renderers, and the reference evaluator, refuse them.
 
 Everything here is pure: no root, no kernel, no subprocess.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import json
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Iterator
 
 from fwbench.errors import FwbenchError
@@ -42,9 +46,13 @@ SET_KEYS = ("addr", "proto", "port")
 # Terminal actions end the rule walk; the others let the packet go on.
 TERMINAL = frozenset({"accept", "drop", "reject", "jump", "goto", "return",
                       "dnat", "snat", "masquerade"})
-NONTERMINAL = frozenset({"counter", "mark", "notrack", "log"})
+# `ct` is iptables' `-j CT` without options: conntrack's default template, so the
+# packet is tracked as it would be anyway; loading it registers conntrack's hooks
+# in the namespace (nft has no such statement).
+NONTERMINAL = frozenset({"counter", "mark", "notrack", "log", "ct"})
 ACTIONS = TERMINAL | NONTERMINAL
 LIMIT_UNITS = ("second", "minute", "hour", "day")
+STRING_ALGOS = ("bm", "kmp")    # Boyer-Moore, Knuth-Morris-Pratt (the kernel's textsearch)
 
 CLIENT = "{client}"
 SERVER = "{server}"
@@ -93,13 +101,15 @@ class Prefix:
         except ValueError:
             raise RuleSetError(f"not an address or prefix: {text!r}") from None
 
-    @property
+    @functools.cached_property
     def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        # Cached: the evaluator and corpus ask for it per packet and per rule.
         return ipaddress.ip_network(self.net)
 
     @property
     def version(self) -> int:
-        return self.network.version
+        # From the canonical text: parsing it is most of validate()'s time.
+        return 6 if ":" in self.net else 4
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,34 @@ class Limit:
     burst: int = 5
 
 
+# Fields added to the model later carry this: at their default they are left out
+# of RuleSet.digest() and as_dict(), so a rule set that does not use them keeps the
+# digest it had before they existed.
+_LATER = {"later": True}
+
+
+@dataclass(frozen=True)
+class StringMatch:
+    """The packet holds `text` (iptables' string match, searched from the start of
+    the packet to its end with the kernel's textsearch `algo`)."""
+    text: str
+    algo: str = "bm"            # from STRING_ALGOS
+
+
+@dataclass(frozen=True)
+class HashLimit:
+    """Matches the packets above `rate` per `per` (after a burst of `burst`),
+    counted per source: sources that share their first `src_prefix` bits share one
+    budget (None: each address its own). iptables' hashlimit with
+    `--hashlimit-above` and mode srcip; `name` names the kernel's table of budgets
+    (/proc/net/ipt_hashlimit/NAME), prefixed like chains (RuleSet.ipt_prefix)."""
+    name: str
+    rate: int
+    per: str = "second"         # from LIMIT_UNITS
+    burst: int = 5
+    src_prefix: int | None = None
+
+
 @dataclass(frozen=True)
 class Match:
     """All given conditions must hold (an empty Match matches every packet)."""
@@ -159,6 +197,8 @@ class Match:
     mark_negate: bool = False
     sets: tuple[SetRef, ...] = ()
     limit: Limit | None = None
+    string: StringMatch | None = field(default=None, metadata=_LATER)
+    hashlimit: HashLimit | None = field(default=None, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -217,6 +257,9 @@ class Chain:
     priority: int = 0
     type: str = "filter"
     policy: str = "accept"          # base chains only
+    # A netdev ingress chain's interface (a name, CLIENT or SERVER): it sees only
+    # packets arriving there. None: the renderers' default, the client side.
+    device: str | None = field(default=None, metadata=_LATER)
 
     @property
     def base(self) -> bool:
@@ -228,12 +271,16 @@ class Set:
     """A named set. `keys` are the element's parts, from SET_KEYS, e.g.
     ("addr", "proto", "port"); an element is a tuple of that many strings or ints
     (addresses may be prefixes when `interval`). `version` says which IP version
-    its addresses are."""
+    its addresses are. `size` bounds how many elements it may hold (None: the
+    renderer's own bound; nft picks its set implementation by it), `counters`
+    gives every element a packet counter (ipset's `counters`)."""
     name: str
     keys: tuple[str, ...]
     elements: tuple[tuple, ...] = ()
     version: int = 4
     interval: bool = False
+    size: int | None = field(default=None, metadata=_LATER)
+    counters: bool = field(default=False, metadata=_LATER)
 
 
 @dataclass(frozen=True)
@@ -363,6 +410,8 @@ class RuleSet:
                 add("set " + " . ".join(s.keys), f"set {s.name}")
                 if s.interval:
                     add("set with prefixes", f"set {s.name}")
+                if s.counters:
+                    add("set counters", f"set {s.name}")
                 if s.version == 6:
                     add("ipv6", f"set {s.name}")
             for c in t.chains:
@@ -424,6 +473,10 @@ def rule_features(r: Rule) -> list[str]:
         out.append("set match")
     if m.limit:
         out.append("limit")
+    if m.string:
+        out.append("string match")
+    if m.hashlimit:
+        out.append("hashlimit")
     out.append({"mark": "mark set"}.get(a.kind, a.kind))
     if r.counter:
         out.append("counter")
@@ -431,9 +484,11 @@ def rule_features(r: Rule) -> list[str]:
 
 
 def _plain(obj):
-    """Dataclasses, tuples and frozensets as JSON-able values, sets sorted."""
+    """Dataclasses, tuples and frozensets as JSON-able values, sets sorted; fields
+    added later (_LATER) only when they differ from their default."""
     if is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)
+                if not (f.metadata.get("later") and getattr(obj, f.name) == f.default)}
     if isinstance(obj, (tuple, list)):
         return [_plain(x) for x in obj]
     if isinstance(obj, frozenset):
@@ -466,6 +521,9 @@ def validate(rs: RuleSet) -> RuleSet:
             if any(len(e) != len(s.keys) for e in s.elements):
                 raise RuleSetError(f"set {s.name}: an element does not have "
                                    f"{len(s.keys)} parts")
+            if s.size is not None and not len(s.elements) <= s.size >= 1:
+                raise RuleSetError(f"set {s.name}: size {s.size} is below its "
+                                   f"{len(s.elements)} elements, or below 1")
         for c in t.chains:
             if c.base:
                 if c.hook not in HOOKS:
@@ -476,6 +534,9 @@ def validate(rs: RuleSet) -> RuleSet:
                     raise RuleSetError(f"chain {c.name}: unknown policy {c.policy!r}")
                 if (c.hook == "ingress") != (t.family == "netdev"):
                     raise RuleSetError(f"chain {c.name}: hook {c.hook} in family {t.family}")
+            if c.device is not None and (c.hook != "ingress" or not c.device):
+                raise RuleSetError(f"chain {c.name}: a device belongs to a netdev ingress "
+                                   f"chain only, and is not empty")
             for r in c.rules:
                 if not r.id:
                     raise RuleSetError(f"chain {c.name}: a rule without an id")
@@ -504,6 +565,10 @@ def validate(rs: RuleSet) -> RuleSet:
                 if m.ct_state and not m.ct_state <= set(CT_STATES):
                     raise RuleSetError(f"rule {r.id}: unknown ct state "
                                        f"{sorted(m.ct_state - set(CT_STATES))[0]!r}")
+                if m.string is not None:
+                    _check_string(r.id, m.string)
+                if m.hashlimit is not None:
+                    _check_hashlimit(r.id, m.hashlimit)
                 for ref in m.sets:
                     if ref.name not in sets:
                         raise RuleSetError(f"rule {r.id}: no set {ref.name!r}")
@@ -521,25 +586,54 @@ def validate(rs: RuleSet) -> RuleSet:
     return rs
 
 
+def _check_string(rid: str, s: StringMatch) -> None:
+    if not s.text:
+        raise RuleSetError(f"rule {rid}: an empty string match")
+    if s.algo not in STRING_ALGOS:
+        raise RuleSetError(f"rule {rid}: string match algorithm {s.algo!r}, expected "
+                           f"{' or '.join(STRING_ALGOS)}")
+
+
+def _check_hashlimit(rid: str, h: HashLimit) -> None:
+    if not h.name:
+        raise RuleSetError(f"rule {rid}: a hashlimit without a name")
+    if h.rate < 1 or h.burst < 1:
+        raise RuleSetError(f"rule {rid}: hashlimit rate {h.rate} burst {h.burst}: "
+                           f"both must be at least 1")
+    if h.per not in LIMIT_UNITS:
+        raise RuleSetError(f"rule {rid}: hashlimit per {h.per!r}, expected one of "
+                           f"{', '.join(LIMIT_UNITS)}")
+    if h.src_prefix is not None and not 0 <= h.src_prefix <= 128:
+        raise RuleSetError(f"rule {rid}: hashlimit source prefix /{h.src_prefix}")
+
+
 def _check_loops(t: Table) -> None:
+    """Depth-first over jump/goto edges, without recursion: an imported rule set
+    may nest chains deeper than Python's stack."""
     edges = {c.name: sorted({r.action.chain for r in c.rules
                              if r.action.kind in ("jump", "goto")}) for c in t.chains}
-    state: dict[str, int] = {}   # 1: on the path, 2: done
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        for nxt in edges.get(name, []):
-            if state.get(nxt) == 1:
-                loop = path[path.index(nxt):] + [nxt] if nxt in path else [name, nxt]
+    done: set[str] = set()
+    for root in edges:
+        if root in done:
+            continue
+        path, on_path = [root], {root}
+        todo = [iter(edges[root])]
+        while todo:
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                todo.pop()
+                done.add(path[-1])
+                on_path.discard(path.pop())
+            elif nxt in on_path:
+                loop = path[path.index(nxt):] + [nxt]
+                if len(loop) > 8:
+                    loop = loop[:3] + [f"... ({len(loop) - 6} more)"] + loop[-3:]
                 raise RuleSetError(f"table {t.family} {t.name}: jump loop "
                                    f"{' -> '.join(loop)}")
-            if state.get(nxt) is None:
-                visit(nxt, path + [nxt])
-        state[name] = 2
-
-    for c in t.chains:
-        if state.get(c.name) is None:
-            visit(c.name, [c.name])
+            elif nxt not in done:
+                path.append(nxt)
+                on_path.add(nxt)
+                todo.append(iter(edges.get(nxt, ())))
 
 
 @dataclass(frozen=True)

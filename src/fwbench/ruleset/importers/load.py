@@ -53,9 +53,6 @@ def load_file(path: str, iface_map: dict[str, str] | None = None,
         return validate(rs)
     except RuleSetError as e:
         raise RuleSetError(f"{path}: {e}") from None
-    except RecursionError:
-        # model.validate() walks jumps recursively
-        raise RuleSetError(f"{path}: user chains nest too deep to validate") from None
 
 
 def detect(text: str) -> tuple[str, int]:

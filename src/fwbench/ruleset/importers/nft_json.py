@@ -1,8 +1,9 @@
 """`nft -j list ruleset` output (libnftables-json, schema version 1) into the
 rule-set model, and nft text by way of nft itself.
 
-Tables keep their family and name, chains their hook, priority, type and policy,
-named sets their elements (address ranges become the prefixes that cover them
+Tables keep their family and name, chains their hook, priority, type, policy and
+device (one; a chain on several keeps none, and a note says so), named sets their
+size and elements (address ranges become the prefixes that cover them
 exactly; port ranges inside set elements are spelled out). An anonymous set of
 addresses in a rule (`ip saddr { a, b/24 }`, or a range that is not one prefix)
 becomes a named set `anonN` of its table, which the model can hold and every
@@ -108,8 +109,17 @@ def parse_text(text: str, source: str) -> RuleSet:
         out = proc.output(["unshare", "-n", "sh", "-c", "nft -f - && nft -j list ruleset"],
                           input=text)
     except CommandError as e:
-        first = next((ln for ln in e.stderr.splitlines() if "Error" in ln),
-                     e.stderr.strip().splitlines()[0] if e.stderr.strip() else str(e))
+        lines = e.stderr.splitlines()
+        at = next((i for i, ln in enumerate(lines) if "Error" in ln), None)
+        if at is None:
+            first = lines[0] if e.stderr.strip() else str(e)
+        else:
+            first = lines[at]
+            # nft quotes the statement on the next line; its errno text alone
+            # ("No such file or directory") does not say what was missing.
+            quoted = lines[at + 1].strip() if at + 1 < len(lines) else ""
+            if quoted and not quoted.startswith("^"):
+                first = f"{first.rstrip()}: {quoted}"
         raise RuleSetError(first.replace("/dev/stdin:", f"{source}:", 1).strip()) from None
     except FwbenchError as e:
         raise RuleSetError(f"{source}: {e}") from None
@@ -247,9 +257,16 @@ class _Importer:
         name = c.get("name")
         if "hook" not in c:
             return Chain(name, rules)
-        if "dev" in c:
-            self.notes.append(f"{self.source}: chain {t['family']} {t['name']} {name}: "
-                              f"device {c['dev']} not kept (the model has no device)")
+        dev = c.get("dev")
+        if isinstance(dev, list):
+            if len(dev) != 1:
+                self.notes.append(f"{self.source}: chain {t['family']} {t['name']} {name}: "
+                                  f"devices {', '.join(map(str, dev))} not kept (the model "
+                                  f"holds one)")
+            dev = dev[0] if len(dev) == 1 else None
+        if dev is not None and not isinstance(dev, str):
+            raise RuleSetError(f"{self.source}: chain {t['family']} {t['name']} {name}: "
+                               f"device {dev!r} is not a name")
         prio = c.get("prio", 0)
         if isinstance(prio, str):   # hand-written JSON may name it
             prio = PRIORITIES.get(prio, prio)
@@ -257,7 +274,7 @@ class _Importer:
             raise RuleSetError(f"{self.source}: chain {t['family']} {t['name']} {name}: "
                                f"priority {prio!r} is not a number")
         return Chain(name, rules, hook=c["hook"], priority=prio, type=c.get("type", "filter"),
-                     policy=c.get("policy", "accept"))
+                     policy=c.get("policy", "accept"), device=dev or None)
 
     def _set(self, t: dict, raw: dict) -> Set:
         name = raw.get("name")
@@ -284,7 +301,10 @@ class _Importer:
             raise RuleSetError(f"{where}: malformed element") from None
         interval = any(k == "addr" and "/" in str(e[i])
                        for e in elements for i, k in enumerate(keys))
-        return Set(name, tuple(keys), tuple(elements), version, interval)
+        size = raw.get("size")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+            raise RuleSetError(f"{where}: size {size!r} is not a number")
+        return Set(name, tuple(keys), tuple(elements), version, interval, size=size)
 
     def _elements(self, keys: tuple[str, ...], version: int, elems) -> list[tuple]:
         out: list[tuple] = []

@@ -8,7 +8,8 @@ one name). The model's key shapes map to ipset types:
     ("addr", "proto", "port")  hash:ip,port  (hash:net,port with prefixes)
 
 Anything else (a port without its protocol, a protocol alone) has no ipset type
-that means the same, and raises Unsupported. The iptables renderer uses
+that means the same, and raises Unsupported. A set's `size` is its `maxelem`
+(else the element count, at least 65,536), `counters` ipset's `counters` option. The iptables renderer uses
 `set_type` and `set_name` from here, so both agree on what a set is called and how
 it is keyed.
 """
@@ -19,7 +20,7 @@ import ipaddress
 from fwbench.ruleset.model import RuleSet, RuleSetError, Set, Unsupported
 
 SUPPORTS: frozenset[str] = frozenset({
-    "set addr", "set addr . proto . port", "set with prefixes", "ipv6",
+    "set addr", "set addr . proto . port", "set with prefixes", "set counters", "ipv6",
 })
 
 # IPSET_MAXNAMELEN is 32 with the terminating NUL.
@@ -73,9 +74,10 @@ def render(rs: RuleSet) -> str:
     lines: list[str] = []
     for name, kind, s in _sets(rs):
         family = "inet6" if s.version == 6 else "inet"
-        maxelem = max(MIN_MAXELEM, len(s.elements))
+        maxelem = s.size if s.size is not None else max(MIN_MAXELEM, len(s.elements))
+        # In the order `ipset save` prints the options.
         lines.append(f"create {name} {kind} family {family} hashsize {HASHSIZE} "
-                     f"maxelem {maxelem}")
+                     f"maxelem {maxelem}{' counters' if s.counters else ''}")
         addr = _Addresses(s)
         head = f"add {name} "
         if len(s.keys) == 1:

@@ -18,7 +18,11 @@ The model maps onto iptables so:
   chain's table (filter without one);
 - user chains and sets are named rs.ipt_prefix + their name;
 - each rule's id is a comment, `-m comment --comment "fwb:ID"`, after every other
-  match (a user's own comment is a second comment just before it).
+  match (a user's own comment is a second comment just before it);
+- a payload string match is `-m string` (searched over the whole packet), a
+  hashlimit `-m hashlimit --hashlimit-above` with mode srcip, its name prefixed
+  like chains, and action `ct` is `-j CT` without options: the three constructs
+  only iptables renders.
 
 Whatever iptables cannot express, or refuses at load (DROP in nat, REJECT outside
 filter, DNAT in POSTROUTING, `-o` in PREROUTING, ...), raises model.Unsupported
@@ -30,8 +34,9 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from fwbench.ruleset.model import (Chain, Interfaces, Ports, Prefix, Rule, RuleSet,
-                                   RuleSetError, Set, SetRef, Table, Unsupported)
+from fwbench.ruleset.model import (Chain, HashLimit, Interfaces, Ports, Prefix, Rule,
+                                   RuleSet, RuleSetError, Set, SetRef, StringMatch, Table,
+                                   Unsupported)
 from fwbench.ruleset.render import ID_TAG
 from fwbench.ruleset.render import ipset as _ipset
 
@@ -42,9 +47,9 @@ SUPPORTS: frozenset[str] = frozenset({
     "iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix", "ipv6",
     "proto tcp", "proto udp", "proto icmp", "proto icmpv6",
     "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
-    "negation", "ct state", "mark match", "set match", "limit",
+    "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
-    "counter", "mark set", "notrack", "log",
+    "counter", "mark set", "notrack", "log", "ct",
 }) | _ipset.SUPPORTS
 
 # iptables-restore's order of tables, and each table's built-in chains in the order
@@ -61,12 +66,12 @@ _HOOKS = {"prerouting": "PREROUTING", "input": "INPUT", "forward": "FORWARD",
 _POLICIES = {"accept": "ACCEPT", "drop": "DROP"}
 # Targets the kernel (or iptables itself) accepts only in some tables or hooks.
 _TARGET_TABLES = {"reject": "filter", "dnat": "nat", "snat": "nat", "masquerade": "nat",
-                  "notrack": "raw"}
+                  "notrack": "raw", "ct": "raw"}
 _TARGET_HOOKS = {"dnat": ("PREROUTING", "OUTPUT"), "snat": ("POSTROUTING", "INPUT"),
                  "masquerade": ("POSTROUTING",)}
 _SIMPLE_TARGETS = {"accept": " -j ACCEPT", "drop": " -j DROP", "return": " -j RETURN",
                    "masquerade": " -j MASQUERADE", "notrack": " -j CT --notrack",
-                   "counter": ""}
+                   "ct": " -j CT", "counter": ""}
 # conntrack's save prints states in this order, whatever order they were given in.
 _CT_ORDER = (("invalid", "INVALID"), ("new", "NEW"), ("related", "RELATED"),
              ("established", "ESTABLISHED"), ("untracked", "UNTRACKED"))
@@ -91,6 +96,15 @@ _LIMIT_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 _LIMIT_PRINT = (("day", _LIMIT_SCALE * 86400), ("hour", _LIMIT_SCALE * 3600),
                 ("min", _LIMIT_SCALE * 60), ("sec", _LIMIT_SCALE))
 _LIMIT_BURST = 5                  # the default, which save leaves out
+# libxt_hashlimit (revisions 2 and 3) keeps a rate as a period in microseconds and
+# prints it as limit does; burst and mode it always prints, the source mask when
+# it is not the whole address, the entries' expiry when it is not the printed
+# unit's (rendering the rate in that unit keeps it so).
+_HASHLIMIT_SCALE = 1_000_000
+MAX_HASHLIMIT_NAME = 15           # XT_HASHLIMIT's name: 16 bytes with its NUL
+# libxt_string: a pattern of at most 128 bytes; save prints it quoted, `"` and `\`
+# escaped, or as --hex-string when a byte is not printable.
+MAX_STRING = 128
 # Kernel and tool limits: a chain name is 28 bytes, an interface 15, a comment
 # 255 (longer ones are cut silently), a log prefix 29, a multiport match 15 ports
 # (a range takes two).
@@ -325,6 +339,7 @@ class _Emitter:
         self.ifnames: dict[str, str] = {}
         self.targets: dict[str | None, str] = {}
         self.setrefs: dict[tuple[int, SetRef], tuple[str, int]] = {}
+        self.other_protos: dict[tuple[int, str], bool] = {}
         self.icmp = " -p icmp -m icmp --icmp-type " if version == 4 \
             else " -p ipv6-icmp -m icmp6 --icmpv6-type "
 
@@ -358,6 +373,13 @@ class _Emitter:
         refs = []
         for ref in m.sets:
             flags = self._setref(t, ref, rid)
+            if proto not in ("tcp", "udp") and self._port_lookup_differs(t, ref):
+                # ipset looks an ICMP packet up by its type and code, an other
+                # protocol by port 0: it is then "not in" the set, where in the
+                # model a packet without ports matches neither the set nor its
+                # negation. A positive lookup of TCP/UDP elements agrees.
+                raise Unsupported("set port lookup without -p tcp or -p udp",
+                                  f"rule {rid}")
             refs.append(flags)
             if flags[1] == 6:
                 v6 = True
@@ -420,6 +442,10 @@ class _Emitter:
             parts.append(text)
         if m.limit is not None:
             parts.append(_limit(m.limit, rid))
+        if m.string is not None:
+            parts.append(_string(m.string, rid))
+        if m.hashlimit is not None:
+            parts.append(self._hashlimit(m.hashlimit, rid))
         if r.comment is not None:
             parts.append(" -m comment --comment ")
             parts.append(_comment(r.comment, rid))
@@ -429,6 +455,23 @@ class _Emitter:
             parts.append(" -m comment --comment " + _comment(ID_TAG + rid, rid))
         parts.append(self._target(r, ipt, hooks))
         return "".join(parts)
+
+    def _hashlimit(self, h: HashLimit, rid: str) -> str:
+        where = f"rule {rid}"
+        name = self.rs.ipt_prefix + h.name
+        if len(name.encode()) > MAX_HASHLIMIT_NAME or not _SAFE.issuperset(name):
+            raise Unsupported(f"hashlimit name {name!r} (at most {MAX_HASHLIMIT_NAME} "
+                              f"letters, digits, _ and -)", where)
+        width = 32 if self.version == 4 else 128
+        if h.src_prefix is not None and h.src_prefix > width:
+            raise RuleSetError(f"{where}: hashlimit source prefix /{h.src_prefix} in an "
+                               f"IPv{self.version} rule")
+        rate = _rate(h.rate, h.per, _HASHLIMIT_SCALE, "hashlimit", rid)
+        if not 1 <= h.burst <= 10000:
+            raise Unsupported(f"hashlimit burst {h.burst}", where)
+        mask = "" if h.src_prefix in (None, width) else f" --hashlimit-srcmask {h.src_prefix}"
+        return (f" -m hashlimit --hashlimit-above {rate} --hashlimit-burst {h.burst}"
+                f" --hashlimit-mode srcip --hashlimit-name {name}{mask}")
 
     def _addr(self, parts: list[str], opt: str, p: Prefix, rid: str, what: str) -> None:
         net = p.net
@@ -481,6 +524,23 @@ class _Emitter:
             parts.append(" -m " + proto)
             parts.extend(one)
         parts.extend(lists)
+
+    def _port_lookup_differs(self, t: Table, ref: SetRef) -> bool:
+        """Whether a lookup of ports in `ref`'s set means other than the model's
+        for packets that are neither TCP nor UDP: negated, or in a set that holds
+        other protocols."""
+        if not any(f in ("sport", "dport") for f in ref.fields):
+            return False
+        if ref.negate:
+            return True
+        key = (id(t), ref.name)
+        out = self.other_protos.get(key)
+        if out is None:
+            s = t.set(ref.name)
+            i = s.keys.index("proto") if "proto" in s.keys else None
+            out = self.other_protos[key] = i is None or any(
+                e[i] not in ("tcp", "udp", 6, 17) for e in s.elements)
+        return out
 
     def _setref(self, t: Table, ref: SetRef, rid: str) -> tuple[str, int]:
         """(` NAME FLAGS`, the set's IP version) for a set lookup."""
@@ -612,22 +672,41 @@ def _set_flags(s: Set, ref: SetRef, rid: str) -> str:
 
 
 def _limit(lim, rid: str) -> str:
-    mult = _LIMIT_UNITS.get(lim.per)
-    if mult is None:
-        raise Unsupported(f"limit per {lim.per}", f"rule {rid}")
-    if lim.rate < 1:
-        raise RuleSetError(f"rule {rid}: limit rate {lim.rate}")
-    period = _LIMIT_SCALE * mult // lim.rate
-    if period == 0:
-        raise Unsupported(f"limit faster than {_LIMIT_SCALE}/second", f"rule {rid}")
+    text = f" -m limit --limit {_rate(lim.rate, lim.per, _LIMIT_SCALE, 'limit', rid)}"
     if not 1 <= lim.burst <= 10000:
         raise Unsupported(f"limit burst {lim.burst}", f"rule {rid}")
+    return text if lim.burst == _LIMIT_BURST else f"{text} --limit-burst {lim.burst}"
+
+
+def _rate(rate: int, per: str, scale: int, what: str, rid: str) -> str:
+    """A rate as limit and hashlimit save it: held as a period in units of 1/scale
+    second, printed in the largest unit that shows the period exactly."""
+    mult = _LIMIT_UNITS.get(per)
+    if mult is None:
+        raise Unsupported(f"{what} per {per}", f"rule {rid}")
+    if rate < 1:
+        raise RuleSetError(f"rule {rid}: {what} rate {rate}")
+    period = scale * mult // rate
+    if period == 0:
+        raise Unsupported(f"{what} faster than {scale}/second", f"rule {rid}")
+    prints = [(name, unit // _LIMIT_SCALE * scale) for name, unit in _LIMIT_PRINT]
     i = 1
-    while i < len(_LIMIT_PRINT):
-        unit = _LIMIT_PRINT[i][1]
+    while i < len(prints):
+        unit = prints[i][1]
         if period > unit or unit // period < unit % period:
             break
         i += 1
-    name, unit = _LIMIT_PRINT[i - 1]
-    text = f" -m limit --limit {unit // period}/{name}"
-    return text if lim.burst == _LIMIT_BURST else f"{text} --limit-burst {lim.burst}"
+    name, unit = prints[i - 1]
+    return f"{unit // period}/{name}"
+
+
+def _string(s: StringMatch, rid: str) -> str:
+    where = f"rule {rid}"
+    data = s.text.encode()
+    if len(data) > MAX_STRING:
+        raise Unsupported(f"string match longer than {MAX_STRING} bytes", where)
+    if not all(0x20 <= b < 0x7F for b in data):
+        # save would print it as --hex-string: not the text the rule was given.
+        raise Unsupported("string match of a byte that is not printable ASCII", where)
+    text = s.text.replace("\\", "\\\\").replace('"', '\\"')
+    return f' -m string --string "{text}" --algo {s.algo}'

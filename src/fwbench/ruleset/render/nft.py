@@ -15,6 +15,8 @@ comment goes before the id in the same string: nft has one comment per rule).
 Where nft's meaning would differ from the model's, the renderer adds what makes
 them equal (`meta l4proto { tcp, udp }` before a port lookup an ICMP packet could
 match) or refuses (Unsupported; RuleSetError for what the kernel itself refuses).
+What only iptables has (a payload string match, hashlimit, `-j CT` without
+options, a set with per-element counters) is refused with Unsupported.
 
 Pure: no root, no subprocess.
 """
@@ -31,7 +33,8 @@ from fwbench.ruleset.model import (CLIENT, FAMILIES, HOOKS, PROTOCOLS, SET_KEYS,
                                    Unsupported)
 from fwbench.ruleset.render import ID_TAG
 
-# Everything the model can say, nft can hold; the few combinations it cannot
+# Everything the model can say, nft can hold but for iptables' own constructs
+# (string match, hashlimit, ct, set counters); the few combinations it cannot
 # (conntrack and NAT in the netdev family) are refused by check() per rule.
 SUPPORTS: frozenset[str] = frozenset(
     [f"family {f}" for f in FAMILIES]
@@ -149,9 +152,9 @@ def check(rs: RuleSet) -> None:
 
 def render(rs: RuleSet, ifs: Interfaces) -> str:
     """`nft -f` input for the whole rule set: tables in model order, each with its
-    sets, then its chains in model order. A netdev table's chains hook the
-    testbed's client-side interface (the model has no device field). Raises
-    what check() raises, but for features outside SUPPORTS, which check() tests
+    sets, then its chains in model order. A netdev chain hooks its device, or the
+    testbed's client-side interface when it names none. Raises what check()
+    raises, but for most features outside SUPPORTS, which check() tests
     (RuleSet.features() would take longer than the rendering itself)."""
     return _Renderer(ifs).ruleset(rs)
 
@@ -347,8 +350,12 @@ class _Renderer:
             i = s.keys.index("proto")
             self.tcp_udp_only[s.name] = all(
                 e[i] in ("tcp", "udp", 6, 17) for e in s.elements)
+        if s.counters:
+            raise Unsupported("set counters", where)
         out.append(f"\tset {s.name} {{")
         out.append("\t\ttype " + " . ".join(types[k] for k in s.keys))
+        if s.size is not None:
+            out.append(f"\t\tsize {s.size}")
         if s.interval:
             out.append("\t\tflags interval")
         if s.elements:
@@ -401,7 +408,8 @@ class _Renderer:
             raise RuleSetError(f"{where}: a route chain is only at hook output")
         device = ""
         if self.fam == "netdev":
-            device = " device " + _quoted("device", self.ifs.resolve(CLIENT), 15)
+            device = " device " + _quoted(f"{where}: device",
+                                          self.ifs.resolve(c.device or CLIENT), 15)
         prio = priority_text(self.fam, c.hook, c.priority)
         return f"type {c.type} hook {c.hook}{device} priority {prio}; policy {c.policy};"
 
@@ -410,6 +418,10 @@ class _Renderer:
     def rule(self, r: Rule) -> str:
         m, a = r.match, r.action
         where = f"rule {r.id}"
+        if m.string is not None:
+            raise Unsupported("string match", where)
+        if m.hashlimit is not None:
+            raise Unsupported("hashlimit", where)
         fam = self.fam
         version = _version(m, where)
         if fam == "ip" and version == 6 or fam == "ip6" and version == 4:
@@ -533,6 +545,8 @@ class _Renderer:
             return k
         if k in ("jump", "goto"):
             return f"{k} {_name('chain', a.chain or '')}"
+        if k == "ct":
+            raise Unsupported("ct", where)
         if k == "mark":
             return _mark_set(a.mark or 0, a.mark_mask, where)
         if k == "log":

@@ -1,35 +1,34 @@
 """The drop-position experiment's treatments (seed 002) as rule sets of the model.
 
-droprate/treatments.py loads each treatment itself today; this holds the same
-rules as data, in the same chains and positions, so that one renderer and one
-loader serve them. The flood is UDP from the client to the firewall's own
-client-side address (198.18.0.1) at a port nothing listens on; every treatment's
-counted rule has the id `flood` (the rule whose counter treatments.py reads).
+droprate/treatments.py renders and loads each of these through the backends (the
+BPF ones excepted, below), so one renderer and one loader serve them. The flood
+is UDP from the client to the firewall's own client-side address (198.18.0.1) at
+a port nothing listens on; every treatment's counted rule has the id `flood`,
+and raw-after-rules' rules the flood must pass without a count are
+`nonmatching-1` ... `nonmatching-N`.
+
+The accept group's rules are iptables' `-j CT` (action `ct`) and `-j CT
+--notrack` (action `notrack`); the ICMP rule `ct-icmp` keeps conntrack's hooks
+registered in both. nft-ingress's chain is on the client side's device.
+string-bm, string-kmp (a payload string match) and hashlimit (the packets above
+a rate, per source /16) are matches only iptables renders; the reference
+evaluator refuses them, so their probe is a claim about the kernel only.
 
 Where the treatment is a backend's choice rather than a rule set's, treatments
-share tables: ipset and nftset hold the same set in raw PREROUTING (an ipset for
-iptables, an nft set for nft); xdp and tc hold `-p udp -j DROP` in raw
-PREROUTING, the match bpf/drop.bpf.c implements, placed by the BPF backend at
-XDP or tc ingress.
-
-What the model cannot say yet:
-- `-j CT` without options (conntrack and the ICMP rule of both accept-group
-  treatments): a counting rule that matches every conntrack state stands in for
-  it; like `-j CT`, it changes no verdict and keeps conntrack's hooks
-  registered (xt_conntrack and nft's ct expression both register them).
-- nft-ingress's chain is bound to a device, the client side; the model's Chain
-  has no device, so the netdev ingress chain here means the client side's.
-- string-bm, string-kmp (a payload string match) and hashlimit (a rate above
-  which packets match, per source /16): `Unsupported`.
+share tables: ipset and nftset hold the same elements in a set in raw PREROUTING
+(an ipset with per-element counters, as seed 002's had, for iptables; an nft set
+of that size for nft); xdp and tc hold `-p udp -j DROP` in raw PREROUTING, the
+match bpf/drop.bpf.c implements, which iproute2 attaches at XDP or tc ingress
+(fwbench.bpf): no renderer writes that program.
 """
 from __future__ import annotations
 
 import functools
 import ipaddress
 
-from fwbench.ruleset.model import (CLIENT, CT_STATES, DROP, Action, Chain, Iface, Match,
+from fwbench.ruleset.model import (CLIENT, DROP, Action, Chain, HashLimit, Iface, Match,
                                    Packet, Prefix, Probe, Rule, RuleSet, RuleSetError, Set,
-                                   SetRef, Table, Unsupported, validate)
+                                   SetRef, StringMatch, Table, validate)
 
 CLIENT4, FW_CLIENT_SIDE4 = "198.18.0.2", "198.18.0.1"
 FLOOD_PORT = 9
@@ -37,6 +36,9 @@ FLOOD_SPORT = 10000             # the engine's first source port
 FLOOD_RULE = "flood"
 CT_ICMP_RULE = "ct-icmp"
 SET_NAME = "bl"                 # rendered fwb_bl, the name seed 002's treatment used
+HASHLIMIT_NAME = "udp"          # rendered fwb_udp
+HASHLIMIT_BURST = 5             # hashlimit's default
+HASHLIMIT_SRC_PREFIX = 16       # seed 002's: each /16 of sources has one budget
 
 # Set fillers: addresses of the benchmarking range the testbed does not use (its
 # two link subnets are 198.18.0.0/24 and 198.19.0.0/24), in treatments.py's order.
@@ -49,8 +51,6 @@ MAX_SET_SIZE = FILLER_CAPACITY + 1  # every filler plus the client's own address
 TREATMENTS = ("notrack", "conntrack", "xdp", "tc", "nft-ingress", "raw", "raw-after-rules",
               "filter-input", "ipset", "nftset", "string-bm", "string-kmp", "hashlimit")
 ACCEPT_GROUP = ("notrack", "conntrack")
-_UNSUPPORTED = {"string-bm": "payload string match", "string-kmp": "payload string match",
-                "hashlimit": "hashlimit"}
 
 
 @functools.lru_cache(maxsize=4)
@@ -86,25 +86,22 @@ def droprate(*, treatment: str, size: int = 1, nonmatching: int = 5,
              hashlimit_pps: int = 1000) -> RuleSet:
     """The rule set of one treatment: `size` is the set's size (ipset, nftset),
     `nonmatching` the rules before the drop (raw-after-rules), `port` the flood's
-    destination port; `text` and `hashlimit_pps` belong to the treatments the
-    model cannot hold yet."""
+    destination port, `text` what string-bm and string-kmp look for, and
+    `hashlimit_pps` the rate per source /16 above which hashlimit drops."""
     if treatment not in TREATMENTS:
         raise RuleSetError(f"unknown treatment {treatment!r} (known: {', '.join(TREATMENTS)})")
-    if treatment in _UNSUPPORTED:
-        raise Unsupported(_UNSUPPORTED[treatment], f"treatment {treatment}")
     layout, n = "linear", 1
     if treatment in ACCEPT_GROUP:
-        flood = Action("notrack") if treatment == "notrack" else Action("counter")
-        tables = (_raw([Rule(FLOOD_RULE, Match(proto="udp"), flood),
-                        Rule(CT_ICMP_RULE, Match(proto="icmp", ct_state=frozenset(CT_STATES)),
-                             Action("counter"))]),)
+        tables = (_raw([Rule(FLOOD_RULE, Match(proto="udp"),
+                             Action("notrack" if treatment == "notrack" else "ct")),
+                        Rule(CT_ICMP_RULE, Match(proto="icmp"), Action("ct"))]),)
         n = 2
     elif treatment in ("xdp", "tc"):
         tables = (_raw([Rule(FLOOD_RULE, Match(proto="udp"), DROP)]),)
     elif treatment == "nft-ingress":
         tables = (Table("netdev", "fwbench", (Chain(
             "ingress", (Rule(FLOOD_RULE, Match(proto="udp"), DROP),), hook="ingress",
-            priority=0, policy="accept"),)),)
+            priority=0, policy="accept", device=CLIENT),)),)
     elif treatment == "raw":
         tables = (_raw([Rule(FLOOD_RULE, _udp_from_client(), DROP)]),)
     elif treatment == "raw-after-rules":
@@ -120,12 +117,24 @@ def droprate(*, treatment: str, size: int = 1, nonmatching: int = 5,
         tables = (Table("ip", "filter", (Chain(
             "INPUT", (Rule(FLOOD_RULE, _udp_from_client(), DROP),), hook="input",
             priority=0, policy="accept"),)),)
+    elif treatment in ("string-bm", "string-kmp"):
+        algo = treatment.removeprefix("string-")
+        tables = (_raw([Rule(FLOOD_RULE, Match(proto="udp", string=StringMatch(text, algo)),
+                             DROP)]),)
+    elif treatment == "hashlimit":
+        limit = HashLimit(HASHLIMIT_NAME, hashlimit_pps, "second", HASHLIMIT_BURST,
+                          HASHLIMIT_SRC_PREFIX)
+        tables = (_raw([Rule(FLOOD_RULE, Match(proto="udp", hashlimit=limit), DROP)]),)
     else:   # ipset, nftset
         if not 1 <= size <= MAX_SET_SIZE:
             raise RuleSetError(f"set size must be 1..{MAX_SET_SIZE:,}, got {size:,}")
         elements = tuple((a,) for a in (CLIENT4,) + filler_addresses(size - 1))
+        # Sized, so nft picks the set implementation seed 002's nft set had; the
+        # ipset counts per element, as seed 002's did.
+        s = Set(SET_NAME, ("addr",), elements, 4, size=size,
+                counters=treatment == "ipset")
         tables = (_raw([Rule(FLOOD_RULE, Match(sets=(SetRef(SET_NAME, ("saddr",)),)), DROP)],
-                       (Set(SET_NAME, ("addr",), elements, 4),)),)
+                       (s,)),)
         layout, n = "set", size
 
     flow = Packet(4, "client", CLIENT4, FW_CLIENT_SIDE4, "udp", FLOOD_SPORT, port)
