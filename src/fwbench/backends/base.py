@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from fwbench import proc
-from fwbench.errors import MeasurementInvalid
 from fwbench.backends import kernel
 from fwbench.ruleset import corpus as corpora
 from fwbench.ruleset.evaluate import Evaluator, RateLimits
@@ -33,7 +32,6 @@ from fwbench.testbed.netns import NetnsTestbed
 PROBE_PACKETS = 20
 # Corpus packets each verification sends besides the probes.
 SAMPLE_PACKETS = 40
-EXCHANGE_ATTEMPTS = 3     # per round, when the instrument itself lost packets
 # A verification names this many differences and counts the rest.
 _DIFFERENCES_SHOWN = 3
 
@@ -259,33 +257,22 @@ def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
     """Send `pkts` through the firewall as it is loaded, in rounds connection
     tracking cannot link (emptied before each), reading the counters around."""
     seen: list[Packet | None] = [None] * len(pkts)
-    counts: Counter[str] = Counter()
     packets.prepare(tb)
     try:
+        before = backend.counters(tb, rs)
         for members in _rounds(rs, pkts):
+            kernel.flush_conntrack(tb)
             # The injector crafts new, unmarked packets; their conntrack state is
             # the kernel's own (as_tracked), which only the evaluator is told.
-            batch = [replace(pkts[i], ct_state="new", mark=0) for i in members]
-            for attempt in range(1, EXCHANGE_ATTEMPTS + 1):
-                kernel.flush_conntrack(tb)
-                before = backend.counters(tb, rs)
-                try:
-                    got = packets.exchange(tb, batch)
-                except MeasurementInvalid:
-                    # The instrument, not the firewall, lost packets (a busy
-                    # machine): the round again, its counts read afresh.
-                    if attempt == EXCHANGE_ATTEMPTS:
-                        raise
-                    continue
-                after = backend.counters(tb, rs)
-                counts.update({k: after.get(k, 0) - before.get(k, 0)
-                               for k in after.keys() | before.keys()})
-                break
+            got = packets.exchange(tb, [replace(pkts[i], ct_state="new", mark=0)
+                                        for i in members])
             for i, o in zip(members, got):
                 seen[i] = o.packet if o else None
+        after = backend.counters(tb, rs)
     finally:
         packets.restore(tb)
-    return Exchange(pkts, seen, dict(counts))
+    counts = {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
+    return Exchange(pkts, seen, counts)
 
 
 def rate_limits(rs: RuleSet) -> RateLimits:
