@@ -62,6 +62,7 @@ class CheckReport:
     results: list[BackendResult]
     between: list[str]             # packets on which backends disagree among themselves
     limited: int = 0               # packets not judged: a rate limit may decide them
+    limit_rules: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -70,7 +71,7 @@ class CheckReport:
 
     def as_dict(self) -> dict:
         return {"ruleset": self.ruleset, "corpus": self.corpus, "ok": self.ok,
-                "not_judged_rate_limited": self.limited,
+                "not_judged_rate_limited": self.limited, "limit_rules": self.limit_rules,
                 "backends": [r.as_dict() for r in self.results], "between": self.between}
 
 
@@ -130,8 +131,9 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
             res.forwarded = sum(1 for s in ex.seen if s is not None)
             res.seconds = time.perf_counter() - t0
             results.append(res)
-    limited = sum(1 for p in pkts if rate_limits(rs).reached(p))
-    return CheckReport(rs.name, len(pkts), results, _between(rs, pkts, results), limited)
+    limits = rate_limits(rs)
+    return CheckReport(rs.name, len(pkts), results, _between(rs, pkts, results),
+                       sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)))
 
 
 def _attributed(rs: RuleSet, pkts: list[Packet], line: str) -> str:

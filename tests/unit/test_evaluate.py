@@ -593,3 +593,61 @@ def test_the_index_of_long_chains_changes_no_verdict(monkeypatch):
     # The check saw many rules match and decide.
     assert len({r for v in want for r in v.counted}) > 250
     assert len({v.decided_by for v in want}) > 15
+
+
+# --- rate limits -------------------------------------------------------------------
+
+def _limited_set() -> RuleSet:
+    """FORWARD: ICMP echo accepted under a limit, then every UDP packet to port 53
+    accepted; the policy drops. A nat POSTROUTING rule counts what leaves."""
+    echo = Rule("echo", Match(proto="icmp", icmp_type=8, limit=Limit(5)), ACCEPT)
+    dns = Rule("dns", Match(proto="udp", dport=Ports.of(53)), ACCEPT)
+    out = Rule("out", Match(oif=Iface(SERVER)), Action("counter"))
+    return validate(RuleSet("limited", (
+        Table("ip", "filter", (Chain("FORWARD", (echo, dns), hook="forward", priority=0,
+                                     policy="drop"),)),
+        Table("ip", "nat", (Chain("POSTROUTING", (out,), hook="postrouting", priority=100,
+                                  type="nat"),)))))
+
+
+def test_rate_limits_name_the_packets_a_limit_may_decide_and_their_counters():
+    rs = _limited_set()
+    lim = E.RateLimits(rs)
+    assert lim.ids == {"echo"}
+    ping = Packet(4, "client", "198.18.0.2", "198.19.0.2", "icmp", icmp_type=8)
+    reply = Packet(4, "client", "198.18.0.2", "198.19.0.2", "icmp", icmp_type=0)
+    dns = Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1024, 53)
+    assert lim.reached(ping) == ("echo",)
+    assert lim.reached(reply) == () and lim.reached(dns) == ()
+    # A spent limit drops the echo: its own counter and nat's differ, dns's do not.
+    assert lim.unsure_rules([ping, reply, dns]) == {"echo", "out"}
+    assert lim.unsure_rules([reply, dns]) == set()
+
+
+def test_a_rule_set_without_limits_has_nothing_unsure():
+    rs = seed000(5)
+    lim = E.RateLimits(rs)
+    assert lim.ids == frozenset()
+    assert lim.reached(rs.flow) == () and lim.unsure_rules([rs.flow]) == set()
+
+
+def test_disagreements_leave_out_what_a_spent_limit_decided():
+    """The kernel's limit was spent: the echo dropped, nat's counter one short. Not a
+    disagreement; a dropped DNS packet still is."""
+    from fwbench.backends import base
+    rs = _limited_set()
+
+    class Kernel:
+        filters = True
+
+        def counted_ids(self, rs):
+            return frozenset({"echo", "dns", "out"})
+
+    ping = Packet(4, "client", "198.18.0.2", "198.19.0.2", "icmp", icmp_type=8)
+    dns = Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1024, 53)
+    spent = base.Exchange([ping, dns], [None, dns], {"dns": 1, "out": 1})
+    assert base.disagreements(Kernel(), rs, spent) == ([], [])
+    lost = base.Exchange([ping, dns], [None, None], {"out": 0})
+    per_packet, per_rule = base.disagreements(Kernel(), rs, lost)
+    assert len(per_packet) == 1 and "udp" in per_packet[0]
+    assert per_rule == ["rule dns counted 0, expected 1"]

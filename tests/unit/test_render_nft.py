@@ -7,8 +7,6 @@ FWBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_render_nft.py, then review the di
 tests/privileged/test_render_nft_kernel.py loads them and compares the listing.
 """
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -224,41 +222,23 @@ def test_check_accepts_what_renders():
 
 # --- nft itself -------------------------------------------------------------------------
 
-def _nft_check(text: str, tmp_path: Path):
-    """`nft -c -f` in a private network namespace (test_seed000.py's way)."""
-    if not shutil.which("nft") or not shutil.which("unshare"):
-        pytest.skip("nft or unshare is not installed (./scripts/setup.sh installs them)")
-    f = tmp_path / "rules.nft"
-    f.write_text(text)
-    argv = ["unshare", "--net", "nft", "-c", "-f", str(f)]
-    if os.geteuid() != 0:
-        argv = ["unshare", "--map-root-user", "--net", "nft", "-c", "-f", str(f)]
-    cp = subprocess.run(argv, capture_output=True, text=True)
-    if cp.returncode != 0 and os.geteuid() != 0:
-        if "Operation not permitted" in cp.stderr:
-            pytest.skip("unprivileged user namespaces are disabled, so nft -c cannot run")
-        if "Message too long" in cp.stderr:
-            pytest.skip("nft -c of a large file needs root (netlink buffer limit)")
-    return cp
-
-
 @pytest.mark.parametrize("name", ["nft-rich.nft", "nft-seed000-n5-v6-set.nft"])
-def test_golden_passes_nft_check(name, tmp_path):
-    cp = _nft_check((MODEL_GOLDEN / name).read_text(), tmp_path)
+def test_golden_passes_nft_check(name, nft_check):
+    cp = nft_check((MODEL_GOLDEN / name).read_text())
     assert cp.returncode == 0, cp.stderr
 
 
 @pytest.mark.parametrize("layout", ["linear", "set"])
-def test_large_rendering_passes_nft_check(layout, tmp_path):
-    cp = _nft_check(nft.render(seed000(1000, layout=layout), IFS), tmp_path)
+def test_large_rendering_passes_nft_check(layout, nft_check):
+    cp = nft_check(nft.render(seed000(1000, layout=layout), IFS))
     assert cp.returncode == 0, cp.stderr
 
 
-def test_nft_check_catches_a_keyword_name(tmp_path):
+def test_nft_check_catches_a_keyword_name(nft_check):
     """The check above can fail: `fwd` as a chain name is a syntax error in nft,
     which is why the renderer refuses it."""
     text = nft.render(seed000(3), IFS).replace("from_server", "fwd")
-    assert _nft_check(text, tmp_path).returncode != 0
+    assert nft_check(text).returncode != 0
 
 
 # --- nft's printed forms ----------------------------------------------------------------

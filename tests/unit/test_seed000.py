@@ -3,11 +3,7 @@ limits and the spill of fillers past the port range to other addresses, and its
 nft rendering checked by nft itself at a few sizes. The renderings against seed
 000's golden files are in test_render_iptables.py, test_render_nft.py and
 test_render_bpf.py."""
-import os
-import shutil
-import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -108,40 +104,20 @@ def test_digest_changes_with_any_entry():
 
 # --- nft -c -------------------------------------------------------------------------
 
-def _nft_check(text: str, tmp_path: Path):
-    if not shutil.which("nft") or not shutil.which("unshare"):
-        pytest.skip("nft or unshare is not installed (./scripts/setup.sh installs them)")
-    f = tmp_path / "rules.nft"
-    f.write_text(text)
-    # A private network namespace: nft -c needs CAP_NET_ADMIN, never the root namespace's.
-    argv = ["unshare", "--net", "nft", "-c", "-f", str(f)]
-    if os.geteuid() != 0:
-        argv = ["unshare", "--map-root-user", "--net", "nft", "-c", "-f", str(f)]
-    cp = subprocess.run(argv, capture_output=True, text=True)
-    if cp.returncode != 0 and os.geteuid() != 0:
-        if "Operation not permitted" in cp.stderr:
-            pytest.skip("unprivileged user namespaces are disabled, so nft -c cannot run")
-        if "Message too long" in cp.stderr:
-            # nft enlarges its netlink buffer with SO_RCVBUFFORCE, which a user
-            # namespace does not grant; large files are checked when run as root.
-            pytest.skip("nft -c of a large file needs root (netlink buffer limit)")
-    return cp
-
-
 @pytest.mark.parametrize("layout", ["linear", "set"])
 # 1000 is test_render_nft.py's; 30,000 spills past the ports to other addresses.
 @pytest.mark.parametrize("n", [1, 30_000])
-def test_generated_nft_passes_nft_check(layout, n, tmp_path):
-    cp = _nft_check(nft.render(seed000(n, layout=layout), IFS), tmp_path)
+def test_generated_nft_passes_nft_check(layout, n, nft_check):
+    cp = nft_check(nft.render(seed000(n, layout=layout), IFS))
     assert cp.returncode == 0, cp.stderr
 
 
-def test_generated_nft_without_counters_passes_nft_check(tmp_path):
-    cp = _nft_check(nft.render(seed000(50, counters=False), IFS), tmp_path)
+def test_generated_nft_without_counters_passes_nft_check(nft_check):
+    cp = nft_check(nft.render(seed000(50, counters=False), IFS))
     assert cp.returncode == 0, cp.stderr
 
 
-def test_nft_check_catches_a_broken_file(tmp_path):
+def test_nft_check_catches_a_broken_file(nft_check):
     """The check above can fail: a rule set with a syntax error is rejected."""
     text = nft.render(seed000(3), IFS).replace("accept", "acept", 1)
-    assert _nft_check(text, tmp_path).returncode != 0
+    assert nft_check(text).returncode != 0

@@ -197,18 +197,26 @@ def copies(p: Packet, n: int) -> list[Packet]:
     return [replace(p, sport=1024 + (p.sport - 1024 + k) % 64512) for k in range(n)]
 
 
-_evaluators: dict[str, Evaluator] = {}
-_limits: dict[str, RateLimits] = {}
+# The latest rule set's compiled reference: (digest, evaluator, rate limits).
+_compiled: list[tuple[str, Evaluator, RateLimits]] = []
 _samples: dict[tuple[str, int, int], list[Packet]] = {}
+
+
+def _reference(rs: RuleSet) -> tuple[str, Evaluator, RateLimits]:
+    key = rs.digest()
+    if not _compiled or _compiled[0][0] != key:
+        _compiled[:] = [(key, Evaluator(rs), RateLimits(rs))]
+    return _compiled[0]
 
 
 def evaluator(rs: RuleSet) -> Evaluator:
     """The reference evaluator of a rule set, compiled once per rule set."""
-    key = rs.digest()
-    if key not in _evaluators:
-        _evaluators.clear()
-        _evaluators[key] = Evaluator(rs)
-    return _evaluators[key]
+    return _reference(rs)[1]
+
+
+def rate_limits(rs: RuleSet) -> RateLimits:
+    """The rule set's rate limits, compiled once per rule set."""
+    return _reference(rs)[2]
 
 
 def corpus_sample(rs: RuleSet, n: int, seed: int) -> list[Packet]:
@@ -273,15 +281,6 @@ def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
         packets.restore(tb)
     counts = {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
     return Exchange(pkts, seen, counts)
-
-
-def rate_limits(rs: RuleSet) -> RateLimits:
-    """The rule set's rate limits, compiled once per rule set."""
-    key = rs.digest()
-    if key not in _limits:
-        _limits.clear()
-        _limits[key] = RateLimits(rs)
-    return _limits[key]
 
 
 def disagreements(backend: Backend, rs: RuleSet, ex: Exchange) -> tuple[list[str], list[str]]:

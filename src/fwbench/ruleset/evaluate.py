@@ -939,6 +939,7 @@ class RateLimits:
     def __init__(self, rs: RuleSet):
         self.ids = frozenset(r.id for _, _, r in rs.rules() if r.match.limit is not None)
         self._reach = self._spent = None
+        self._reached: dict[Packet, tuple[str, ...]] = {}   # asked per backend
         if self.ids:
             self._reach = Evaluator(_rewrite(rs, lambda r: (
                 Rule(_REACH + r.id, replace(r.match, limit=None), Action("counter")), r)))
@@ -948,8 +949,12 @@ class RateLimits:
         """The limit rules `p` reaches: its verdict may be theirs to decide."""
         if self._reach is None:
             return ()
-        return tuple(rid[len(_REACH):] for rid in self._reach.evaluate(p).counted
-                     if rid.startswith(_REACH))
+        out = self._reached.get(p)
+        if out is None:
+            out = self._reached[p] = tuple(rid[len(_REACH):]
+                                           for rid in self._reach.evaluate(p).counted
+                                           if rid.startswith(_REACH))
+        return out
 
     def unsure_rules(self, packets: Iterable[Packet]) -> set[str]:
         """Rules whose counters the limits may change, over these packets."""

@@ -1,0 +1,30 @@
+"""Fixtures the unit tests share."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+@pytest.fixture
+def nft_check(tmp_path):
+    """`nft -c -f` of a text in a private network namespace (nft -c needs
+    CAP_NET_ADMIN, never the root namespace's); skips where that cannot run."""
+    def check(text: str) -> subprocess.CompletedProcess:
+        if not shutil.which("nft") or not shutil.which("unshare"):
+            pytest.skip("nft or unshare is not installed (./scripts/setup.sh installs them)")
+        f = tmp_path / "rules.nft"
+        f.write_text(text)
+        argv = ["unshare", "--net", "nft", "-c", "-f", str(f)]
+        if os.geteuid() != 0:
+            argv = ["unshare", "--map-root-user", "--net", "nft", "-c", "-f", str(f)]
+        cp = subprocess.run(argv, capture_output=True, text=True)
+        if cp.returncode != 0 and os.geteuid() != 0:
+            if "Operation not permitted" in cp.stderr:
+                pytest.skip("unprivileged user namespaces are disabled, so nft -c cannot run")
+            if "Message too long" in cp.stderr:
+                # nft enlarges its netlink buffer with SO_RCVBUFFORCE, which a user
+                # namespace does not grant; large files are checked when run as root.
+                pytest.skip("nft -c of a large file needs root (netlink buffer limit)")
+        return cp
+    return check
