@@ -585,6 +585,59 @@ def test_load_file_set_rule_needs_ipsets():
         load_file(str(GW_RULES))
 
 
+V6_TEXT = ("*filter\n:FORWARD DROP [0:0]\n"
+           "-A FORWARD -s 2001:db8::/32 -d 2001:db8:1::1/128 -i eth0 -p tcp -m tcp --dport 22 "
+           "-j ACCEPT\n-A FORWARD ! -s 2001:2::9 -o eth1 -j DROP\nCOMMIT\n*nat\n"
+           ":PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 2001:db8:1::1/128 -p tcp -m tcp "
+           "--dport 80 -j DNAT --to-destination [2001:db8::5]:8080\nCOMMIT\n")
+ONE_PASS = [
+    ("gateway", GW_RULES.read_text(), GW_IPSET.read_text(), True),
+    ("ip6tables, NAT to [addr]:port", V6_TEXT, None, True),
+    ("a comment that reads as an address", HEAD +
+     '-A FORWARD -d 10.0.0.1/32 -m comment --comment "old: -s 172.16.9.9" -j ACCEPT\n'
+     "COMMIT\n", None, False),
+    ("an ipset element no rule uses", GW_RULES.read_text(),
+     GW_IPSET.read_text() + "create unused hash:ip family inet\nadd unused 8.8.4.4\n", False),
+    ("long options, a tab, addresses without length, inside the range",
+     HEAD + "-A FORWARD --source 10.1.2.3 --destination\t198.18.7.7 "
+     "! --in-interface eth+ -j DROP\n-A FORWARD -d 10.1.0.0/16 -o lo -j ACCEPT\nCOMMIT\n",
+     None, True),
+]
+
+
+@pytest.mark.parametrize("name, text, ipsets, one_pass", ONE_PASS, ids=[c[0] for c in ONE_PASS])
+def test_load_file_remaps_iptables_in_one_pass_as_remap_would(tmp_path, name, text, ipsets,
+                                                             one_pass):
+    """load_file plans the remap from the networks it reads by pattern and parses
+    once; the rule set is the one parse-then-remap gives, also where the pattern
+    guessed wrong (then it parses again)."""
+    from fwbench.ruleset.importers.load import detect
+    from fwbench.ruleset.importers.remap import Remapper
+    path = _write(tmp_path / "r.rules", text)
+    isp = _write(tmp_path / "r.ipset", ipsets) if ipsets else None
+    version = detect(text)[1]
+    got = load_file(path, IFMAP, ipsets=isp)
+    want = validate(remap(iptables_save.parse(text, path, version, ipsets, isp or "ipsets"),
+                          IFMAP))
+    assert got == want and got.digest() == want.digest()
+    assert got.address_map and got.address_map == want.address_map
+    assert got.notes == want.notes and got.iface_map == want.iface_map
+    mover = Remapper(IFMAP, iptables_save.networks(text, version, ipsets))
+    iptables_save.parse(text, path, version, ipsets, "ipsets", mover)
+    assert mover.complete == one_pass
+
+
+def test_load_file_one_pass_keeps_the_parsers_errors(tmp_path):
+    for body, message in (
+            ("-A FORWARD -s 2001:db8::1 -j DROP\n", r"r.rules:8: IPv6 address 2001:db8::1 in "
+                                                     r"an IPv4 rule set$"),
+            ("-A FORWARD -s 10.0.0.300 -j DROP\n", r"r.rules:8: not an address or prefix"),
+            ("-A FORWARD -s 10.0.0.1 -i eth0 -j DROP\n", r"the role must be client or server")):
+        path = _write(tmp_path / "r.rules", HEAD + body + "COMMIT\n")
+        with pytest.raises(RuleSetError, match=message):
+            load_file(path, {"eth0": "dmz"} if "role" in message else IFMAP)
+
+
 def _write(p: Path, content) -> str:
     if isinstance(content, bytes):
         p.write_bytes(content)

@@ -40,9 +40,10 @@ import gc
 import ipaddress
 import socket
 from dataclasses import replace
+from typing import Iterable
 
 from fwbench.ruleset.model import (CLIENT, SERVER, Action, Iface, Match, Packet, Prefix,
-                                   Probe, Rule, RuleSet, RuleSetError, Table)
+                                   Probe, RuleSet, RuleSetError, Table, evolve)
 
 BENCH = {4: ipaddress.ip_network("198.18.0.0/15"), 6: ipaddress.ip_network("2001:2::/48")}
 # The testbed's own links; nothing is mapped onto them.
@@ -57,31 +58,108 @@ Net = tuple[int, int, int]   # (version, network address as an int, prefix lengt
 def remap(rs: RuleSet, iface_map: dict[str, str]) -> RuleSet:
     """`rs` with interfaces mapped to roles and addresses moved into the
     benchmarking ranges (see the module's docstring)."""
-    roles: dict[str, str] = {}
-    for name, role in iface_map.items():
-        if role not in ROLES:
-            raise RuleSetError(f"interface map: {name}={role}: the role must be client or "
-                               f"server")
-        roles[name] = ROLES[role]
     # Nothing here makes reference cycles; the collector would only walk the
     # growing heap again and again (most of the time at 100,000 rules).
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        parsed = _collect(rs)
-        nets = set(parsed.values())
-        mapping: dict[Net, Net] = {}
-        notes = list(rs.notes)
-        for version in (4, 6):
-            mine = [n for n in nets if n[0] == version]
-            move, kept_wide = _classify(mine, version)
-            mapping.update(_plan(move, mine, version))
-            for n in kept_wide:
-                notes.append(f"{_text(n)} holds the whole benchmarking range: kept as it is")
-        return _apply(rs, roles, mapping, parsed, notes)
+        return Remapper(iface_map, _collect(rs)).apply(rs)
     finally:
         if was_enabled:
             gc.enable()
+
+
+class Remapper:
+    """Where remap() moves a rule set's interfaces and addresses: a plan made from
+    every network the rule set names (`texts`, as written), then asked value by
+    value. remap() asks it for every value of a finished rule set (apply); an
+    importer that can list the networks before it builds the rules asks it as it
+    reads them (addr, iface) and adds the record at the end (finish), so the rule
+    set is built once. `complete` says whether the networks it was asked for were
+    exactly those the plan was made from, the condition for the two ways to give
+    the same rule set."""
+
+    def __init__(self, iface_map: dict[str, str], texts: Iterable[str]):
+        self.roles: dict[str, str] = {}
+        for name, role in iface_map.items():
+            if role not in ROLES:
+                raise RuleSetError(f"interface map: {name}={role}: the role must be client "
+                                   f"or server")
+            self.roles[name] = ROLES[role]
+        self._nets = {x: _parse(x) for x in texts}
+        nets = set(self._nets.values())
+        self.mapping: dict[Net, Net] = {}
+        self.notes: list[str] = []
+        for version in (4, 6):
+            mine = [n for n in nets if n[0] == version]
+            move, kept_wide = _classify(mine, version)
+            self.mapping.update(_plan(move, mine, version))
+            for n in kept_wide:
+                self.notes.append(f"{_text(n)} holds the whole benchmarking range: kept as "
+                                  f"it is")
+        self._moved: dict[str, str] = {}
+        self._texts: dict[Net, str] = {}   # canonical network texts made so far
+        self._asked: set[Net] = set()
+        self._unmapped: set[str] = set()
+
+    def addr(self, text: str) -> str:
+        """A network or address text (canonical), moved; plain stays plain."""
+        out = self._moved.get(text)
+        if out is None:
+            net = self._nets.get(text) or _parse(text)
+            self._asked.add(net)
+            m = self.mapping.get(net)
+            if m is None:
+                out = text
+            else:
+                out = _text(m) if "/" in text else _addr_text(m[0], m[1])
+            self._moved[text] = out
+        return out
+
+    def prefix(self, written: str) -> str | None:
+        """The canonical text of the network (moved) that was written `written`
+        among the texts the plan was made from; None for any other text."""
+        net = self._nets.get(written)
+        if net is None:
+            return None
+        self._asked.add(net)
+        out = self.mapping.get(net) or net
+        text = self._texts.get(out)
+        if text is None:
+            text = self._texts[out] = _text(out)
+        return text
+
+    def iface(self, name: str) -> str:
+        """An interface name's role, or the name when it has none."""
+        if name == CLIENT or name == SERVER:
+            return name
+        role = self.roles.get(name)
+        if role is None:
+            self._unmapped.add(name)
+            return name
+        return role
+
+    @property
+    def complete(self) -> bool:
+        return self._asked == set(self._nets.values())
+
+    def finish(self, rs: RuleSet) -> RuleSet:
+        """`rs`, whose values went through addr() and iface(), with the record of
+        what moved: address_map, iface_map and notes."""
+        notes = list(rs.notes) + self.notes
+        if self._unmapped:
+            notes.append(f"interfaces without a role stay literal and never match in the "
+                         f"testbed: {', '.join(sorted(self._unmapped))}")
+        texts = self._texts
+        pairs = tuple((_text(o), texts.get(m) or _text(m))
+                      for o, m in sorted(self.mapping.items()))
+        return replace(rs, address_map=rs.address_map + pairs,
+                       iface_map=rs.iface_map + tuple(sorted(self.roles.items())),
+                       notes=tuple(notes))
+
+    def apply(self, rs: RuleSet) -> RuleSet:
+        """`rs` (whose networks the plan was made from) moved."""
+        return self.finish(_apply(rs, self))
 
 
 def reverse(rs: RuleSet, addr: str) -> str:
@@ -152,9 +230,9 @@ def _span(n: Net) -> tuple[int, int]:
     return n[1], n[1] + size - 1
 
 
-def _collect(rs: RuleSet) -> dict[str, Net]:
-    """Every network the rule set names (matches, set elements, NAT, probes), by
-    its text."""
+def _collect(rs: RuleSet) -> set[str]:
+    """Every network the rule set names (matches, set elements, NAT, probes), as
+    written."""
     texts: set[str] = set()
     for t in rs.tables:
         for s in t.sets:
@@ -172,7 +250,7 @@ def _collect(rs: RuleSet) -> dict[str, Net]:
                     texts.add(r.action.addr)
     for p in _packets(rs):
         texts.update((p.saddr, p.daddr))
-    return {x: _parse(x) for x in texts}
+    return texts
 
 
 def _packets(rs: RuleSet) -> list[Packet]:
@@ -181,25 +259,43 @@ def _packets(rs: RuleSet) -> list[Packet]:
 
 
 def _classify(nets: list[Net], version: int) -> tuple[list[Net], list[Net]]:
-    """The networks to move, and those kept because they hold the whole range."""
+    """The networks to move (by address, a network before those inside it), and
+    those kept because they hold the whole range."""
     blo, bhi = _span(_parse(str(BENCH[version])))
+    w = _WIDTH[version]
     move, wide = [], []
     for n in nets:
-        lo, hi = _span(n)
+        lo = n[1]
+        hi = lo + (1 << (w - n[2])) - 1
         if hi < blo or lo > bhi:
             move.append(n)
         elif lo <= blo and hi >= bhi:
             wide.append(n)
-    return sorted(move, key=lambda n: (n[1], n[2])), sorted(wide)
+    move.sort()     # one version: by address, then prefix length
+    return move, sorted(wide)
 
 
 # --- the plan ----------------------------------------------------------------------
 
 class _Node:
-    __slots__ = ("net", "children", "need")
+    """A network to move, with those it holds. `runs` groups its children into
+    runs of equal size, so that those not bigger than a cap, which always get a
+    block of their own size, are packed in one step."""
+    __slots__ = ("net", "size", "children", "runs", "need")
 
-    def __init__(self, net: Net):
-        self.net, self.children, self.need = net, [], 0
+    def __init__(self, net: Net, size: int):
+        self.net, self.size, self.children, self.need = net, size, [], size
+        self.runs: list[tuple[int, list[_Node]]] = []
+
+
+def _runs(nodes: list[_Node]) -> list[tuple[int, list[_Node]]]:
+    out: list[tuple[int, list[_Node]]] = []
+    for n in nodes:
+        if out and out[-1][0] == n.size:
+            out[-1][1].append(n)
+        else:
+            out.append((n.size, [n]))
+    return out
 
 
 def _plan(move: list[Net], all_nets: list[Net], version: int) -> dict[Net, Net]:
@@ -218,79 +314,111 @@ def _plan(move: list[Net], all_nets: list[Net], version: int) -> dict[Net, Net]:
             reserved.append([lo, hi])
 
     roots: list[_Node] = []
-    stack: list[_Node] = []
+    stack: list[tuple[int, _Node]] = []   # (last address, node)
     for n in move:   # sorted by address, a network before those inside it
-        node = _Node(n)
-        lo, hi = _span(n)
-        while stack and _span(stack[-1].net)[1] < lo:
+        size = 1 << (w - n[2])
+        node = _Node(n, size)
+        while stack and stack[-1][0] < n[1]:
             stack.pop()
-        (stack[-1].children if stack else roots).append(node)
-        stack.append(node)
+        (stack[-1][1].children if stack else roots).append(node)
+        stack.append((n[1] + size - 1, node))
+    todo = list(roots)
+    while todo:
+        node = todo.pop()
+        if node.children:
+            node.runs = _runs(node.children)
+            todo.extend(node.children)
+    root_runs = _runs(roots)
 
-    def fits(cap: int) -> list[int] | None:
-        for r in roots:
-            _need(r, cap, w)
-        return _place(roots, blo, bhi, reserved)
+    def fits(cap: int) -> bool:
+        return _fits(root_runs, cap, blo, bhi, reserved)
 
     # The largest cap that fits, by bisection over powers of two: a smaller cap
-    # never needs more room, and each try walks every network.
+    # never needs more room.
     top = (bhi - blo + 1).bit_length() - 1
     good = top
-    if fits(1 << top) is None:
-        if fits(1) is None:
+    if not fits(1 << top):
+        if not fits(1):
             raise RuleSetError(f"{len(move)} distinct IPv{version} networks do not fit "
                                f"into {BENCH[version]} apart from the testbed's links")
         good, bad = 0, top
         while bad - good > 1:
             mid = (good + bad) // 2
-            if fits(1 << mid) is None:
-                bad = mid
-            else:
+            if fits(1 << mid):
                 good = mid
+            else:
+                bad = mid
     cap = 1 << good
-    placed = fits(cap)   # sets every node's need for this cap again
+    fits(cap)   # sets the need of every node bigger than the cap, for this cap
     out: dict[Net, Net] = {}
-    for r, base in zip(roots, placed):
+    for r, base in zip(roots, _place(roots, cap, blo, reserved)):
         _assign(r, base, cap, w, out)
     return out
 
 
-def _need(node: _Node, cap: int, w: int) -> int:
-    """The block size `node` gets under cap (set on every node below it too)."""
-    natural = 1 << (w - node.net[2])
-    if natural <= cap:
-        node.need = natural
-        return natural
+def _need(node: _Node, cap: int) -> int:
+    """The block size `node`, bigger than cap, gets under cap (set on every node
+    below it that is bigger than cap too)."""
     packed = covered = 0
-    for c in node.children:
-        s = _need(c, cap, w)
-        packed = -(-packed // s) * s + s
-        covered += 1 << (w - c.net[2])
-    size = 1
-    while size < packed:
-        size *= 2
-    if size == packed and covered < natural:
+    for s, group in node.runs:
+        if s <= cap:
+            packed = -(-packed // s) * s + len(group) * s
+        else:
+            for c in group:
+                cs = _need(c, cap)
+                packed = -(-packed // cs) * cs + cs
+        covered += len(group) * s
+    size = 1 << (packed - 1).bit_length() if packed else 1
+    if size == packed and covered < node.size:
         size *= 2   # room for the node's own addresses outside its children
-    node.need = min(max(cap, size), natural)
+    node.need = min(max(cap, size), node.size)
     return node.need
 
 
-def _place(roots: list[_Node], blo: int, bhi: int,
-           reserved: list[list[int]]) -> list[int] | None:
-    """Block bases for the roots in order, or None when they do not fit."""
+def _next_free(cursor: int, s: int, reserved: list[list[int]], j: int) -> tuple[int, int, int]:
+    """(start, reserved index, blocks of size s that fit from start before the next
+    reserved range, -1 for no limit): the first start at or after `cursor` on a
+    boundary of s whose block misses the reserved ranges."""
+    while True:
+        cursor = -(-cursor // s) * s
+        while j < len(reserved) and reserved[j][1] < cursor:
+            j += 1
+        if j == len(reserved):
+            return cursor, j, -1
+        room = (reserved[j][0] - cursor) // s
+        if room > 0:
+            return cursor, j, room
+        cursor = reserved[j][1] + 1
+
+
+def _fits(root_runs: list[tuple[int, list[_Node]]], cap: int, blo: int, bhi: int,
+          reserved: list[list[int]]) -> bool:
+    """Whether the roots, in order, fit into [blo, bhi] under cap."""
+    cursor, j = blo, 0
+    for s, group in root_runs:
+        if s <= cap:
+            k = len(group)
+            while k:
+                cursor, j, room = _next_free(cursor, s, reserved, j)
+                take = k if room < 0 else min(k, room)
+                cursor += take * s
+                k -= take
+        else:
+            for r in group:
+                need = _need(r, cap)
+                cursor, j, _ = _next_free(cursor, need, reserved, j)
+                cursor += need
+        if cursor - 1 > bhi:
+            return False
+    return True
+
+
+def _place(roots: list[_Node], cap: int, blo: int, reserved: list[list[int]]) -> list[int]:
+    """Block bases for the roots in order (they fit: _fits said so)."""
     out, cursor, j = [], blo, 0
     for r in roots:
-        s = r.need
-        while True:
-            cursor = -(-cursor // s) * s
-            while j < len(reserved) and reserved[j][1] < cursor:
-                j += 1
-            if j < len(reserved) and reserved[j][0] <= cursor + s - 1:
-                cursor = reserved[j][1] + 1
-                continue
-            break
-        if cursor + s - 1 > bhi:
-            return None
+        s = r.size if r.size <= cap else r.need
+        cursor, j, _ = _next_free(cursor, s, reserved, j)
         out.append(cursor)
         cursor += s
     return out
@@ -298,8 +426,7 @@ def _place(roots: list[_Node], blo: int, bhi: int,
 
 def _assign(node: _Node, base: int, cap: int, w: int, out: dict[Net, Net]) -> None:
     version = node.net[0]
-    natural = 1 << (w - node.net[2])
-    if node.need == natural:
+    if node.size <= cap or node.need == node.size:
         # The whole subtree moves by one offset, host bits and prefixes kept.
         shift = base - node.net[1]
         todo = [node]
@@ -311,50 +438,22 @@ def _assign(node: _Node, base: int, cap: int, w: int, out: dict[Net, Net]) -> No
     out[node.net] = (version, base, w - node.need.bit_length() + 1)
     cursor = base
     for c in node.children:
-        cursor = -(-cursor // c.need) * c.need
+        need = c.size if c.size <= cap else c.need
+        cursor = -(-cursor // need) * need
         _assign(c, cursor, cap, w, out)
-        cursor += c.need
+        cursor += need
 
 
 # --- applying it -------------------------------------------------------------------
 
-def _with(obj, **changes):
-    """dataclasses.replace for the model's plain frozen dataclasses (Match, Action,
-    Packet, Rule: fields only, no cached values, no __post_init__), without their
-    __init__: a frozen dataclass sets every field through object.__setattr__, most
-    of the cost of moving 100,000 rules."""
-    new = object.__new__(type(obj))
-    d = new.__dict__
-    d.update(vars(obj))
-    d.update(changes)
-    return new
-
-
-def _apply(rs: RuleSet, roles: dict[str, str], mapping: dict[Net, Net],
-           parsed: dict[str, Net], notes: list[str]) -> RuleSet:
-    texts: dict[str, str] = {}
-    unmapped: set[str] = set()
-
-    def addr(text: str) -> str:
-        """A network or address text, moved; plain stays plain."""
-        out = texts.get(text)
-        if out is None:
-            m = mapping.get(parsed[text])
-            if m is None:
-                out = text
-            else:
-                out = _text(m) if "/" in text else _addr_text(m[0], m[1])
-            texts[text] = out
-        return out
+def _apply(rs: RuleSet, mover: Remapper) -> RuleSet:
+    addr = mover.addr
 
     def iface(f: Iface | None) -> Iface | None:
-        if f is None or f.name in (CLIENT, SERVER):
-            return f
-        role = roles.get(f.name)
-        if role is None:
-            unmapped.add(f.name)
-            return f
-        return Iface(role, f.negate)
+        if f is None:
+            return None
+        name = mover.iface(f.name)
+        return f if name == f.name else Iface(name, f.negate)
 
     # By identity: importers share one Prefix object per address text, and the
     # rule set keeps every key alive while this runs.
@@ -373,13 +472,13 @@ def _apply(rs: RuleSet, roles: dict[str, str], mapping: dict[Net, Net],
         iif, oif, src, dst = iface(m.iif), iface(m.oif), prefix(m.src), prefix(m.dst)
         if iif is m.iif and oif is m.oif and src is m.src and dst is m.dst:
             return m
-        return _with(m, iif=iif, oif=oif, src=src, dst=dst)
+        return evolve(m, iif=iif, oif=oif, src=src, dst=dst)
 
     def action(a: Action) -> Action:
-        return _with(a, addr=addr(a.addr)) if a.addr else a
+        return evolve(a, addr=addr(a.addr)) if a.addr else a
 
     def packet(p: Packet | None) -> Packet | None:
-        return _with(p, saddr=addr(p.saddr), daddr=addr(p.daddr)) if p else None
+        return evolve(p, saddr=addr(p.saddr), daddr=addr(p.daddr)) if p else None
 
     matches: dict[int, Match] = {}
     tables = []
@@ -393,7 +492,7 @@ def _apply(rs: RuleSet, roles: dict[str, str], mapping: dict[Net, Net],
                     m = matches[id(r.match)] = match(r.match)
                 a = action(r.action)
                 rules.append(r if m is r.match and a is r.action
-                             else _with(r, match=m, action=a))
+                             else evolve(r, match=m, action=a))
             chains.append(replace(c, rules=tuple(rules)))
         sets = []
         for s in t.sets:
@@ -404,11 +503,4 @@ def _apply(rs: RuleSet, roles: dict[str, str], mapping: dict[Net, Net],
         tables.append(Table(t.family, t.name, tuple(chains), tuple(sets)))
     probes = tuple(Probe(p.name, packet(p.packet), p.forward, p.rule, packet(p.translated))
                    for p in rs.probes)
-    if unmapped:
-        notes.append(f"interfaces without a role stay literal and never match in the "
-                     f"testbed: {', '.join(sorted(unmapped))}")
-    pairs = sorted(mapping.items(), key=lambda kv: kv[0])
-    address_map = rs.address_map + tuple((_text(o), _text(m)) for o, m in pairs)
-    iface_map = rs.iface_map + tuple(sorted((k, v) for k, v in roles.items()))
-    return replace(rs, tables=tuple(tables), probes=probes, flow=packet(rs.flow),
-                   address_map=address_map, iface_map=iface_map, notes=tuple(notes))
+    return replace(rs, tables=tuple(tables), probes=probes, flow=packet(rs.flow))
