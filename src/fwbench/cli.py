@@ -138,7 +138,7 @@ def _need_root(what: str) -> None:
 
 
 def cmd_run(args, out: Console, err: Console) -> int:
-    from fwbench import runner, scenario, summary
+    from fwbench import runloop, runner, scenario, summary
 
     scenario_opts = {"backends": args.backends, "rules": args.rules,
                      "frame_sizes": args.frame_sizes, "repeat": args.repeat,
@@ -161,7 +161,7 @@ def cmd_run(args, out: Console, err: Console) -> int:
         target = lambda: runner.start(sc, path, err)  # noqa: E731
     try:
         outcome = target()
-    except (KeyboardInterrupt, runner.Interrupted):
+    except (KeyboardInterrupt, runloop.Interrupted):
         print(f"fwbench: interrupted; finished trials are in {path}/trials.jsonl; "
               f"finish with: fwbench run --resume {path}", file=sys.stderr)
         return 130

@@ -13,20 +13,16 @@ finishes an interrupted round and then goes on with the next.
 from __future__ import annotations
 
 import random
-import signal
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
 
 from fwbench import backends as registry
-from fwbench import adaptive, environment, proc
+from fwbench import adaptive, environment, experiments, proc
 from fwbench.frames import min_frame
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
@@ -39,6 +35,8 @@ from fwbench.methods.maxrate import MaxRate
 from fwbench.methods.throughput import Throughput, search_config
 from fwbench.plan import TrialKey, make_plan
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
+from fwbench.runloop import (Phases, RunOutcome, now, progress_bar,
+                             sigterm_raises)
 from fwbench.ruleset import flows
 from fwbench.ruleset.evaluate import Evaluator
 from fwbench.ruleset.model import Packet, RuleSet, Unsupported
@@ -49,41 +47,6 @@ from fwbench.testbed.topology import TestbedSettings, Topology
 from fwbench.traffic.engine import EngineSettings, EngineTraffic
 from fwbench.traffic.iperf3 import Iperf3Rate
 from fwbench.traffic.ping import PingRtt
-
-
-class Interrupted(Exception):
-    """SIGTERM, turned into an exception so every cleanup path runs."""
-
-
-@contextmanager
-def sigterm_raises():
-    def handler(signum, frame):
-        raise Interrupted(signal.Signals(signum).name)
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-class Phases(dict):
-    """Wall time of each phase of a trial, seconds (recorded in its conditions)."""
-
-    def timed(self, name: str, fn, *args):
-        t = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self[name] = round(time.perf_counter() - t, 4)
-
-
-@dataclass
-class RunOutcome:
-    path: Path
-    records: list[TrialRecord]
-    planned: int
-    skipped_backends: dict[str, str]
-    method: str = "maxrate"
 
 
 def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:
@@ -223,9 +186,8 @@ def default_out(sc: Scenario) -> Path:
 
 
 def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
-    if sc.method == "droprate":  # its own plan: treatments, not backends x rules
-        from fwbench.droprate import experiment
-        return experiment.start(sc, out, console)
+    if sc.method in experiments.REGISTRY:  # its own plan: treatments, not backends x rules
+        return experiments.get(sc.method).start(sc, out, console)
     check_tools()
     names, skipped = resolve_backends(sc)
     for name, why in skipped.items():
@@ -286,9 +248,8 @@ def check_tools() -> None:
 def execute(rd: RunDir, console: Console) -> RunOutcome:
     meta = rd.meta()
     sc = from_dict(meta["scenario"])
-    if sc.method == "droprate":
-        from fwbench.droprate import experiment
-        return experiment.execute(rd, console)
+    if sc.method in experiments.REGISTRY:
+        return experiments.get(sc.method).execute(rd, console)
     check_tools()
     plan = [TrialKey(**k) for k in meta["plan"]]
     records = rd.records()
@@ -421,13 +382,6 @@ def _run_trials(rd, sc, plan, todo, backends, console) -> None:
                     run(idx, plan[idx])
 
 
-def progress_bar(console: Console) -> Progress:
-    """The bar every run shows: the current cell, done/total, time spent and left."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                    console=console, transient=False)
-
-
 def verify_with_sink_off(tb: NetnsTestbed, backend: Backend, rs: RuleSet, method):
     """Verify with the engine's receiver stopped: its XDP sink on the server's port
     would take the probes before the capture sees them. The next measurement starts
@@ -524,7 +478,3 @@ def _trial_line(n: int, total: int, rec: TrialRecord, method) -> str:
         return f"{head} [red]{rec.status}[/]: {escape(rec.reason or '')}"
     subs = f" ({len(rec.trials)} sub-trials)" if rec.trials else ""
     return f"{head} {method.line(rec.metrics)}{subs}"
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
     model_validator
 
 from fwbench import backends
-from fwbench.droprate import treatments as drop
+from fwbench.ruleset.templates import droprate as drop
 from fwbench.errors import FwbenchError
 from fwbench.frames import check_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
@@ -130,7 +130,7 @@ class DropRateSettings(BaseModel):
     address, disposed of under each treatment, on one CPU."""
     model_config = _STRICT
     treatments: Annotated[list[str], Field(min_length=1)] = Field(
-        list(drop.NAMES), description="which treatments; sets run once per set size")
+        list(drop.TREATMENTS), description="which treatments; sets run once per set size")
     set_sizes: Annotated[list[Annotated[int, Field(ge=1, le=drop.MAX_SET_SIZE)]],
                          Field(min_length=1)] = Field(
         [1, 65_536, drop.MAX_SET_SIZE],
@@ -152,8 +152,8 @@ class DropRateSettings(BaseModel):
     @classmethod
     def _known_treatments(cls, v: list[str]) -> list[str]:
         for name in v:
-            if name not in drop.NAMES:
-                raise ValueError(f"unknown treatment {name!r} (known: {', '.join(drop.NAMES)})")
+            if name not in drop.TREATMENTS:
+                raise ValueError(f"unknown treatment {name!r} (known: {', '.join(drop.TREATMENTS)})")
         if len(set(v)) != len(v):
             raise ValueError("a treatment is listed twice")
         return v

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from rich.console import Console
 
-from fwbench import runner, scenario
+from fwbench import runloop, runner, scenario
 
 SMALL = ["--backends", "none,iptables-legacy", "--rules", "100", "--frame-sizes", "64",
          "--repeat", "3", "--duration", "0.2", "--seed", "3"]
@@ -206,11 +206,11 @@ def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatc
     def stopped_at_the_sixth(*args, **kw):  # 4 planned, then round 1's second trial
         calls.append(1)
         if len(calls) == 6:
-            raise runner.Interrupted("SIGTERM")
+            raise runloop.Interrupted("SIGTERM")
         return real(*args, **kw)
 
     monkeypatch.setattr(runner, "run_trial", stopped_at_the_sixth)
-    with pytest.raises(runner.Interrupted):
+    with pytest.raises(runloop.Interrupted):
         runner.start(sc, d, console)
     meta = json.loads((d / "run.json").read_text())
     assert len(meta["plan"]) == 6 and len(records(d)) == 5

@@ -9,7 +9,7 @@ from fwbench.errors import MeasurementInvalid
 from fwbench.methods.fixedrate import FixedRate, flow_pps
 from fwbench.methods.latency import Latency
 from fwbench.methods.lossload import LossLoad
-from fwbench.methods.measurer import TrialResult
+from fwbench.measurer import TrialResult
 from fwbench.methods.simulated import SimulatedFirewall
 from fwbench.methods.throughput import Throughput
 from fwbench.scenario import (FixedRateSettings, LatencySettings, LossLoadSettings,

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from fwbench.errors import FwbenchError
-from fwbench.methods.measurer import TrialResult
+from fwbench.measurer import TrialResult
 from fwbench.methods.search import (SHORT_PHASE_WIDTH_FACTOR, SearchConfig, Verdict,
                                     classify_load, search)
 from fwbench.methods.simulated import SimulatedFirewall

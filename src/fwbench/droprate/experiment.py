@@ -26,7 +26,7 @@ from fwbench.droprate.treatments import BPF_OBJECT, Target, Treatment, build, cl
 from fwbench.errors import FwbenchError
 from fwbench.plan import TrialKey, interleave
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
-from fwbench.runner import Phases, RunOutcome, now, progress_bar, sigterm_raises
+from fwbench.runloop import Phases, RunOutcome, now, progress_bar, sigterm_raises
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
 from fwbench.errors import FwbenchError
-from fwbench.methods.measurer import Measurer, TrialResult
+from fwbench.measurer import Measurer, TrialResult
 
 # The short phase stops at this many final widths: close enough that a few full-length
 # bisections finish the job, wide enough that short trials' optimism does no harm.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import random
 
-from fwbench.methods.measurer import TrialResult
+from fwbench.measurer import TrialResult
 
 # Latency percentiles as multiples of the mean: a right-skewed, plausible shape.
 _LATENCY_SHAPE = {"p50": 0.9, "p90": 1.6, "p99": 2.5, "p99_9": 3.5, "max": 5.0}

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from fwbench import cpu, engine
-from fwbench.methods.measurer import TrialResult
+from fwbench.measurer import TrialResult
 from fwbench.testbed.netns import NetnsTestbed
 
 _DRAIN_POLL_S = 0.02

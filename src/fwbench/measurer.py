@@ -4,6 +4,8 @@ A measurer offers `offered_pps` packets per second for `duration_s` seconds and
 reports what happened as a `TrialResult`. The real measurer drives the native
 engine through the testbed; the simulated firewall (`methods.simulated`) answers
 the same call from a response curve, so every search is unit-tested without root.
+It sits below both the methods, which call it, and the traffic instruments, which
+implement it.
 """
 from __future__ import annotations
 
