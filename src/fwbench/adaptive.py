@@ -5,7 +5,7 @@ A fixed `repeat` spends as many trials on a quiet cell as on a noisy one. With
 every round it adds, which cells (backend x rule count x frame size) still have a
 wide interval for their headline figure, and repeats only those, up to the cap.
 
-The headline figure is the method's primary metric (`summary.HEADLINES`); the interval
+The headline figure is the method's headline metric (`metrics.headline`); the interval
 is the percentile-bootstrap interval of its median over the cell's ok trials
 (`stats.median_ci`), and its width is read as a fraction of that median. Pure
 functions of the records: the runner decides, these only measure.
@@ -17,17 +17,17 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
+from fwbench import metrics
 from fwbench.results import TrialRecord
 from fwbench.stats import median_ci
-from fwbench.summary import HEADLINES
 
 Cell = tuple[str, int, int]  # (backend, rules, frame_size)
 
 
-def _primary(method: str):
+def _primary(method: str) -> metrics.Metric:
     try:
-        return HEADLINES[method][1][1]
-    except KeyError:
+        return metrics.headline(method)
+    except ValueError:
         raise ValueError(f"method {method} has no headline metric to repeat on") from None
 
 
@@ -42,8 +42,8 @@ def _by_cell(records: Iterable[TrialRecord]) -> dict[Cell, list[TrialRecord]]:
     return groups
 
 
-def _width(recs: list[TrialRecord], getter, level: float) -> float | None:
-    values = [v for r in recs if r.status == "ok" and _numeric(v := getter(r.metrics))]
+def _width(recs: list[TrialRecord], metric: metrics.Metric, level: float) -> float | None:
+    values = [v for r in recs if r.status == "ok" and _numeric(v := metric.value(r))]
     if len(values) < 2:
         return None
     ci = median_ci(values, level)
@@ -59,8 +59,8 @@ def cell_widths(records: Iterable[TrialRecord], method: str,
     median of the method's primary metric over the cell's ok trials, divided by that
     median. None where there is no width to give: fewer than 2 numeric values, or a
     median of 0."""
-    getter = _primary(method)
-    return {cell: _width(recs, getter, level) for cell, recs in _by_cell(records).items()}
+    metric = _primary(method)
+    return {cell: _width(recs, metric, level) for cell, recs in _by_cell(records).items()}
 
 
 def cells_needing_more(records: Iterable[TrialRecord], method: str, rel_width: float,

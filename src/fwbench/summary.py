@@ -1,42 +1,16 @@
 """The table that ends a run: each cell's headline figures (median over repetitions)
 per backend, rule count and frame size, with the ratio to `none` (no firewall) at the
-same frame size. Which figures are the headline depends on the method."""
+same frame size. The figures are the method's headline and second metric
+(fwbench.metrics)."""
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Callable
 
 from rich.table import Table
 
+from fwbench import metrics
 from fwbench.results import TrialRecord
-
-Getter = Callable[[dict], float | None]
-
-
-def _idle_p50(m: dict) -> float | None:
-    return m.get("latency_us", {}).get("idle", {}).get("p50")
-
-
-# method -> (title, (primary column, getter), (secondary column, getter))
-HEADLINES: dict[str, tuple[str, tuple[str, Getter], tuple[str, Getter]]] = {
-    "maxrate": ("pps = packets reaching the server per second, sender at full throttle",
-                ("rx pps", lambda m: m.get("rx_pps")),
-                ("RTT us", lambda m: m.get("rtt_us_median"))),
-    "throughput": ("NDR: highest load with 0 loss; PDR: with <= 0.5 % loss (MLRsearch)",
-                   ("NDR pps", lambda m: m.get("ndr_pps")),
-                   ("PDR pps", lambda m: m.get("pdr_pps"))),
-    "latency": ("one-way latency, engine stamp to XDP sink; NDR from the same search",
-                ("NDR pps", lambda m: m.get("ndr_pps")),
-                ("idle p50 us", _idle_p50)),
-    "lossload": ("highest offered load without loss (RFC 2544 frame loss rate)",
-                 ("lossless pps", lambda m: m.get("max_lossless_offered_pps")),
-                 ("loss at max %", lambda m: 100 * m["loss_ratio_at_max"])),
-    "fixedrate": ("seed 003 flows: 128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s",
-                  ("processed pps", lambda m: m.get("processed_pps")),
-                  ("loss %", lambda m: 100 * m["loss_ratio"])),
-}
-
 
 def _median(values: list[float | None]) -> float | None:
     got = [v for v in values if v is not None]
@@ -51,16 +25,17 @@ def medians(records: list[TrialRecord]) -> dict[tuple[str, int, int], dict]:
     out = {}
     for key, recs in groups.items():
         ok = [r for r in recs if r.status == "ok"]
-        _, (_, first), (_, second) = HEADLINES[recs[0].method]
-        out[key] = {"primary": _median([first(r.metrics) for r in ok]),
-                    "secondary": _median([second(r.metrics) for r in ok]),
+        first, second = metrics.of(recs[0].method)[:2]
+        out[key] = {"primary": _median([first.value(r) for r in ok]),
+                    "secondary": _median([second.value(r) for r in ok]),
                     "n": len(ok), "not_ok": len(recs) - len(ok)}
     return out
 
 
 def table(records: list[TrialRecord], backend_order: list[str]) -> Table:
     method = records[0].method if records else "maxrate"
-    title, (col1, _), (col2, _) = HEADLINES[method]
+    title = metrics.TITLES[method]
+    col1, col2 = (m.column for m in metrics.of(method)[:2])
     cells = medians(records)
     t = Table(title=f"{method}: median over repetitions (frame size incl. FCS; {title})")
     for col, just in (("frame", "right"), ("backend", "left"), ("rules", "right"),

@@ -9,7 +9,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from fwbench import stats
-from fwbench.report.data import Cell, Metric, RunData
+from fwbench.metrics import Metric
+from fwbench.report.data import Cell, RunData
 
 ALPHA = 0.05
 NOISY = 0.10            # a cell's 95 % median interval wider than this fraction

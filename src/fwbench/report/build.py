@@ -16,7 +16,8 @@ from pathlib import Path
 from fwbench.errors import FwbenchError
 from fwbench.report import analysis as an
 from fwbench.report import figures as fg
-from fwbench.report.data import Metric, RunData, load
+from fwbench.metrics import Metric
+from fwbench.report.data import RunData, load
 from fwbench.report.document import (Block, Bullets, FigureBlock, Heading, Para, Table,
                                      markdown, to_html)
 

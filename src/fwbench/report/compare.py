@@ -13,7 +13,8 @@ from pathlib import Path
 from fwbench.errors import FwbenchError
 from fwbench.report import analysis as an
 from fwbench.report.build import environment_rows, fmt, fmt_pct, write_atomic, write_csv
-from fwbench.report.data import Metric, RunData, load
+from fwbench.metrics import Metric
+from fwbench.report.data import RunData, load
 from fwbench.report.document import Block, Bullets, Heading, Para, Table, markdown, to_html
 
 

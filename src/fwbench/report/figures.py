@@ -22,7 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from fwbench.report.analysis import CellSummary, CostRow  # noqa: E402
-from fwbench.report.data import PERCENTILES, Metric, RunData  # noqa: E402
+from fwbench.metrics import Metric  # noqa: E402
+from fwbench.report.data import PERCENTILES, RunData  # noqa: E402
 
 plt.rcParams.update({"svg.hashsalt": "fwbench", "figure.dpi": 100, "font.size": 9,
                      "axes.grid": True, "grid.alpha": 0.3})

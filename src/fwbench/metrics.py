@@ -1,0 +1,112 @@
+"""The metric registry: what each method records, one definition for everything
+that reads records (the table that ends a run, adaptive repetitions, report,
+compare). A metric is one number per trial, read from its record; the first of a
+method's metrics is its headline, the figure its cells are compared and repeated
+on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from fwbench.results import TrialRecord
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str                    # column name in the CSV tables
+    label: str                  # what a reader sees on an axis
+    unit: str
+    higher_is_better: bool
+    get: Callable[[TrialRecord], float | None]
+    throughput: bool = False    # a packet rate: the cost model's input
+    log_ok: bool = True         # may be drawn on a log scale (positive values)
+    column: str = ""            # its head in the table that ends a run (headline and second)
+
+    def value(self, rec: TrialRecord) -> float | None:
+        try:
+            v = self.get(rec)
+        except (KeyError, TypeError, AttributeError):
+            return None
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _m(*path: str) -> Callable[[TrialRecord], float | None]:
+    def get(rec: TrialRecord):
+        v = rec.metrics
+        for p in path:
+            v = v.get(p) if isinstance(v, dict) else None
+        return v
+    return get
+
+
+def _load_ms(rec: TrialRecord) -> float | None:
+    return rec.load_time_s * 1e3 if rec.load_time_s is not None else None
+
+
+_LOAD_TIME = Metric("load_time_ms", "rule-set load time", "ms", False, _load_ms)
+_FW_CPU = Metric("fw_cpu_ns_per_pkt", "firewall CPU per packet", "ns", False,
+                 _m("cpu", "fw_cpu_ns_per_pkt"))
+
+# What each method records, headline (the packet rate) first.
+METRICS: dict[str, tuple[Metric, ...]] = {
+    "maxrate": (
+        Metric("rx_pps", "throughput at full throttle", "packets/s", True, _m("rx_pps"),
+               throughput=True, column="rx pps"),
+        Metric("rtt_us_median", "ping RTT, median", "µs", False, _m("rtt_us_median"),
+               column="RTT us"),
+        Metric("load_p50_us", "one-way latency p50 at full throttle", "µs", False,
+               _m("latency_us", "p50")),
+        _FW_CPU, _LOAD_TIME),
+    "throughput": (
+        Metric("ndr_pps", "NDR (0 % loss)", "packets/s", True, _m("ndr_pps"),
+               throughput=True, column="NDR pps"),
+        Metric("pdr_pps", "PDR", "packets/s", True, _m("pdr_pps"), column="PDR pps"),
+        Metric("fw_cpu_ns_per_pkt", "firewall CPU per packet at NDR", "ns", False,
+               _m("cpu_at_ndr", "fw_cpu_ns_per_pkt")),
+        _LOAD_TIME),
+    "latency": (
+        Metric("ndr_pps", "NDR (0 % loss)", "packets/s", True, _m("ndr_pps"),
+               throughput=True, column="NDR pps"),
+        Metric("idle_p50_us", "one-way latency p50, idle", "µs", False,
+               _m("latency_us", "idle", "p50"), column="idle p50 us"),
+        Metric("idle_p99_us", "one-way latency p99, idle", "µs", False,
+               _m("latency_us", "idle", "p99")),
+        Metric("ndr_p99_us", "one-way latency p99 at NDR", "µs", False,
+               _m("latency_us", "ndr", "p99")),
+        _LOAD_TIME),
+    "lossload": (
+        Metric("lossless_pps", "highest lossless offered load", "packets/s", True,
+               _m("max_lossless_offered_pps"), throughput=True, column="lossless pps"),
+        Metric("loss_at_max_pct", "loss at full throttle", "%", False,
+               lambda r: 100 * r.metrics["loss_ratio_at_max"], log_ok=False,
+               column="loss at max %"),
+        _LOAD_TIME),
+    "fixedrate": (
+        Metric("processed_pps", "processed packets/s at the fixed rate", "packets/s",
+               True, _m("processed_pps"), throughput=True, column="processed pps"),
+        Metric("loss_pct", "loss at the fixed rate", "%", False,
+               lambda r: 100 * r.metrics["loss_ratio"], log_ok=False, column="loss %"),
+        _FW_CPU, _LOAD_TIME),
+}
+
+# What each method's headline means, for the title of the table that ends a run.
+TITLES: dict[str, str] = {
+    "maxrate": "pps = packets reaching the server per second, sender at full throttle",
+    "throughput": "NDR: highest load with 0 loss; PDR: with <= 0.5 % loss (MLRsearch)",
+    "latency": "one-way latency, engine stamp to XDP sink; NDR from the same search",
+    "lossload": "highest offered load without loss (RFC 2544 frame loss rate)",
+    "fixedrate": "seed 003 flows: 128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s",
+}
+
+
+def of(method: str) -> tuple[Metric, ...]:
+    """The method's metrics, headline first."""
+    try:
+        return METRICS[method]
+    except KeyError:
+        raise ValueError(f"method {method} records no metrics fwbench knows") from None
+
+
+def headline(method: str) -> Metric:
+    return of(method)[0]

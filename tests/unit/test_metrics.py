@@ -1,0 +1,55 @@
+"""The metric registry is the one description of what each method records: the
+table that ends a run, adaptive repetitions and the report all read it."""
+from __future__ import annotations
+
+import io
+import typing
+
+from rich.console import Console
+
+from fwbench import adaptive, metrics, summary
+from fwbench.report.data import RunData
+from fwbench.results import TrialRecord
+from fwbench.scenario import Scenario
+
+
+def rec(backend: str, rules: int, rep: int, m: dict, method: str = "throughput",
+        status: str = "ok") -> TrialRecord:
+    return TrialRecord(3, "r", rep, backend, rules, 64, method, "engine", rep, status, None,
+                       {}, 0.01, m, "2026-11-23T00:00:00", 1.0, None)
+
+
+def test_every_sweep_method_has_metrics_a_title_and_a_rate_headline():
+    methods = typing.get_args(Scenario.model_fields["method"].annotation)
+    sweeps = [m for m in methods if m != "droprate"]
+    assert set(sweeps) == set(metrics.METRICS) == set(metrics.TITLES)
+    for method in sweeps:
+        first, second = metrics.of(method)[:2]
+        assert first is metrics.headline(method) and first.throughput
+        assert first.column and second.column
+        assert len({m.key for m in metrics.of(method)}) == len(metrics.of(method))
+
+
+def test_summary_table_reads_headline_and_second_metric():
+    recs = [rec("none", 0, 1, {"ndr_pps": 1000.0, "pdr_pps": 1100.0}),
+            rec("nftables", 100, 1, {"ndr_pps": 500.0, "pdr_pps": 600.0}),
+            rec("nftables", 100, 2, {"ndr_pps": 700.0, "pdr_pps": 800.0}),
+            rec("nftables", 100, 3, {}, status="failed")]
+    cells = summary.medians(recs)
+    assert cells[("nftables", 100, 64)] == {"primary": 600.0, "secondary": 700.0, "n": 2,
+                                            "not_ok": 1}
+    out = io.StringIO()
+    Console(file=out, width=200).print(summary.table(recs, ["none", "nftables"]))
+    text = out.getvalue()
+    assert "NDR pps" in text and "PDR pps" in text and "0.60" in text   # 600 / 1000
+
+
+def test_adaptive_and_report_use_the_same_headline():
+    recs = [rec("nftables", 100, i, {"ndr_pps": v, "pdr_pps": 1.0})
+            for i, v in enumerate((100.0, 300.0, 200.0), 1)]
+    widths = adaptive.cell_widths(recs, "throughput")
+    assert widths[("nftables", 100, 64)] is not None
+    # PDR constant: were it the headline, the width would be 0
+    assert widths[("nftables", 100, 64)] > 0
+    data = RunData(None, {"scenario": {"method": "throughput"}}, recs)
+    assert data.headline() is metrics.headline("throughput")
