@@ -22,7 +22,7 @@ from _ratios import check, interleave, run_main, seed000_for
 from fwbench import backends, environment
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
-from fwbench.testbed.topology import TestbedSettings, Topology
+from fwbench.testbed.topology import Topology
 from fwbench.traffic.engine import EngineTraffic
 from fwbench.traffic.iperf3 import Iperf3Rate
 
@@ -44,7 +44,7 @@ def main() -> int:
 
     # Server-side RPS on, as the iperf3 adapter needs it; the engine's XDP sink
     # does not care.
-    topo = Topology.new(TestbedSettings(server_rps=True))
+    topo = Topology.new(server_rps=True)
     legacy, none = backends.get("iptables-legacy"), backends.get("none")
     with NetnsTestbed(topo) as tb:
         rs_1k = seed000_for(tb, 1000, legacy)

@@ -43,8 +43,8 @@ from fwbench.ruleset.model import Packet, RuleSet, Unsupported
 from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.scenario import ALL, Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
-from fwbench.testbed.topology import TestbedSettings, Topology
-from fwbench.traffic.engine import EngineSettings, EngineTraffic
+from fwbench.testbed.topology import Topology
+from fwbench.traffic.engine import EngineTraffic, Flow
 from fwbench.traffic.iperf3 import Iperf3Rate
 from fwbench.traffic.ping import PingRtt
 
@@ -150,8 +150,7 @@ def make_method(sc: Scenario):
         raise FwbenchError(f"method {sc.method} measures seed 000's IPv4 flow only; "
                            f"use maxrate, throughput or lossload with --family ipv6 or "
                            f"--ruleset")
-    engine = EngineTraffic(EngineSettings(e.receiver, e.threads, e.flows, e.late_us,
-                                          **measured_flow(sc)))
+    engine = EngineTraffic(e, Flow(**measured_flow(sc)))
     if sc.method in ("throughput", "latency"):
         # Validate with a stand-in ceiling; the real one is measured per frame size.
         top = sc.throughput.max_load_pps or 2 * sc.throughput.min_load_pps
@@ -334,14 +333,13 @@ def _round_line(r: AdaptiveRound, plan: list[TrialKey], rel_width: float) -> str
 
 def _run_trials(rd, sc, plan, todo, backends, console) -> None:
     t = sc.testbed
-    topo = Topology.new(TestbedSettings(t.mtu, t.offloads, t.sender_cpu, t.firewall_cpu,
-                                        t.server_cpu, server_rps=sc.traffic == "iperf3"))
+    topo = Topology.new(sc.testbed, server_rps=sc.traffic == "iperf3")
     method = make_method(sc)
     policies: dict[tuple, RuleSet] = {}
     with sigterm_raises(), NetnsTestbed(topo) as tb:
         method.prepare(tb)
         session = {"testbed_id": topo.run_id, "started_at": now(),
-                   "testbed": {**topo.settings.as_dict(), "provider": "netns", **tb.recorded},
+                   "testbed": {**topo.record(), **tb.recorded},
                    "trials_left": len(todo)}
         meta = rd.meta()
         env = meta["environment"]

@@ -19,6 +19,8 @@ from fwbench.ruleset.templates import droprate as drop
 from fwbench.errors import FwbenchError
 from fwbench.frames import check_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
+from fwbench.testbed.topology import TestbedSettings
+from fwbench.traffic.engine import EngineSettings
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 ALL = "all"
@@ -41,32 +43,11 @@ class PolicySettings(BaseModel):
                              "(default: the accepted flow that traverses the most rules)")
 
 
-class TestbedSettings(BaseModel):
-    model_config = _STRICT
-    provider: Literal["netns"] = "netns"
-    mtu: Annotated[int, Field(ge=1280, le=9000)] = 1500
-    offloads: bool = False
-    sender_cpu: Annotated[int, Field(ge=0)] = 0
-    firewall_cpu: Annotated[int, Field(ge=0)] = 1
-    server_cpu: Annotated[int, Field(ge=0)] = 0
-
-
 class InstrumentSettings(BaseModel):
     model_config = _STRICT
     iperf3_streams: Annotated[int, Field(ge=1, le=128)] = 4
     ping_count: Annotated[int, Field(ge=1, le=100_000)] = 50
     ping_interval_s: Annotated[float, Field(ge=0.002, le=10)] = 0.01
-
-
-class EngineSettings(BaseModel):
-    model_config = _STRICT
-    receiver: Literal["sink", "recv"] = Field(
-        "sink", description="sink: count in XDP on the server's interface (off the "
-        "measured path); recv: a user-space UDP socket")
-    threads: Annotated[int, Field(ge=1, le=64)] = 1
-    flows: Annotated[int, Field(ge=1, le=65535)] = Field(
-        1, description="source ports, round robin (for RSS and conntrack-like traffic)")
-    late_us: Annotated[int, Field(ge=1)] = 1_000_000
 
 
 class ThroughputSettings(BaseModel):

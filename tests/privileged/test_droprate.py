@@ -17,14 +17,13 @@ from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
 
 PROBE = 2000
-ONE_CPU = TestbedSettings(sender_cpu=0, firewall_cpu=0, server_cpu=0, firewall_rps=False,
-                          server_rps=False)
+ONE_CPU = TestbedSettings(sender_cpu=0, firewall_cpu=0, server_cpu=0)
 ALL = tr.build(list(tr.NAMES), [1, 1000], 5)
 
 
 @pytest.fixture(scope="module")
 def bed(netns_of):
-    with NetnsTestbed(Topology.new(ONE_CPU)) as tb:
+    with NetnsTestbed(Topology.new(ONE_CPU, firewall_rps=False, server_rps=False)) as tb:
         kernel.register_xt_tables(tb, kernel.xt("legacy", 4), ("raw", "filter"))
         t = tr.Target(tb.topo.fw_client_side.ifname, tb.topo.client.ip4,
                       tb.topo.fw_client_side.ip4)

@@ -29,7 +29,7 @@ from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
 from fwbench.runloop import Phases, RunOutcome, now, progress_bar, sigterm_raises
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.netns import NetnsTestbed
-from fwbench.testbed.topology import TestbedSettings, Topology
+from fwbench.testbed.topology import Topology
 
 METHOD = "droprate"
 # Before flooding again after another process shared the path CPU.
@@ -103,14 +103,16 @@ def execute(rd: RunDir, console: Console) -> RunOutcome:
     return RunOutcome(rd.path, rd.records(), len(plan), {}, method=METHOD)
 
 
-def _settings(sc: Scenario) -> TestbedSettings:
+def _topology(sc: Scenario) -> Topology:
+    """One CPU for the whole path (seed 002's model): RPS off on both ingresses."""
     c = sc.droprate.cpu
-    return TestbedSettings(sc.testbed.mtu, sc.testbed.offloads, sender_cpu=c, firewall_cpu=c,
-                           server_cpu=c, server_rps=False, firewall_rps=False)
+    settings = sc.testbed.model_copy(update={"sender_cpu": c, "firewall_cpu": c,
+                                             "server_cpu": c})
+    return Topology.new(settings, firewall_rps=False, server_rps=False)
 
 
 def _run(rd, sc, plan, todo, trs, console) -> None:
-    topo = Topology.new(_settings(sc))
+    topo = _topology(sc)
     with sigterm_raises(), NetnsTestbed(topo) as tb:
         t = target(tb, sc)
         # Register raw and filter up front: a legacy table stays registered (its hooks
@@ -118,7 +120,7 @@ def _run(rd, sc, plan, todo, trs, console) -> None:
         # earlier must not decide which hooks the next one pays for.
         kernel.register_xt_tables(tb, kernel.xt("legacy", 4), ("raw", "filter"))
         session = {"testbed_id": topo.run_id, "started_at": now(),
-                   "testbed": {**topo.settings.as_dict(), "provider": "netns", **tb.recorded},
+                   "testbed": {**topo.record(), **tb.recorded},
                    "target": {"dst": t.fw_ip, "dport": t.port, "ifname": t.ifname,
                               "payload_text": t.text},
                    "xt_tables_registered": ["raw", "filter"],

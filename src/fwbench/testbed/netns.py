@@ -150,8 +150,8 @@ class NetnsTestbed:
             if not 0 <= cpu < ncpu:
                 raise FwbenchError(f"testbed: CPU {cpu} does not exist (this machine has {ncpu})")
         # CPU mask per port; 0 turns RPS off explicitly.
-        steer = {self.topo.fw_client_side: 1 << s.firewall_cpu if s.firewall_rps else 0}
-        if s.server_rps:
+        steer = {self.topo.fw_client_side: 1 << s.firewall_cpu if self.topo.firewall_rps else 0}
+        if self.topo.server_rps:
             steer[self.topo.server] = 1 << s.server_cpu
         rps = {}
         for port, mask in steer.items():

@@ -11,33 +11,30 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 NETNS_PREFIX = "fwb-"
 # fwb-<6 hex>-<role>; `fwbench clean` removes only names of this exact shape.
 NETNS_RE = re.compile(r"^fwb-[0-9a-f]{6}-(client|fw|server)$")
 
 
-@dataclass(frozen=True)
-class TestbedSettings:
-    """Knobs that change where the packet cost lands; all recorded with each run."""
+class TestbedSettings(BaseModel):
+    """The knobs that change where the packet cost lands (a scenario's [testbed]);
+    all recorded with each run."""
     __test__ = False  # not a pytest class, despite the name
-    mtu: int = 1500
-    offloads: bool = False      # GRO/GSO/TSO on the test interfaces
-    sender_cpu: int = 0         # the traffic generator is pinned here
-    firewall_cpu: int = 1       # RPS steers the firewall's ingress here
-    server_cpu: int = 0         # the server's user-space receivers run here
-    # False: no RPS on the firewall's ingress. veth then hands each packet to the
-    # sending CPU's backlog, processed in the sender's own softirq: sender and
-    # firewall share one CPU (the drop-position experiment's single-core model).
-    firewall_rps: bool = True
-    # RPS steers the server's ingress to server_cpu too: right for a user-space
-    # receiver (iperf3), needless for the XDP sink, which counts in the firewall's
-    # softirq; the extra hop would add an inter-CPU wake-up to every ping.
-    server_rps: bool = True
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    provider: Literal["netns"] = "netns"
+    mtu: Annotated[int, Field(ge=1280, le=9000)] = 1500
+    offloads: bool = Field(False, description="GRO/GSO/TSO on the test interfaces")
+    sender_cpu: Annotated[int, Field(ge=0)] = Field(
+        0, description="the traffic generator is pinned here")
+    firewall_cpu: Annotated[int, Field(ge=0)] = Field(
+        1, description="RPS steers the firewall's ingress here")
+    server_cpu: Annotated[int, Field(ge=0)] = Field(
+        0, description="the server's user-space receivers run here")
 
 
 @dataclass(frozen=True)
@@ -56,10 +53,26 @@ class Port:
 class Topology:
     run_id: str
     settings: TestbedSettings = field(default_factory=TestbedSettings)
+    # How an experiment wires the testbed, not a user's knob. False: no RPS on the
+    # firewall's ingress; veth then hands each packet to the sending CPU's backlog,
+    # processed in the sender's own softirq, so sender and firewall share one CPU
+    # (the drop-position experiment's single-core model).
+    firewall_rps: bool = True
+    # RPS steers the server's ingress to server_cpu too: right for a user-space
+    # receiver (iperf3), needless for the XDP sink, which counts in the firewall's
+    # softirq; the extra hop would add an inter-CPU wake-up to every ping.
+    server_rps: bool = True
 
     @staticmethod
-    def new(settings: TestbedSettings | None = None) -> "Topology":
-        return Topology(secrets.token_hex(3), settings or TestbedSettings())
+    def new(settings: TestbedSettings | None = None, *, firewall_rps: bool = True,
+            server_rps: bool = True) -> "Topology":
+        return Topology(secrets.token_hex(3), settings or TestbedSettings(),
+                        firewall_rps, server_rps)
+
+    def record(self) -> dict:
+        """The settings as a run records them, the wiring included."""
+        return {**self.settings.model_dump(), "firewall_rps": self.firewall_rps,
+                "server_rps": self.server_rps}
 
     def netns(self, role: str) -> str:
         return f"{NETNS_PREFIX}{self.run_id}-{role}"

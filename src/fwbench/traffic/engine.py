@@ -11,6 +11,9 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from fwbench import cpu, engine
 from fwbench.measurer import TrialResult
@@ -22,17 +25,26 @@ _DRAIN_LIMIT_S = 2.0   # RFC 2544 waits 2 s for stragglers; we stop once nothing
 _MOVING = ("received", "duplicated", "out_of_window", "stale", "malformed")
 
 
+class EngineSettings(BaseModel):
+    """The engine's knobs (a scenario's [engine])."""
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    receiver: Literal["sink", "recv"] = Field(
+        "sink", description="sink: count in XDP on the server's interface (off the "
+        "measured path); recv: a user-space UDP socket")
+    threads: Annotated[int, Field(ge=1, le=64)] = 1
+    flows: Annotated[int, Field(ge=1, le=65535)] = Field(
+        1, description="source ports, round robin (for RSS and conntrack-like traffic)")
+    late_us: Annotated[int, Field(ge=1)] = 1_000_000
+
+
 @dataclass(frozen=True)
-class EngineSettings:
-    receiver: str = "sink"     # "sink" (XDP) or "recv" (user-space socket)
-    threads: int = 1
-    flows: int = 1             # source ports, round robin
-    late_us: int = 1_000_000
-    # The measured flow (the rule set's): None sends seed 000's IPv4 test flow.
+class Flow:
+    """What the engine sends: the rule set's measured flow (None: seed 000's IPv4
+    test flow), and its destination port on arrival (after any DNAT)."""
     src: str | None = None
     dst: str | None = None
     dport: int = engine.ENGINE_PORT
-    sink_port: int = engine.ENGINE_PORT   # its port on arrival (after any DNAT)
+    sink_port: int = engine.ENGINE_PORT
 
     @property
     def version(self) -> int:
@@ -71,13 +83,14 @@ class EngineMeasurer:
     def measure(self, duration_s: float, offered_pps: float) -> TrialResult:
         """`offered_pps` 0 means open throttle: as fast as the sender can."""
         rx = self.traffic.receiver(self.tb)
-        st = self.traffic.settings
+        st, flow = self.traffic.settings, self.traffic.flow
         cookie = self._rng.randrange(1, 2**32)
         rx.arm(cookie)
         before = cpu.CpuSample.now()
         sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
                            duration_s=duration_s, cookie=cookie, threads=st.threads,
-                           sport_count=st.flows, src=st.src, dst=st.dst, dport=st.dport)
+                           sport_count=st.flows, src=flow.src, dst=flow.dst,
+                           dport=flow.dport)
         got = drain(rx)
         after = cpu.CpuSample.now()
         fw_cpu = self.tb.topo.settings.firewall_cpu
@@ -104,8 +117,9 @@ class EngineMeasurer:
 class EngineTraffic:
     name = "engine"
 
-    def __init__(self, settings: EngineSettings | None = None):
+    def __init__(self, settings: EngineSettings | None = None, flow: Flow | None = None):
         self.settings = settings or EngineSettings()
+        self.flow = flow or Flow()
         self._rx: engine.Receiver | None = None
 
     def versions(self) -> dict[str, str | None]:
@@ -116,8 +130,9 @@ class EngineTraffic:
 
     def receiver(self, tb: NetnsTestbed) -> engine.Receiver:
         if self._rx is None:
-            st = self.settings
-            self._rx = engine.Receiver(tb, st.receiver, st.late_us, st.sink_port, st.version)
+            st, flow = self.settings, self.flow
+            self._rx = engine.Receiver(tb, st.receiver, st.late_us, flow.sink_port,
+                                       flow.version)
         return self._rx
 
     def close(self) -> None:
