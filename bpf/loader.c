@@ -27,12 +27,13 @@
 #include <net/if.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "engine.h"
 #include "filter.h"
 #include "filter.skel.h"
+#include "json.h"
+#include "util.h"
 
 #define TC_HANDLE 1
 #define TC_PRIO 1
@@ -110,45 +111,53 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		usage_error("--mode: linear or set, not %s", o->mode);
 }
 
-static double ms_since(const struct timespec *t0)
+static double ms_since(uint64_t t0)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (t.tv_sec - t0->tv_sec) * 1e3 + (t.tv_nsec - t0->tv_nsec) / 1e6;
+	return (now_ns() - t0) / 1e6;
 }
 
-/* Read `set|rule DADDR PROTO PORT` lines. */
+/* Read `set|rule DADDR PROTO PORT` lines; NULL when out of memory. */
 static struct line *read_rules(FILE *f, size_t *n)
 {
 	size_t cap = 1024, len = 0, lineno = 0;
-	struct line *v = malloc(cap * sizeof(*v));
+	struct line *v = malloc(cap * sizeof(*v)), *more;
 	char buf[256], kind[8], addr[64];
 	unsigned proto, port;
 
 	if (!v)
-		runtime_error("out of memory");
+		goto out;
 	while (fgets(buf, sizeof(buf), f)) {
 		lineno++;
 		if (buf[0] == '\n' || buf[0] == '#')
 			continue;
-		if (sscanf(buf, "%7s %63s %u %u", kind, addr, &proto, &port) != 4 ||
-		    (strcmp(kind, "set") && strcmp(kind, "rule")) || proto > 255 ||
-		    port > 65535)
-			usage_error("rules line %zu: expected `set|rule DADDR PROTO PORT`",
-				    lineno);
-		if (len == cap && !(v = realloc(v, (cap *= 2) * sizeof(*v))))
-			runtime_error("out of memory");
+		if (sscanf(buf, "%7s %63s %u %u", kind, addr, &proto,
+			   &port) != 4 ||
+		    (strcmp(kind, "set") && strcmp(kind, "rule")) ||
+		    proto > 255 || port > 65535)
+			usage_error("rules line %zu: expected "
+				    "`set|rule DADDR PROTO PORT`", lineno);
+		if (len == cap) {
+			more = realloc(v, 2 * cap * sizeof(*v));
+			if (!more)
+				goto out;
+			v = more;
+			cap *= 2;
+		}
 		memset(&v[len], 0, sizeof(v[len]));
 		v[len].in_set = kind[0] == 's';
 		if (inet_pton(AF_INET, addr, &v[len].key.daddr) != 1)
-			usage_error("rules line %zu: not an IPv4 address: %s", lineno, addr);
+			usage_error("rules line %zu: not an IPv4 address: %s",
+				    lineno, addr);
 		v[len].key.proto = proto;
 		v[len].key.port = port;
 		len++;
 	}
 	*n = len;
 	return v;
+out:
+	note("out of memory after %zu rules", len);
+	free(v);
+	return NULL;
 }
 
 static int quiet_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -163,19 +172,65 @@ struct loaded {
 	double open_ms, load_ms, fill_ms;
 };
 
-/* Open, size, load into the kernel and fill the maps; nothing attached yet. */
-static void load_filter(const struct opts *o, struct line *lines, size_t n,
-			struct loaded *L)
+/* The lines into the maps: `set` lines into the hash, the rest in chunks. */
+static int fill_maps(const struct loaded *L, const struct line *lines,
+		     size_t n)
+{
+	int rules_fd = bpf_map__fd(L->skel->maps.rules);
+	int set_fd = bpf_map__fd(L->skel->maps.set);
+	struct fwb_chunk chunk;
+	__u32 idx = 0, slot;
+	int err = 0;
+
+	memset(&chunk, 0, sizeof(chunk));
+	for (slot = 0; slot < n; slot++) {
+		if (lines[slot].in_set) {
+			/* First occurrence wins, as in a chain. */
+			err = bpf_map_update_elem(set_fd, &lines[slot].key,
+						  &slot, BPF_NOEXIST);
+			if (err && err != -EEXIST) {
+				note("set update: %s", strerror(-err));
+				goto out;
+			}
+			continue;
+		}
+		memcpy(&chunk.keys[idx % FWB_CHUNK], &lines[slot].key, 8);
+		chunk.ids[idx % FWB_CHUNK] = slot;
+		if (++idx % FWB_CHUNK == 0 || idx == L->n_rules) {
+			__u32 c = (idx - 1) / FWB_CHUNK;
+
+			err = bpf_map_update_elem(rules_fd, &c, &chunk,
+						  BPF_ANY);
+			if (err) {
+				note("rules update: %s", strerror(-err));
+				goto out;
+			}
+			memset(&chunk, 0, sizeof(chunk));
+		}
+	}
+	err = 0;
+out:
+	return err;
+}
+
+/*
+ * Open, size, load into the kernel and fill the maps; nothing attached yet.
+ * On failure L->skel is NULL, and the reason on stderr.
+ */
+static int load_filter(const struct opts *o, const struct line *lines,
+		       size_t n, struct loaded *L)
 {
 	int set_mode = strcmp(o->mode, "set") == 0;
-	struct timespec t0;
+	struct fwb_filter *skel;
+	uint64_t t0;
 	size_t i;
-	int err;
+	int err = -1;
 
 	memset(L, 0, sizeof(*L));
 	for (i = 0; i < n; i++) {
 		if (lines[i].in_set && !set_mode)
-			usage_error("rules line %zu: `set` needs --mode set", i + 1);
+			usage_error("rules line %zu: `set` needs --mode set",
+				    i + 1);
 		if (lines[i].in_set)
 			L->n_set++;
 		else
@@ -184,61 +239,51 @@ static void load_filter(const struct opts *o, struct line *lines, size_t n,
 	L->slots = n + 1;	/* one per line, and the default drop */
 	L->n_chunks = (L->n_rules + FWB_CHUNK - 1) / FWB_CHUNK;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = now_ns();
 	libbpf_set_print(quiet_libbpf);
 	L->skel = fwb_filter__open();
-	if (!L->skel)
-		runtime_error("cannot open the filter program: %s", strerror(errno));
-	L->skel->rodata->mode = set_mode ? FWB_SET : FWB_LINEAR;
-	L->skel->rodata->nr_rules = L->n_rules;
-	L->skel->rodata->nr_chunks = L->n_chunks;
-	L->skel->rodata->drop_slot = n;
-	for (i = 0; i < (size_t)o->nlocal; i++)
-		L->skel->rodata->local_addrs[i] = o->local[i];
-	bpf_map__set_max_entries(L->skel->maps.rules, L->n_chunks ? L->n_chunks : 1);
-	bpf_map__set_max_entries(L->skel->maps.set, L->n_set ? L->n_set : 1);
-	bpf_map__set_max_entries(L->skel->maps.counters, L->slots);
-	L->prog = is_xdp(o) ? L->skel->progs.fwb_xdp_filter : L->skel->progs.fwb_tc_filter;
-	bpf_program__set_autoload(is_xdp(o) ? L->skel->progs.fwb_tc_filter
-					    : L->skel->progs.fwb_xdp_filter, false);
-	L->open_ms = ms_since(&t0);
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	err = fwb_filter__load(L->skel);
-	if (err)
-		runtime_error("the kernel refused the %s filter: %s", o->hook, strerror(-err));
-	L->load_ms = ms_since(&t0);
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	{
-		int rules_fd = bpf_map__fd(L->skel->maps.rules);
-		int set_fd = bpf_map__fd(L->skel->maps.set);
-		struct fwb_chunk chunk;
-		__u32 idx = 0, slot;
-
-		memset(&chunk, 0, sizeof(chunk));
-		for (slot = 0; slot < n; slot++) {
-			if (lines[slot].in_set) {
-				/* First occurrence wins, as in a chain. */
-				err = bpf_map_update_elem(set_fd, &lines[slot].key, &slot,
-							  BPF_NOEXIST);
-				if (err && err != -EEXIST)
-					runtime_error("set update: %s", strerror(-err));
-			} else {
-				memcpy(&chunk.keys[idx % FWB_CHUNK], &lines[slot].key, 8);
-				chunk.ids[idx % FWB_CHUNK] = slot;
-				if (++idx % FWB_CHUNK == 0 || idx == L->n_rules) {
-					__u32 c = (idx - 1) / FWB_CHUNK;
-
-					err = bpf_map_update_elem(rules_fd, &c, &chunk, BPF_ANY);
-					if (err)
-						runtime_error("rules update: %s", strerror(-err));
-					memset(&chunk, 0, sizeof(chunk));
-				}
-			}
-		}
+	if (!L->skel) {
+		note("cannot open the filter program: %s", strerror(errno));
+		goto out;
 	}
-	L->fill_ms = ms_since(&t0);
+	skel = L->skel;
+	skel->rodata->mode = set_mode ? FWB_SET : FWB_LINEAR;
+	skel->rodata->nr_rules = L->n_rules;
+	skel->rodata->nr_chunks = L->n_chunks;
+	skel->rodata->drop_slot = n;
+	for (i = 0; i < (size_t)o->nlocal; i++)
+		skel->rodata->local_addrs[i] = o->local[i];
+	bpf_map__set_max_entries(skel->maps.rules,
+				 L->n_chunks ? L->n_chunks : 1);
+	bpf_map__set_max_entries(skel->maps.set, L->n_set ? L->n_set : 1);
+	bpf_map__set_max_entries(skel->maps.counters, L->slots);
+	L->prog = is_xdp(o) ? skel->progs.fwb_xdp_filter :
+			      skel->progs.fwb_tc_filter;
+	bpf_program__set_autoload(is_xdp(o) ? skel->progs.fwb_tc_filter :
+					      skel->progs.fwb_xdp_filter,
+				  false);
+	L->open_ms = ms_since(t0);
+
+	t0 = now_ns();
+	err = fwb_filter__load(skel);
+	if (err) {
+		note("the kernel refused the %s filter: %s", o->hook,
+		     strerror(-err));
+		goto out;
+	}
+	L->load_ms = ms_since(t0);
+
+	t0 = now_ns();
+	err = fill_maps(L, lines, n);
+	if (err)
+		goto out;
+	L->fill_ms = ms_since(t0);
+out:
+	if (err) {
+		fwb_filter__destroy(L->skel);
+		L->skel = NULL;
+	}
+	return err;
 }
 
 static void json_loaded(struct json *j, const struct loaded *L)
@@ -258,77 +303,98 @@ static void json_loaded(struct json *j, const struct loaded *L)
 static int cmd_load(int argc, char **argv)
 {
 	struct opts o;
-	struct loaded L;
-	struct line *lines;
-	struct timespec t0;
+	struct loaded L = { 0 };
+	struct line *lines = NULL;
 	struct json j;
+	uint64_t t0;
 	size_t n;
-	int ifindex, err;
+	int ifindex, err, ret = EXIT_RUNTIME;
 
 	parse_opts(argc, argv, &o);
 	if (!o.mode || !o.ifname)
 		usage_error("load needs --mode and --ifname");
 	ifindex = if_index_or_die(o.ifname);
 	lines = read_rules(stdin, &n);
-	load_filter(&o, lines, n, &L);
+	if (!lines || load_filter(&o, lines, n, &L))
+		goto out;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = now_ns();
 	if (is_xdp(&o)) {
-		err = bpf_xdp_attach(ifindex, bpf_program__fd(L.prog), o.xdp_flags, NULL);
-		if (err)
-			runtime_error("cannot attach XDP to %s: %s", o.ifname, strerror(-err));
+		err = bpf_xdp_attach(ifindex, bpf_program__fd(L.prog),
+				     o.xdp_flags, NULL);
+		if (err) {
+			note("cannot attach XDP to %s: %s", o.ifname,
+			     strerror(-err));
+			goto out;
+		}
 	} else {
 		LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
 			    .attach_point = BPF_TC_INGRESS);
-		LIBBPF_OPTS(bpf_tc_opts, tco, .handle = TC_HANDLE, .priority = TC_PRIO,
-			    .prog_fd = bpf_program__fd(L.prog), .flags = BPF_TC_F_REPLACE);
+		LIBBPF_OPTS(bpf_tc_opts, tco, .handle = TC_HANDLE,
+			    .priority = TC_PRIO,
+			    .prog_fd = bpf_program__fd(L.prog),
+			    .flags = BPF_TC_F_REPLACE);
 
 		err = bpf_tc_hook_create(&hook);
-		if (err && err != -EEXIST)
-			runtime_error("cannot create clsact on %s: %s", o.ifname, strerror(-err));
+		if (err && err != -EEXIST) {
+			note("cannot create clsact on %s: %s", o.ifname,
+			     strerror(-err));
+			goto out;
+		}
 		err = bpf_tc_attach(&hook, &tco);
-		if (err)
-			runtime_error("cannot attach tc filter to %s: %s", o.ifname,
-				      strerror(-err));
+		if (err) {
+			note("cannot attach tc filter to %s: %s", o.ifname,
+			     strerror(-err));
+			goto out;
+		}
 	}
 	json_begin(&j, stdout);
 	json_str(&j, "hook", o.hook);
 	json_str(&j, "mode", o.mode);
 	json_str(&j, "ifname", o.ifname);
 	json_loaded(&j, &L);
-	json_num(&j, "attach_ms", ms_since(&t0));
+	json_num(&j, "attach_ms", ms_since(t0));
 	json_str(&j, "libbpf", libbpf_version_string());
 	json_end(&j);
+	ret = 0;
+out:
 	/* Attached programs hold their maps; this process may go. */
 	fwb_filter__destroy(L.skel);
 	free(lines);
-	return 0;
+	return ret;
 }
 
-/* The program attached to IF at the hook, or die. */
-static __u32 attached_prog(const struct opts *o)
+/* The program attached to IF at the hook into *id, or -1 with a note. */
+static int attached_prog(const struct opts *o, __u32 *id)
 {
 	int ifindex = if_index_or_die(o->ifname);
-	__u32 id = 0;
 	int err;
 
+	*id = 0;
 	if (is_xdp(o)) {
-		err = bpf_xdp_query_id(ifindex, 0, &id);
+		err = bpf_xdp_query_id(ifindex, 0, id);
 	} else {
 		LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
 			    .attach_point = BPF_TC_INGRESS);
-		LIBBPF_OPTS(bpf_tc_opts, tco, .handle = TC_HANDLE, .priority = TC_PRIO);
+		LIBBPF_OPTS(bpf_tc_opts, tco, .handle = TC_HANDLE,
+			    .priority = TC_PRIO);
 
 		err = bpf_tc_query(&hook, &tco);
-		id = err ? 0 : tco.prog_id;
+		*id = err ? 0 : tco.prog_id;
 		if (err == -ENOENT || err == -EINVAL)
 			err = 0;
 	}
-	if (err)
-		runtime_error("cannot query %s on %s: %s", o->hook, o->ifname, strerror(-err));
-	if (!id)
-		runtime_error("no %s program on %s", o->hook, o->ifname);
-	return id;
+	if (err) {
+		note("cannot query %s on %s: %s", o->hook, o->ifname,
+		     strerror(-err));
+		goto out;
+	}
+	if (!*id) {
+		note("no %s program on %s", o->hook, o->ifname);
+		err = -ENOENT;
+	}
+out:
+	return err ? -1 : 0;
 }
 
 static void addr_str(__u32 a, char *buf)
@@ -336,14 +402,17 @@ static void addr_str(__u32 a, char *buf)
 	inet_ntop(AF_INET, &a, buf, INET_ADDRSTRLEN);
 }
 
-static void json_counters(struct json *j, int fd, __u32 slots)
+/* The counters as [[packets, bytes], ...] by slot; -1 when out of memory. */
+static int json_counters(struct json *j, int fd, __u32 slots)
 {
 	int ncpu = libbpf_num_possible_cpus();
 	struct fwb_count *v = calloc(ncpu, sizeof(*v));
 	__u32 k;
 
-	if (!v)
-		runtime_error("out of memory");
+	if (!v) {
+		note("out of memory for the counters of %d CPUs", ncpu);
+		return -1;
+	}
 	json_arr(j, "counters");
 	for (k = 0; k < slots; k++) {
 		__u64 p = 0, b = 0;
@@ -360,35 +429,54 @@ static void json_counters(struct json *j, int fd, __u32 slots)
 	}
 	json_close_arr(j);
 	free(v);
+	return 0;
 }
+
+#define MAX_MAPS 16
 
 static int cmd_dump(int argc, char **argv)
 {
 	struct opts o;
 	struct bpf_prog_info info = { 0 };
-	__u32 len = sizeof(info), map_ids[16], i;
-	int prog_fd, rules_fd = -1, set_fd = -1, cnt_fd = -1, ro_fd = -1;
-	__u32 cnt_slots = 0, ro_size = 0;
+	__u32 len = sizeof(info), map_ids[MAX_MAPS], prog_id, i;
+	int prog_fd = -1, map_fds[MAX_MAPS], ret = EXIT_RUNTIME;
+	int rules_fd = -1, set_fd = -1, cnt_fd = -1, ro_fd = -1;
+	__u32 cnt_slots = 0, ro_size = 0, zero = 0, id;
 	char tag[2 * BPF_TAG_SIZE + 1], addr[INET_ADDRSTRLEN];
+	struct fwb_filter__rodata ro;
+	struct fwb_chunk chunk;
+	struct fwb_key k, *prev = NULL;
 	struct json j;
 
+	for (i = 0; i < MAX_MAPS; i++)
+		map_fds[i] = -1;
 	parse_opts(argc, argv, &o);
 	if (!o.ifname)
 		usage_error("dump needs --ifname");
-	prog_fd = bpf_prog_get_fd_by_id(attached_prog(&o));
-	if (prog_fd < 0)
-		runtime_error("cannot open the attached program: %s", strerror(errno));
-	info.nr_map_ids = 16;
+	if (attached_prog(&o, &prog_id))
+		goto out;
+	prog_fd = bpf_prog_get_fd_by_id(prog_id);
+	if (prog_fd < 0) {
+		note("cannot open the attached program: %s", strerror(errno));
+		goto out;
+	}
+	info.nr_map_ids = MAX_MAPS;
 	info.map_ids = (__u64)(unsigned long)map_ids;
-	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len))
-		runtime_error("cannot read the program's info: %s", strerror(errno));
-	for (i = 0; i < info.nr_map_ids && i < 16; i++) {
+	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len)) {
+		note("cannot read the program's info: %s", strerror(errno));
+		goto out;
+	}
+	for (i = 0; i < info.nr_map_ids && i < MAX_MAPS; i++) {
 		struct bpf_map_info mi = { 0 };
 		__u32 ml = sizeof(mi);
 		int fd = bpf_map_get_fd_by_id(map_ids[i]);
 
-		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &mi, &ml))
-			runtime_error("cannot open map %u: %s", map_ids[i], strerror(errno));
+		map_fds[i] = fd;
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &mi, &ml)) {
+			note("cannot open map %u: %s", map_ids[i],
+			     strerror(errno));
+			goto out;
+		}
 		if (strcmp(mi.name, "rules") == 0)
 			rules_fd = fd;
 		else if (strcmp(mi.name, "set") == 0)
@@ -399,74 +487,81 @@ static int cmd_dump(int argc, char **argv)
 			ro_fd = fd, ro_size = mi.value_size;
 	}
 	if (rules_fd < 0 || set_fd < 0 || cnt_fd < 0 || ro_fd < 0 ||
-	    ro_size != sizeof(struct fwb_filter__rodata))
-		runtime_error("the program on %s is not fwbench's filter (%s)", o.ifname,
-			      info.name);
-	{
-		struct fwb_filter__rodata ro;
-		__u32 zero = 0;
-		struct fwb_chunk chunk;
-		struct fwb_key k, *prev = NULL;
-		__u32 id;
-
-		if (bpf_map_lookup_elem(ro_fd, &zero, &ro))
-			runtime_error("cannot read the filter's settings: %s", strerror(errno));
-		for (i = 0; i < BPF_TAG_SIZE; i++)
-			sprintf(tag + 2 * i, "%02x", info.tag[i]);
-		json_begin(&j, stdout);
-		json_obj(&j, "prog");
-		json_u64(&j, "id", info.id);
-		json_str(&j, "name", info.name);
-		json_str(&j, "tag", tag);
-		json_u64(&j, "xlated_len", info.xlated_prog_len);
-		json_u64(&j, "jited_len", info.jited_prog_len);
-		json_close_obj(&j);
-		json_str(&j, "mode", ro.mode == FWB_SET ? "set" : "linear");
-		json_u64(&j, "drop_slot", ro.drop_slot);
-		json_arr(&j, "local");
-		for (i = 0; i < FWB_MAX_LOCAL; i++)
-			if (ro.local_addrs[i]) {
-				addr_str(ro.local_addrs[i], addr);
-				json_str(&j, NULL, addr);
-			}
-		json_close_arr(&j);
-		/* rules: [slot, daddr, proto, port] in scan order */
-		json_arr(&j, "rules");
-		for (i = 0; i < ro.nr_rules; i++) {
-			__u32 c = i / FWB_CHUNK;
-			struct fwb_key rk;
-
-			if (i % FWB_CHUNK == 0 && bpf_map_lookup_elem(rules_fd, &c, &chunk))
-				runtime_error("cannot read rules %u: %s", i, strerror(errno));
-			memcpy(&rk, &chunk.keys[i % FWB_CHUNK], sizeof(rk));
-			addr_str(rk.daddr, addr);
-			json_arr(&j, NULL);
-			json_u64(&j, NULL, chunk.ids[i % FWB_CHUNK]);
+	    ro_size != sizeof(struct fwb_filter__rodata)) {
+		note("the program on %s is not fwbench's filter (%s)", o.ifname,
+		     info.name);
+		goto out;
+	}
+	if (bpf_map_lookup_elem(ro_fd, &zero, &ro)) {
+		note("cannot read the filter's settings: %s", strerror(errno));
+		goto out;
+	}
+	for (i = 0; i < BPF_TAG_SIZE; i++)
+		sprintf(tag + 2 * i, "%02x", info.tag[i]);
+	json_begin(&j, stdout);
+	json_obj(&j, "prog");
+	json_u64(&j, "id", info.id);
+	json_str(&j, "name", info.name);
+	json_str(&j, "tag", tag);
+	json_u64(&j, "xlated_len", info.xlated_prog_len);
+	json_u64(&j, "jited_len", info.jited_prog_len);
+	json_close_obj(&j);
+	json_str(&j, "mode", ro.mode == FWB_SET ? "set" : "linear");
+	json_u64(&j, "drop_slot", ro.drop_slot);
+	json_arr(&j, "local");
+	for (i = 0; i < FWB_MAX_LOCAL; i++)
+		if (ro.local_addrs[i]) {
+			addr_str(ro.local_addrs[i], addr);
 			json_str(&j, NULL, addr);
-			json_u64(&j, NULL, rk.proto);
-			json_u64(&j, NULL, rk.port);
+		}
+	json_close_arr(&j);
+	/* rules: [slot, daddr, proto, port] in scan order */
+	json_arr(&j, "rules");
+	for (i = 0; i < ro.nr_rules; i++) {
+		__u32 c = i / FWB_CHUNK;
+		struct fwb_key rk;
+
+		if (i % FWB_CHUNK == 0 &&
+		    bpf_map_lookup_elem(rules_fd, &c, &chunk)) {
+			note("cannot read rules %u: %s", i, strerror(errno));
+			goto out;
+		}
+		memcpy(&rk, &chunk.keys[i % FWB_CHUNK], sizeof(rk));
+		addr_str(rk.daddr, addr);
+		json_arr(&j, NULL);
+		json_u64(&j, NULL, chunk.ids[i % FWB_CHUNK]);
+		json_str(&j, NULL, addr);
+		json_u64(&j, NULL, rk.proto);
+		json_u64(&j, NULL, rk.port);
+		json_close_arr(&j);
+	}
+	json_close_arr(&j);
+	/* set: [slot, daddr, proto, port], hash order */
+	json_arr(&j, "set");
+	while (bpf_map_get_next_key(set_fd, prev, &k) == 0) {
+		if (bpf_map_lookup_elem(set_fd, &k, &id) == 0) {
+			addr_str(k.daddr, addr);
+			json_arr(&j, NULL);
+			json_u64(&j, NULL, id);
+			json_str(&j, NULL, addr);
+			json_u64(&j, NULL, k.proto);
+			json_u64(&j, NULL, k.port);
 			json_close_arr(&j);
 		}
-		json_close_arr(&j);
-		/* set: [slot, daddr, proto, port], hash order */
-		json_arr(&j, "set");
-		while (bpf_map_get_next_key(set_fd, prev, &k) == 0) {
-			if (bpf_map_lookup_elem(set_fd, &k, &id) == 0) {
-				addr_str(k.daddr, addr);
-				json_arr(&j, NULL);
-				json_u64(&j, NULL, id);
-				json_str(&j, NULL, addr);
-				json_u64(&j, NULL, k.proto);
-				json_u64(&j, NULL, k.port);
-				json_close_arr(&j);
-			}
-			prev = &k;
-		}
-		json_close_arr(&j);
-		json_counters(&j, cnt_fd, cnt_slots);
-		json_end(&j);
+		prev = &k;
 	}
-	return 0;
+	json_close_arr(&j);
+	if (json_counters(&j, cnt_fd, cnt_slots))
+		goto out;
+	json_end(&j);
+	ret = 0;
+out:
+	for (i = 0; i < MAX_MAPS; i++)
+		if (map_fds[i] >= 0)
+			close(map_fds[i]);
+	if (prog_fd >= 0)
+		close(prog_fd);
+	return ret;
 }
 
 static int hexval(int c)
@@ -480,16 +575,22 @@ static int hexval(int c)
 	return -1;
 }
 
+/* BPF_PROG_RUN's buffers: a line of hex, its packet, what comes back. */
+struct run_bufs {
+	char line[65536];
+	unsigned char pkt[32768], out[32768 + 256];
+};
+
 static int cmd_test_run(int argc, char **argv)
 {
 	struct opts o;
-	struct loaded L;
-	struct line *lines;
+	struct loaded L = { 0 };
+	struct line *lines = NULL;
+	struct run_bufs *b = NULL;
 	FILE *rf;
 	size_t n, lineno = 0;
-	static char buf[65536];
-	static unsigned char pkt[32768], out[32768 + 256];
 	struct json j;
+	int ret = EXIT_RUNTIME;
 
 	parse_opts(argc, argv, &o);
 	if (!o.mode || !o.rules_path)
@@ -499,39 +600,56 @@ static int cmd_test_run(int argc, char **argv)
 		usage_error("cannot open %s: %s", o.rules_path, strerror(errno));
 	lines = read_rules(rf, &n);
 	fclose(rf);
-	load_filter(&o, lines, n, &L);
+	if (!lines)
+		goto out;
+	b = malloc(sizeof(*b));
+	if (!b) {
+		note("out of memory for the packet buffers");
+		goto out;
+	}
+	if (load_filter(&o, lines, n, &L))
+		goto out;
 
 	json_begin(&j, stdout);
 	json_str(&j, "hook", o.hook);
 	json_str(&j, "mode", o.mode);
 	json_loaded(&j, &L);
 	json_arr(&j, "verdicts");
-	while (fgets(buf, sizeof(buf), stdin)) {
+	while (fgets(b->line, sizeof(b->line), stdin)) {
 		size_t len = 0, i;
 		int err;
 
 		lineno++;
-		for (i = 0; buf[i] && buf[i] != '\n'; i += 2) {
-			int hi = hexval(buf[i]), lo = hexval(buf[i + 1]);
+		for (i = 0; b->line[i] && b->line[i] != '\n'; i += 2) {
+			int hi = hexval(b->line[i]);
+			int lo = hexval(b->line[i + 1]);
 
-			if (hi < 0 || lo < 0 || len == sizeof(pkt))
-				usage_error("packets line %zu: expected an even run of hex digits",
-					    lineno);
-			pkt[len++] = hi << 4 | lo;
+			if (hi < 0 || lo < 0 || len == sizeof(b->pkt))
+				usage_error("packets line %zu: expected an even "
+					    "run of hex digits", lineno);
+			b->pkt[len++] = hi << 4 | lo;
 		}
-		LIBBPF_OPTS(bpf_test_run_opts, t, .data_in = pkt, .data_size_in = len,
-			    .data_out = out, .data_size_out = sizeof(out), .repeat = 1);
+		LIBBPF_OPTS(bpf_test_run_opts, t, .data_in = b->pkt,
+			    .data_size_in = len, .data_out = b->out,
+			    .data_size_out = sizeof(b->out), .repeat = 1);
 		err = bpf_prog_test_run_opts(bpf_program__fd(L.prog), &t);
-		if (err)
-			runtime_error("BPF_PROG_RUN on packet %zu: %s", lineno, strerror(-err));
+		if (err) {
+			note("BPF_PROG_RUN on packet %zu: %s", lineno,
+			     strerror(-err));
+			goto out;
+		}
 		json_u64(&j, NULL, t.retval);
 	}
 	json_close_arr(&j);
-	json_counters(&j, bpf_map__fd(L.skel->maps.counters), L.slots);
+	if (json_counters(&j, bpf_map__fd(L.skel->maps.counters), L.slots))
+		goto out;
 	json_end(&j);
+	ret = 0;
+out:
 	fwb_filter__destroy(L.skel);
+	free(b);
 	free(lines);
-	return 0;
+	return ret;
 }
 
 int main(int argc, char **argv)

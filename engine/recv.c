@@ -175,28 +175,25 @@ static const char recv_usage[] =
 
 int cmd_recv(int argc, char **argv)
 {
-	struct receiver *r = calloc(1, sizeof(*r));
-	struct rx_ops ops = { recv_arm, recv_report, r };
+	struct receiver *r = NULL;
+	struct rx_ops ops = { recv_arm, recv_report, NULL };
 	struct bench_addr addr;
 	struct sockaddr_storage ss = { 0 };
 	struct timeval tv = { .tv_usec = 100000 };
-	bool have_addr = false;
-	uint64_t port = 9;
-	int opt, rcvbuf = 32 << 20;
+	bool have_addr = false, reflect = false, running = false;
+	uint64_t port = 9, late_ns = 1000000000ULL;
+	int opt, cpu = -1, rcvbuf = 32 << 20, ret = EXIT_RUNTIME;
 	pthread_t tid;
 	struct json j;
 
-	pthread_mutex_init(&r->lock, NULL);
-	r->late_ns = 1000000000ULL;
-	r->cpu = -1;
 	opterr = 0;	/* our own one-line message instead */
 	while ((opt = getopt_long(argc, argv, "", recv_opts, NULL)) != -1) {
 		switch (opt) {
 		case 'b': parse_bench_addr("bind", optarg, &addr); have_addr = true; break;
 		case 'p': port = parse_u64("port", optarg, 1, 65535); break;
-		case 'l': r->late_ns = parse_u64("late-us", optarg, 1, 3600000000ULL) * 1000; break;
-		case 'c': r->cpu = parse_u64("cpu", optarg, 0, 1023); break;
-		case 'r': r->reflect = true; break;
+		case 'l': late_ns = parse_u64("late-us", optarg, 1, 3600000000ULL) * 1000; break;
+		case 'c': cpu = parse_u64("cpu", optarg, 0, 1023); break;
+		case 'r': reflect = true; break;
 		case 'h': fputs(recv_usage, stdout); exit(0);
 		default: usage_error("recv: unknown option or missing value: %s "
 					    "(see recv --help)", argv[optind - 1]);
@@ -206,9 +203,22 @@ int cmd_recv(int argc, char **argv)
 		usage_error("recv: unexpected argument %s", argv[optind]);
 	if (!have_addr)
 		usage_error("recv: --bind is required");
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		note("out of memory for the receiver");
+		goto out;
+	}
+	pthread_mutex_init(&r->lock, NULL);
+	r->late_ns = late_ns;
+	r->cpu = cpu;
+	r->reflect = reflect;
+	r->fd = -1;
+	ops.ctx = r;
 	r->window = calloc(FWB_WINDOW_SLOTS, sizeof(struct fwb_slot));
-	if (!r->window)
-		runtime_error("out of memory");
+	if (!r->window) {
+		note("out of memory for the duplicate detector");
+		goto out;
+	}
 	if (addr.family == AF_INET) {
 		struct sockaddr_in *sin = (void *)&ss;
 
@@ -225,15 +235,22 @@ int cmd_recv(int argc, char **argv)
 		r->hdr_bytes = 14 + 40 + 8;
 	}
 	r->fd = socket(addr.family, SOCK_DGRAM, 0);
-	if (r->fd < 0)
-		runtime_error("cannot open a UDP socket: %s", strerror(errno));
+	if (r->fd < 0) {
+		note("cannot open a UDP socket: %s", strerror(errno));
+		goto out;
+	}
 	setsockopt(r->fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf));
 	setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (bind(r->fd, (struct sockaddr *)&ss, sizeof(ss)))
-		runtime_error("cannot bind UDP port %lu: %s", (unsigned long)port,
-			      strerror(errno));
-	if (pthread_create(&tid, NULL, receiver_main, r))
-		runtime_error("cannot start the receiver thread");
+	if (bind(r->fd, (struct sockaddr *)&ss, sizeof(ss))) {
+		note("cannot bind UDP port %lu: %s", (unsigned long)port,
+		     strerror(errno));
+		goto out;
+	}
+	if (pthread_create(&tid, NULL, receiver_main, r)) {
+		note("cannot start the receiver thread");
+		goto out;
+	}
+	running = true;
 	install_stop_handlers(&r->stop);
 	json_begin(&j, stdout);
 	json_bool(&j, "ready", true);
@@ -241,10 +258,18 @@ int cmd_recv(int argc, char **argv)
 	json_u64(&j, "port", port);
 	json_end(&j);
 	control_loop(&ops);
-	r->stop = 1;
-	pthread_join(tid, NULL);
-	close(r->fd);
-	free(r->window);
-	free(r);
-	return 0;
+	ret = 0;
+out:
+	if (running) {
+		r->stop = 1;
+		pthread_join(tid, NULL);
+	}
+	if (r) {
+		if (r->fd >= 0)
+			close(r->fd);
+		free(r->window);
+		pthread_mutex_destroy(&r->lock);
+		free(r);
+	}
+	return ret;
 }

@@ -13,10 +13,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <linux/if_packet.h>
-#include <net/ethernet.h>
-#include <netinet/ip.h>
-#include <netinet/ip6.h>
-#include <netinet/udp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "engine.h"
+#include "packet.h"
 
 #define MAX_THREADS FWB_MAX_STREAMS
 #define MAX_BATCH 256
@@ -34,11 +31,7 @@
 struct send_cfg {
 	const char *ifname;
 	int ifindex;
-	uint8_t src_mac[6], dst_mac[6];
-	struct bench_addr src, dst;
-	uint64_t src_count, dst_count;
-	uint16_t sport, dport;
-	uint64_t sport_count;
+	struct frame_spec frame;
 	uint64_t frame_size, mtu;
 	double rate;		/* packets per second, all threads; 0 = open */
 	double duration_s;	/* 0 = until count */
@@ -48,17 +41,8 @@ struct send_cfg {
 	uint64_t seq_start;	/* first sequence number of every stream */
 	int batch;
 	uint64_t t0;
-	const char *text;	/* written right after the stamp, or NULL */
-	size_t text_len;
-	uint32_t text_sum;	/* its share of the UDP checksum, summed once */
+	volatile int stop;	/* a start failed: senders end early */
 };
-
-/*
- * The text starts at an even offset from the UDP header, so its 16-bit words
- * line up with the checksum's and its sum can be added as computed alone.
- */
-_Static_assert((sizeof(struct udphdr) + FWB_STAMP_LEN) % 2 == 0,
-	       "payload text must start on a 16-bit boundary");
 
 struct sender {
 	const struct send_cfg *cfg;
@@ -71,137 +55,6 @@ struct sender {
 	const char *fail;
 	int fail_errno;
 };
-
-static uint16_t csum_fold(uint32_t sum)
-{
-	while (sum >> 16)
-		sum = (sum & 0xffff) + (sum >> 16);
-	return (uint16_t)~sum;
-}
-
-static uint32_t csum_add(uint32_t sum, const void *buf, size_t len)
-{
-	const uint16_t *p = buf;
-
-	for (; len > 1; len -= 2)
-		sum += *p++;
-	if (len)
-		sum += *(const uint8_t *)p;
-	return sum;
-}
-
-static size_t l3_len(const struct send_cfg *c)
-{
-	return c->src.family == AF_INET ? sizeof(struct iphdr) :
-					  sizeof(struct ip6_hdr);
-}
-
-/* Bytes written to the interface: the frame without its 4-byte FCS. */
-static size_t wire_len(const struct send_cfg *c)
-{
-	return c->frame_size - 4;
-}
-
-static size_t payload_len(const struct send_cfg *c)
-{
-	return wire_len(c) - ETH_HLEN - l3_len(c) - sizeof(struct udphdr);
-}
-
-/* Everything that is the same in every packet; the rest is written per packet. */
-static void fill_template(const struct send_cfg *c, uint8_t *f)
-{
-	struct ethhdr *eth = (void *)f;
-	struct udphdr *udp = (void *)(f + ETH_HLEN + l3_len(c));
-	size_t ulen = sizeof(*udp) + payload_len(c);
-
-	memset(f, 0, wire_len(c));
-	memcpy(eth->h_dest, c->dst_mac, 6);
-	memcpy(eth->h_source, c->src_mac, 6);
-	if (c->src.family == AF_INET) {
-		struct iphdr *ip = (void *)(f + ETH_HLEN);
-
-		eth->h_proto = htons(ETH_P_IP);
-		ip->version = 4;
-		ip->ihl = 5;
-		ip->tot_len = htons(sizeof(*ip) + ulen);
-		ip->frag_off = htons(IP_DF);
-		ip->ttl = 64;
-		ip->protocol = IPPROTO_UDP;
-	} else {
-		struct ip6_hdr *ip6 = (void *)(f + ETH_HLEN);
-
-		eth->h_proto = htons(ETH_P_IPV6);
-		ip6->ip6_flow = htonl(6U << 28);
-		ip6->ip6_plen = htons(ulen);
-		ip6->ip6_nxt = IPPROTO_UDP;
-		ip6->ip6_hlim = 64;
-	}
-	udp->len = htons(ulen);
-	if (c->text_len)
-		memcpy((uint8_t *)(udp + 1) + FWB_STAMP_LEN, c->text, c->text_len);
-}
-
-static void set_addr(const struct bench_addr *base, uint64_t off, int family,
-		     void *dst)
-{
-	if (family == AF_INET) {
-		uint32_t v = htonl(ntohl(base->v4.s_addr) + (uint32_t)off);
-
-		memcpy(dst, &v, 4);
-	} else {
-		struct in6_addr a = base->v6;
-		uint32_t low;
-
-		memcpy(&low, &a.s6_addr[12], 4);
-		low = htonl(ntohl(low) + (uint32_t)off);
-		memcpy(&a.s6_addr[12], &low, 4);
-		memcpy(dst, &a, 16);
-	}
-}
-
-/*
- * Per packet: the flow (source address and port, destination address, taken
- * round robin so every flow gets the same share), the stamp and checksums.
- * The payload after the stamp is the same in every packet (the payload text,
- * then zeros), so the UDP checksum over IPv6 needs the headers, the stamp and
- * the text's sum computed once. Over IPv4 the checksum is 0: none (RFC 768).
- */
-static void fill_packet(const struct send_cfg *c, uint8_t *f, uint64_t n,
-			const struct fwb_stamp *st)
-{
-	uint64_t si = n % c->src_count;
-	uint64_t pi = (n / c->src_count) % c->sport_count;
-	uint64_t di = (n / c->src_count / c->sport_count) % c->dst_count;
-	struct udphdr *udp = (void *)(f + ETH_HLEN + l3_len(c));
-
-	udp->source = htons(c->sport + pi);
-	udp->dest = htons(c->dport);
-	udp->check = 0;
-	memcpy(udp + 1, st, FWB_STAMP_LEN);
-	if (c->src.family == AF_INET) {
-		struct iphdr *ip = (void *)(f + ETH_HLEN);
-
-		set_addr(&c->src, si, AF_INET, &ip->saddr);
-		set_addr(&c->dst, di, AF_INET, &ip->daddr);
-		ip->id = htons((uint16_t)n);
-		ip->check = 0;
-		ip->check = csum_fold(csum_add(0, ip, sizeof(*ip)));
-	} else {
-		struct ip6_hdr *ip6 = (void *)(f + ETH_HLEN);
-		uint32_t sum = 0, len = ntohs(udp->len);
-
-		set_addr(&c->src, si, AF_INET6, &ip6->ip6_src);
-		set_addr(&c->dst, di, AF_INET6, &ip6->ip6_dst);
-		sum = csum_add(sum, &ip6->ip6_src, 32);
-		sum += htons(len >> 16) + htons(len & 0xffff);
-		sum += htons(IPPROTO_UDP);
-		sum = csum_add(sum, udp, sizeof(*udp) + FWB_STAMP_LEN);
-		sum += c->text_sum;
-		udp->check = csum_fold(sum);
-		if (!udp->check)
-			udp->check = 0xffff;
-	}
-}
 
 static void wait_until(uint64_t t)
 {
@@ -219,6 +72,7 @@ static void wait_until(uint64_t t)
 		;
 }
 
+/* A packet socket bound to the interface, or -1 with errno set. */
 static int open_socket(const struct send_cfg *c)
 {
 	struct sockaddr_ll sll = {
@@ -226,26 +80,30 @@ static int open_socket(const struct send_cfg *c)
 		.sll_ifindex = c->ifindex,
 		.sll_halen = 6,
 	};
-	int fd, one = 1, sndbuf = 256 << 20;
+	int fd, err, one = 1, sndbuf = 256 << 20;
 
 	fd = socket(AF_PACKET, SOCK_RAW, 0);
 	if (fd < 0)
-		return -1;
-	/* Straight to the driver: the qdisc would only add a queue to measure. */
+		goto out;
+	/* Straight to the driver: the qdisc would only add a queue. */
 	setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one));
 	/*
-	 * Open loop: a frame the firewall has not taken yet still counts against
-	 * the send buffer, so a buffer smaller than the firewall's input queue
-	 * would hold the sender to the firewall's pace (closed loop, no loss).
-	 * Make it larger than any queue on the path (FORCE: above wmem_max).
+	 * Open loop: a frame the firewall has not taken yet still counts
+	 * against the send buffer, so a buffer smaller than the firewall's
+	 * input queue would hold the sender to the firewall's pace (closed
+	 * loop, no loss). Make it larger than any queue on the path (FORCE:
+	 * above wmem_max).
 	 */
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)))
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-	memcpy(sll.sll_addr, c->dst_mac, 6);
+	memcpy(sll.sll_addr, c->frame.dst_mac, 6);
 	if (bind(fd, (struct sockaddr *)&sll, sizeof(sll))) {
+		err = errno;
 		close(fd);
-		return -1;
+		fd = -1;
+		errno = err;
 	}
+out:
 	return fd;
 }
 
@@ -275,7 +133,7 @@ static void *sender_main(void *arg)
 	uint64_t deadline = c->duration_s > 0 ?
 		c->t0 + (uint64_t)(c->duration_s * 1e9) : UINT64_MAX;
 	double interval = s->rate > 0 ? 1e9 / s->rate : 0;
-	size_t flen = wire_len(c);
+	size_t flen = c->frame.wire_len;
 	uint8_t *frames = NULL;
 	struct mmsghdr msgs[MAX_BATCH];
 	struct iovec iov[MAX_BATCH];
@@ -285,7 +143,8 @@ static void *sender_main(void *arg)
 		pin_to_cpu(c->cpus[s->stream % c->ncpus]);
 	frames = malloc(flen * c->batch);
 	if (!frames) {
-		s->fail = "out of memory";
+		s->fail = "out of memory for the frames";
+		s->fail_errno = ENOMEM;
 		goto out;
 	}
 	fd = open_socket(c);
@@ -296,7 +155,7 @@ static void *sender_main(void *arg)
 	}
 	memset(msgs, 0, sizeof(msgs));
 	for (int k = 0; k < c->batch; k++) {
-		fill_template(c, frames + k * flen);
+		frame_template(&c->frame, frames + k * flen);
 		iov[k].iov_base = frames + k * flen;
 		iov[k].iov_len = flen;
 		msgs[k].msg_hdr.msg_iov = &iov[k];
@@ -304,7 +163,7 @@ static void *sender_main(void *arg)
 	}
 
 	wait_until(c->t0);
-	while (s->sent < s->quota) {
+	while (s->sent < s->quota && !c->stop) {
 		uint64_t now = now_ns(), due, n;
 		int k, r, refused;
 
@@ -315,7 +174,9 @@ static void *sender_main(void *arg)
 			if (due > s->quota)
 				due = s->quota;
 			if (due <= s->sent) {
-				uint64_t next = due_at(c, interval, s->sent, now);
+				uint64_t next = due_at(c, interval, s->sent,
+						       now);
+
 				wait_until(next < deadline ? next : deadline);
 				continue;
 			}
@@ -334,14 +195,15 @@ static void *sender_main(void *arg)
 				.sched_ns = due_at(c, interval, seq, now),
 			};
 
-			/* Threads interleave flows so together they cover all. */
-			fill_packet(c, frames + k * flen,
-				    seq * c->threads + s->stream, &st);
+			/* Threads interleave flows to cover all together. */
+			frame_fill(&c->frame, frames + k * flen,
+				   seq * c->threads + s->stream, &st);
 		}
 		r = sendmmsg(fd, msgs, n, 0);
 		refused = 0;
 		if (r < 0) {
-			if (errno != ENOBUFS && errno != EAGAIN && errno != EINTR) {
+			if (errno != ENOBUFS && errno != EAGAIN &&
+			    errno != EINTR) {
 				s->fail = "send failed";
 				s->fail_errno = errno;
 				break;
@@ -360,7 +222,8 @@ static void *sender_main(void *arg)
 		if (r < (int)n && (r > 0 || errno == ENOBUFS))
 			refused = 1;
 		for (k = 0; k < r + refused; k++)
-			record_lag(s, now - due_at(c, interval, s->sent + k, now));
+			record_lag(s, now - due_at(c, interval, s->sent + k,
+						   now));
 		s->sent += r + refused;
 		s->refused += refused;
 	}
@@ -413,29 +276,30 @@ static const char send_usage[] =
 
 static void parse_send(int argc, char **argv, struct send_cfg *c)
 {
+	struct frame_spec *f = &c->frame;
 	bool have_smac = false, have_dmac = false, have_src = false,
 	     have_dst = false;
 	size_t min_frame;
 	int opt;
 
 	*c = (struct send_cfg){
-		.src_count = 1, .dst_count = 1, .sport = 10000, .sport_count = 1,
-		.dport = 9, .frame_size = 64, .mtu = 1500, .threads = 1,
-		.batch = 64,
+		.frame = { .src_count = 1, .dst_count = 1, .sport = 10000,
+			   .sport_count = 1, .dport = 9 },
+		.frame_size = 64, .mtu = 1500, .threads = 1, .batch = 64,
 	};
 	opterr = 0;	/* our own one-line message instead */
 	while ((opt = getopt_long(argc, argv, "", send_opts, NULL)) != -1) {
 		switch (opt) {
 		case 'i': c->ifname = optarg; break;
-		case 'S': parse_mac("src-mac", optarg, c->src_mac); have_smac = true; break;
-		case 'D': parse_mac("dst-mac", optarg, c->dst_mac); have_dmac = true; break;
-		case 's': parse_bench_addr("src", optarg, &c->src); have_src = true; break;
-		case 'd': parse_bench_addr("dst", optarg, &c->dst); have_dst = true; break;
-		case 'a': c->src_count = parse_u64("src-count", optarg, 1, 1 << 24); break;
-		case 'b': c->dst_count = parse_u64("dst-count", optarg, 1, 1 << 24); break;
-		case 'p': c->sport = parse_u64("sport", optarg, 1, 65535); break;
-		case 'P': c->sport_count = parse_u64("sport-count", optarg, 1, 65535); break;
-		case 'q': c->dport = parse_u64("dport", optarg, 1, 65535); break;
+		case 'S': parse_mac("src-mac", optarg, f->src_mac); have_smac = true; break;
+		case 'D': parse_mac("dst-mac", optarg, f->dst_mac); have_dmac = true; break;
+		case 's': parse_bench_addr("src", optarg, &f->src); have_src = true; break;
+		case 'd': parse_bench_addr("dst", optarg, &f->dst); have_dst = true; break;
+		case 'a': f->src_count = parse_u64("src-count", optarg, 1, 1 << 24); break;
+		case 'b': f->dst_count = parse_u64("dst-count", optarg, 1, 1 << 24); break;
+		case 'p': f->sport = parse_u64("sport", optarg, 1, 65535); break;
+		case 'P': f->sport_count = parse_u64("sport-count", optarg, 1, 65535); break;
+		case 'q': f->dport = parse_u64("dport", optarg, 1, 65535); break;
 		case 'f': c->frame_size = parse_u64("frame-size", optarg, 0, 1 << 20); break;
 		case 'm': c->mtu = parse_u64("mtu", optarg, 68, 65535); break;
 		case 'r': c->rate = parse_double("rate", optarg, 0, 1e9); break;
@@ -445,7 +309,7 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 		case 'c': c->ncpus = parse_cpus("cpus", optarg, c->cpus, MAX_THREADS); break;
 		case 'k': c->cookie = parse_u64("cookie", optarg, 1, UINT32_MAX); break;
 		case 'B': c->batch = parse_u64("batch", optarg, 1, MAX_BATCH); break;
-		case 'x': c->text = optarg; c->text_len = strlen(optarg); break;
+		case 'x': f->text = optarg; f->text_len = strlen(optarg); break;
 		case 'Q': c->seq_start = parse_u64("seq-start", optarg, 0, UINT32_MAX); break;
 		case 'h': fputs(send_usage, stdout); exit(0);
 		default: usage_error("send: unknown option or missing value: %s "
@@ -460,28 +324,27 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 		usage_error("send: --src-mac and --dst-mac are required");
 	if (!have_src || !have_dst)
 		usage_error("send: --src and --dst are required");
-	if (c->src.family != c->dst.family)
+	if (f->src.family != f->dst.family)
 		usage_error("send: --src and --dst must both be IPv4 or both IPv6");
-	bench_addr_check_span("src", &c->src, c->src_count);
-	bench_addr_check_span("dst", &c->dst, c->dst_count);
-	if (c->sport + c->sport_count - 1 > 65535)
+	bench_addr_check_span("src", &f->src, f->src_count);
+	bench_addr_check_span("dst", &f->dst, f->dst_count);
+	if (f->sport + f->sport_count - 1 > 65535)
 		usage_error("--sport-count: ports run past 65535");
-	min_frame = 4 + ETH_HLEN + l3_len(c) + sizeof(struct udphdr) + FWB_STAMP_LEN;
-	if (min_frame < 64)
-		min_frame = 64;
+	min_frame = frame_min_size(f->src.family);
 	if (c->frame_size < min_frame || c->frame_size > c->mtu + 18)
 		usage_error("--frame-size: %lu is outside %zu..%lu (with the FCS; "
 			    "MTU %lu + 18)", (unsigned long)c->frame_size,
 			    min_frame, (unsigned long)(c->mtu + 18),
 			    (unsigned long)c->mtu);
-	if (c->text && !c->text_len)
+	f->wire_len = c->frame_size - 4;
+	if (f->text && !f->text_len)
 		usage_error("--payload-text: empty");
-	if (c->text_len > payload_len(c) - FWB_STAMP_LEN)
+	if (f->text_len > frame_payload_len(f) - FWB_STAMP_LEN)
 		usage_error("--payload-text: %zu bytes do not fit after the %d-byte "
-			    "stamp of a %lu-byte frame (room for %zu)", c->text_len,
+			    "stamp of a %lu-byte frame (room for %zu)", f->text_len,
 			    FWB_STAMP_LEN, (unsigned long)c->frame_size,
-			    payload_len(c) - FWB_STAMP_LEN);
-	c->text_sum = c->text_len ? csum_add(0, c->text, c->text_len) : 0;
+			    frame_payload_len(f) - FWB_STAMP_LEN);
+	frame_prepare(f);
 	if (c->duration_s <= 0 && !c->count)
 		usage_error("send: give --duration or --count");
 	if (!c->cookie) {
@@ -496,16 +359,19 @@ int cmd_send(int argc, char **argv)
 	struct send_cfg c;
 	struct sender s[MAX_THREADS];
 	pthread_t tid[MAX_THREADS];
-	uint64_t sent = 0, errors = 0, refused = 0, end = 0, lag_sum = 0, lag_max = 0,
-		 lag_min = UINT64_MAX, *lag_hist;
+	uint64_t sent = 0, errors = 0, refused = 0, end = 0, lag_sum = 0,
+		 lag_max = 0, lag_min = UINT64_MAX, *lag_hist = NULL;
 	double active_s, achieved;
 	struct json j;
-	int t;
+	int t, running = 0, ret = EXIT_RUNTIME;
 
 	parse_send(argc, argv, &c);
+	memset(s, 0, sizeof(s));
 	lag_hist = calloc(FWB_HIST_BUCKETS, sizeof(uint64_t));
-	/* Start together a little ahead, so every thread's schedule shares t0. */
-	c.t0 = now_ns() + 2000000ULL;
+	if (!lag_hist) {
+		note("out of memory for the send-lag histogram");
+		goto out;
+	}
 	for (t = 0; t < c.threads; t++) {
 		uint64_t total = c.count;
 
@@ -513,21 +379,37 @@ int cmd_send(int argc, char **argv)
 					.rate = c.rate / c.threads,
 					.lag_min = UINT64_MAX };
 		s[t].lag_hist = calloc(FWB_HIST_BUCKETS, sizeof(uint64_t));
+		if (!s[t].lag_hist) {
+			note("out of memory for stream %d's send-lag histogram",
+			     t);
+			goto out;
+		}
 		if (!total && c.rate > 0)
 			total = (uint64_t)(c.rate * c.duration_s + 0.5);
 		if (total)
-			s[t].quota = total / c.threads + ((uint64_t)t < total % c.threads);
+			s[t].quota = total / c.threads +
+				     ((uint64_t)t < total % c.threads);
 		else
 			s[t].quota = UINT64_MAX;
-		if (pthread_create(&tid[t], NULL, sender_main, &s[t]))
-			runtime_error("cannot start sender thread %d", t);
 	}
-	for (t = 0; t < c.threads; t++)
+	/* Start a little ahead, so every thread's schedule shares t0. */
+	c.t0 = now_ns() + 2000000ULL;
+	for (; running < c.threads; running++) {
+		if (pthread_create(&tid[running], NULL, sender_main,
+				   &s[running])) {
+			note("cannot start sender thread %d", running);
+			goto out;
+		}
+	}
+	for (t = 0; t < running; t++)
 		pthread_join(tid[t], NULL);
+	running = 0;
 	for (t = 0; t < c.threads; t++) {
-		if (s[t].fail)
-			runtime_error("stream %d: %s (%s)", t, s[t].fail,
-				      strerror(s[t].fail_errno));
+		if (s[t].fail) {
+			note("stream %d: %s (%s)", t, s[t].fail,
+			     strerror(s[t].fail_errno));
+			goto out;
+		}
 		sent += s[t].sent;
 		errors += s[t].errors;
 		refused += s[t].refused;
@@ -550,14 +432,15 @@ int cmd_send(int argc, char **argv)
 
 	json_begin(&j, stdout);
 	json_str(&j, "mode", "send");
-	json_u64(&j, "family", c.src.family == AF_INET ? 4 : 6);
+	json_u64(&j, "family", c.frame.src.family == AF_INET ? 4 : 6);
 	json_u64(&j, "frame_size", c.frame_size);
-	json_u64(&j, "payload_len", payload_len(&c));
-	json_u64(&j, "payload_text_len", c.text_len);
+	json_u64(&j, "payload_len", frame_payload_len(&c.frame));
+	json_u64(&j, "payload_text_len", c.frame.text_len);
 	json_num(&j, "offered_pps", c.rate);
 	json_num(&j, "duration_s", c.duration_s);
 	json_u64(&j, "threads", c.threads);
-	json_u64(&j, "flows", c.src_count * c.sport_count * c.dst_count);
+	json_u64(&j, "flows", c.frame.src_count * c.frame.sport_count *
+			      c.frame.dst_count);
 	json_u64(&j, "cookie", c.cookie);
 	json_u64(&j, "t0_ns", c.t0);
 	json_u64(&j, "end_ns", end);
@@ -571,7 +454,8 @@ int cmd_send(int argc, char **argv)
 		json_obj(&j, NULL);
 		json_u64(&j, "stream", t);
 		json_u64(&j, "sent", s[t].sent);
-		json_u64(&j, "quota", s[t].quota == UINT64_MAX ? 0 : s[t].quota);
+		json_u64(&j, "quota",
+			 s[t].quota == UINT64_MAX ? 0 : s[t].quota);
 		json_close_obj(&j);
 	}
 	json_close_arr(&j);
@@ -581,8 +465,16 @@ int cmd_send(int argc, char **argv)
 	note("sent %lu packets of %lu B in %.3f s: %.0f pps (offered %.0f)",
 	     (unsigned long)sent, (unsigned long)c.frame_size, active_s,
 	     achieved, c.rate);
+	ret = 0;
+out:
+	/* Only when a start failed: stop the senders already running. */
+	if (running) {
+		c.stop = 1;
+		for (t = 0; t < running; t++)
+			pthread_join(tid[t], NULL);
+	}
 	for (t = 0; t < c.threads; t++)
 		free(s[t].lag_hist);
 	free(lag_hist);
-	return 0;
+	return ret;
 }

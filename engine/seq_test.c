@@ -83,6 +83,12 @@ static int random_stream(struct stream *s, uint32_t stream, uint64_t base,
 	uint64_t *held = calloc(depth, sizeof(uint64_t)), nheld = 0;
 	int bad = 0;
 
+	if (!ref.seen || !held) {
+		printf("FAIL out of memory for a stream of %llu\n",
+		       (unsigned long long)n);
+		bad = 1;
+		goto out;
+	}
 	for (uint64_t i = 0; i < n && !bad; i++) {
 		__u64 ext = base + i, got_ext;
 		uint64_t r = xorshift() % 1000;
@@ -133,6 +139,7 @@ static int random_stream(struct stream *s, uint32_t stream, uint64_t base,
 			counts[got]++;
 		}
 	}
+out:
 	free(ref.seen);
 	free(held);
 	return bad;
@@ -153,6 +160,10 @@ int main(void)
 	__u64 ext = 0;
 	int bad = 0;
 
+	if (!s.slots) {
+		printf("FAIL out of memory for the window\n");
+		return 1;
+	}
 	/*
 	 * 5 M numbers on stream 0 from 0 (past 2^21), and 5 M on stream 1 from
 	 * 2^32 - 2^21 (past the wire's wrap), interleaved with nothing shared.

@@ -110,8 +110,10 @@ int cmd_sink(int argc, char **argv)
 	libbpf_set_print(silent_libbpf);
 
 	s.skel = fwb_sink__open();
-	if (!s.skel)
-		runtime_error("cannot open the XDP sink: %s", strerror(errno));
+	if (!s.skel) {
+		note("cannot open the XDP sink: %s", strerror(errno));
+		goto out;
+	}
 	s.skel->rodata->engine_port = port;
 	s.skel->rodata->late_ns = late_us * 1000ULL;
 	err = fwb_sink__load(s.skel);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Input parsing, address checks, clocks, pinning and the JSON writer. */
+/* Errors, input parsing, address checks, clocks, pinning and stop handlers. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -9,10 +9,12 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "engine.h"
+#include "util.h"
 
 static void vsay(const char *fmt, va_list ap)
 {
@@ -103,7 +105,10 @@ int parse_cpus(const char *opt, const char *s, int *cpus, int max)
 	char *copy = strdup(s), *tok, *save = NULL;
 	int n = 0;
 
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	if (!copy)
+		runtime_error("--%s: out of memory", opt);
+	for (tok = strtok_r(copy, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
 		if (n == max)
 			usage_error("--%s: more than %d CPUs", opt, max);
 		cpus[n++] = parse_u64(opt, tok, 0, CPU_SETSIZE - 1);
@@ -138,7 +143,8 @@ void parse_bench_addr(const char *opt, const char *s, struct bench_addr *a)
 			    "198.18.0.0/15 and 2001:2::/48", opt, s);
 }
 
-void bench_addr_check_span(const char *opt, const struct bench_addr *a, uint64_t n)
+void bench_addr_check_span(const char *opt, const struct bench_addr *a,
+			   uint64_t n)
 {
 	struct bench_addr last = *a;
 
@@ -196,6 +202,7 @@ int if_index_or_die(const char *name)
 	return idx;
 }
 
+/* The handler can reach the flag only through here. */
 static volatile int *stop_flag;
 
 static void on_stop(int sig)
@@ -212,117 +219,4 @@ void install_stop_handlers(volatile int *flag)
 	stop_flag = flag;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-}
-
-/* ---- JSON ---- */
-
-static void json_key(struct json *j, const char *key)
-{
-	if (j->comma[j->depth])
-		fputc(',', j->f);
-	j->comma[j->depth] = true;
-	if (key)
-		fprintf(j->f, "\"%s\":", key);
-}
-
-void json_begin(struct json *j, FILE *f)
-{
-	memset(j, 0, sizeof(*j));
-	j->f = f;
-	fputc('{', f);
-}
-
-void json_end(struct json *j)
-{
-	fputs("}\n", j->f);
-	fflush(j->f);
-}
-
-void json_obj(struct json *j, const char *key)
-{
-	json_key(j, key);
-	fputc('{', j->f);
-	j->comma[++j->depth] = false;
-}
-
-void json_arr(struct json *j, const char *key)
-{
-	json_key(j, key);
-	fputc('[', j->f);
-	j->comma[++j->depth] = false;
-}
-
-void json_close_obj(struct json *j)
-{
-	fputc('}', j->f);
-	j->depth--;
-}
-
-void json_close_arr(struct json *j)
-{
-	fputc(']', j->f);
-	j->depth--;
-}
-
-void json_u64(struct json *j, const char *key, uint64_t v)
-{
-	json_key(j, key);
-	fprintf(j->f, "%" PRIu64, v);
-}
-
-void json_num(struct json *j, const char *key, double v)
-{
-	json_key(j, key);
-	if (isfinite(v))
-		fprintf(j->f, "%.6g", v);
-	else
-		fputs("null", j->f);
-}
-
-void json_str(struct json *j, const char *key, const char *v)
-{
-	json_key(j, key);
-	fputc('"', j->f);
-	for (; *v; v++) {
-		if (*v == '"' || *v == '\\')
-			fputc('\\', j->f);
-		fputc(*v, j->f);
-	}
-	fputc('"', j->f);
-}
-
-void json_bool(struct json *j, const char *key, bool v)
-{
-	json_key(j, key);
-	fputs(v ? "true" : "false", j->f);
-}
-
-/* ---- the stdin control protocol shared by sink and recv ---- */
-
-void control_loop(const struct rx_ops *ops)
-{
-	char line[128];
-	struct json j;
-
-	while (fgets(line, sizeof(line), stdin)) {
-		unsigned long cookie;
-
-		if (sscanf(line, "arm %lu", &cookie) == 1 && cookie &&
-		    cookie <= UINT32_MAX) {
-			ops->arm(ops->ctx, (uint32_t)cookie);
-			json_begin(&j, stdout);
-			json_u64(&j, "armed", cookie);
-			json_end(&j);
-		} else if (!strncmp(line, "read", 4)) {
-			json_begin(&j, stdout);
-			ops->report(ops->ctx, &j);
-			json_end(&j);
-		} else if (!strncmp(line, "quit", 4)) {
-			return;
-		} else {
-			json_begin(&j, stdout);
-			json_str(&j, "error", "unknown command (arm COOKIE | read | quit)");
-			json_end(&j);
-		}
-	}
 }
