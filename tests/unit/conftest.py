@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -27,4 +28,19 @@ def nft_check(tmp_path):
                 # namespace does not grant; large files are checked when run as root.
                 pytest.skip("nft -c of a large file needs root (netlink buffer limit)")
         return cp
+    return check
+
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+
+
+@pytest.fixture
+def golden():
+    """`golden(path, text)`: `text` must equal the golden file at `path`;
+    FWBENCH_UPDATE_GOLDEN=1 writes it instead (then review the diff)."""
+    def check(path: Path, text: str) -> None:
+        if os.environ.get("FWBENCH_UPDATE_GOLDEN"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        assert text == path.read_text()
     return check

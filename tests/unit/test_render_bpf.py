@@ -5,7 +5,6 @@ feature and the rule.
 Regenerate the golden files under tests/golden/model/ after an intended change with
 FWBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_render_bpf.py, then review the diff.
 """
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,13 +17,6 @@ from fwbench.ruleset.render import bpf
 from fwbench.ruleset.templates.seed000 import seed000
 
 GOLDEN = Path(__file__).parent.parent / "golden"
-
-
-def _golden(path: Path, text: str) -> None:
-    if os.environ.get("FWBENCH_UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 def test_seed000_linear_golden():
@@ -93,9 +85,9 @@ def mixed() -> RuleSet:
 
 @pytest.mark.parametrize("set_mode, name", [(False, "bpf-mixed-linear.rules"),
                                             (True, "bpf-mixed-set.rules")])
-def test_mixed_golden(set_mode, name):
+def test_mixed_golden(set_mode, name, golden):
     r = bpf.render(mixed(), set_mode)
-    _golden(GOLDEN / "model" / name, r.text)
+    golden(GOLDEN / "model" / name, r.text)
     slots = {k: v for k, v in r.slots.items() if v}
     if set_mode:
         assert slots == {"set-a": [0, 1], "set-b": [2], "web": [3], "dns": [4],

@@ -6,7 +6,6 @@ compares). Regenerate them after an intended change with
 FWBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_render_iptables.py, then review the
 diff and run the privileged test.
 """
-import os
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ from fwbench.ruleset.templates.seed000 import seed000
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 IFS = Interfaces("fwb000000-f0", "fwb000000-f1")
-
-
-def _golden(path: Path, text: str) -> None:
-    if os.environ.get("FWBENCH_UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 # --- the old renderers' golden files: the new renderers write the same kernel state --
@@ -200,8 +192,8 @@ GOLDEN_CASES = {"rich-ip4.rules": lambda: ipt.render(rich(), IFS, 4),
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
-def test_golden(name):
-    _golden(GOLDEN / "model" / name, GOLDEN_CASES[name]())
+def test_golden(name, golden):
+    golden(GOLDEN / "model" / name, GOLDEN_CASES[name]())
 
 
 def test_rich_passes_check():

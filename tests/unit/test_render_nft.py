@@ -6,7 +6,6 @@ Regenerate the golden files under tests/golden/model/ after an intended change w
 FWBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_render_nft.py, then review the diff;
 tests/privileged/test_render_nft_kernel.py loads them and compares the listing.
 """
-import os
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ from fwbench.ruleset.templates.seed000 import seed000
 GOLDEN = Path(__file__).parent.parent / "golden"
 MODEL_GOLDEN = GOLDEN / "model"
 IFS = Interfaces("fwb000000-f0", "fwb000000-f1")
-
-
-def _golden(path: Path, text: str) -> None:
-    if os.environ.get("FWBENCH_UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 # --- a rich hand-built rule set: every construct the renderer writes ----------------
@@ -196,12 +188,12 @@ def test_seed000_matches_the_old_renderings(kw, name):
     assert f'counter accept comment "fwb:{seed000(5, **kw).flow_rule}"' in text
 
 
-def test_rich_golden():
-    _golden(MODEL_GOLDEN / "nft-rich.nft", nft.render(rich(), IFS))
+def test_rich_golden(golden):
+    golden(MODEL_GOLDEN / "nft-rich.nft", nft.render(rich(), IFS))
 
 
-def test_seed000_ipv6_set_golden():
-    _golden(MODEL_GOLDEN / "nft-seed000-n5-v6-set.nft",
+def test_seed000_ipv6_set_golden(golden):
+    golden(MODEL_GOLDEN / "nft-seed000-n5-v6-set.nft",
             nft.render(seed000(5, version=6, layout="set"), IFS))
 
 
