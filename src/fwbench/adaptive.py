@@ -1,14 +1,14 @@
 """Adaptive repetitions: which cells of a run need another trial.
 
 A fixed `repeat` spends as many trials on a quiet cell as on a noisy one. With
-`[adaptive] max_repeat` set, the runner asks after the planned trials, and again after
+`[adaptive] max_repeat` set, the run loop asks after the planned trials, and again after
 every round it adds, which cells (backend x rule count x frame size) still have a
 wide interval for their headline figure, and repeats only those, up to the cap.
 
 The headline figure is the method's headline metric (`metrics.headline`); the interval
 is the percentile-bootstrap interval of its median over the cell's ok trials
 (`stats.median_ci`), and its width is read as a fraction of that median. Pure
-functions of the records: the runner decides, these only measure.
+functions of the records: the run loop decides, these only measure.
 """
 from __future__ import annotations
 

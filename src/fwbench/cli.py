@@ -1,5 +1,5 @@
 """The command line: parses, calls, prints. Everything it does is callable from
-Python (fwbench.runner, fwbench.backends, fwbench.testbed.netns)."""
+Python (fwbench.experiments, fwbench.backends, fwbench.testbed.netns)."""
 from __future__ import annotations
 
 import argparse
@@ -138,7 +138,8 @@ def _need_root(what: str) -> None:
 
 
 def cmd_run(args, out: Console, err: Console) -> int:
-    from fwbench import runloop, runner, scenario, summary
+    from fwbench import scenario
+    from fwbench.experiments import loop
 
     scenario_opts = {"backends": args.backends, "rules": args.rules,
                      "frame_sizes": args.frame_sizes, "repeat": args.repeat,
@@ -153,30 +154,26 @@ def cmd_run(args, out: Console, err: Console) -> int:
                                "give it no scenario or other options")
         _need_root("fwbench run")
         path = Path(args.resume)
-        target = lambda: runner.resume(path, err)  # noqa: E731
+        target = lambda: loop.resume(path, err)  # noqa: E731
     else:
         sc = scenario.load(args.scenario, scenario_opts)
         _need_root("fwbench run")
-        path = Path(args.out) if args.out else runner.default_out(sc)
-        target = lambda: runner.start(sc, path, err)  # noqa: E731
+        path = Path(args.out) if args.out else loop.default_out(sc)
+        target = lambda: loop.start(sc, path, err)  # noqa: E731
     try:
         outcome = target()
-    except (KeyboardInterrupt, runloop.Interrupted):
+    except (KeyboardInterrupt, loop.Interrupted):
         print(f"fwbench: interrupted; finished trials are in {path}/trials.jsonl; "
               f"finish with: fwbench run --resume {path}", file=sys.stderr)
         return 130
-    if outcome.method == "droprate":
-        from fwbench.droprate import report
-        from fwbench.results import RunDir
-        wide = out if out.is_terminal else Console(width=max(out.width, 140))
-        wide.print(report.render(outcome.records, RunDir.open(outcome.path).meta()))
-    else:
-        out.print(summary.table(outcome.records, registry.names()))
+    # A table can be wider than a pipe's 80 columns; a terminal wraps it itself.
+    wide = out if out.is_terminal else Console(width=max(out.width, 140))
+    wide.print(outcome.summary)
     not_ok = sum(1 for r in outcome.records if r.status != "ok")
     print(f"{len(outcome.records)} of {outcome.planned} trials recorded"
           f"{f', {not_ok} not ok (see reason in trials.jsonl)' if not_ok else ''}.")
     print(f"results: {outcome.path}")
-    if outcome.method != "droprate" and not args.no_report and \
+    if outcome.reportable and not args.no_report and \
             any(r.status == "ok" for r in outcome.records):
         from fwbench.report import build
         print(f"report: {build(outcome.path).html}")

@@ -6,7 +6,7 @@ class FwbenchError(Exception):
 
 
 class MeasurementInvalid(FwbenchError):
-    """The measurement ran but cannot be trusted; the runner records the trial
+    """The measurement ran but cannot be trusted; the run loop records the trial
     `invalid`, and anywhere else it ends the command with one line as any error."""
 
 

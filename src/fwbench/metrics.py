@@ -88,6 +88,15 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("loss_pct", "loss at the fixed rate", "%", False,
                lambda r: 100 * r.metrics["loss_ratio"], log_ok=False, column="loss %"),
         _FW_CPU, _LOAD_TIME),
+    # Seed 002's drop positions: cells are (treatment, set size, frame size).
+    "droprate": (
+        Metric("disposed_pps", "flood packets disposed of per second", "packets/s", True,
+               _m("disposed_pps"), throughput=True, column="disposed pps"),
+        Metric("cpu_ns_per_pkt", "path CPU per packet", "ns", False, _m("cpu_ns_per_pkt"),
+               column="ns/pkt"),
+        Metric("softirq_ns_per_pkt", "softirq CPU per packet", "ns", False,
+               _m("softirq_ns_per_pkt")),
+        _LOAD_TIME),
 }
 
 # What each method's headline means, for the title of the table that ends a run.
@@ -97,6 +106,7 @@ TITLES: dict[str, str] = {
     "latency": "one-way latency, engine stamp to XDP sink; NDR from the same search",
     "lossload": "highest offered load without loss (RFC 2544 frame loss rate)",
     "fixedrate": "seed 003 flows: 128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s",
+    "droprate": "a UDP flood disposed of per second, sender and firewall on one CPU",
 }
 
 

@@ -23,13 +23,19 @@ class TrialKey:
         return asdict(self)
 
 
+def sweep_cells(backend_names: list[str], rules: list[int],
+                frame_sizes: list[int]) -> list[tuple[str, int, int]]:
+    """Every (backend, rules, frame_size) of a rule-count sweep; `none` once per
+    frame size, with rules = 0."""
+    return [(b, 0 if b == "none" else n, f)
+            for b in backend_names
+            for n in (rules if b != "none" else [0])
+            for f in frame_sizes]
+
+
 def make_plan(backend_names: list[str], rules: list[int], frame_sizes: list[int],
               repeat: int, seed: int) -> list[TrialKey]:
-    cells = [(b, 0 if b == "none" else n, f)
-             for b in backend_names
-             for n in (rules if b != "none" else [0])
-             for f in frame_sizes]
-    return interleave(cells, repeat, seed)
+    return interleave(sweep_cells(backend_names, rules, frame_sizes), repeat, seed)
 
 
 def interleave(cells: list[tuple[str, int, int]], repeat: int, seed: int) -> list[TrialKey]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
     model_validator
 
 from fwbench import backends
+from fwbench.catalog import EXPERIMENTS
 from fwbench.ruleset.templates import droprate as drop
 from fwbench.errors import FwbenchError
 from fwbench.frames import check_frame
@@ -174,8 +175,7 @@ class Scenario(BaseModel):
     repeat: Annotated[int, Field(ge=1, le=1000)] = 3
     duration_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
     seed: int = 1
-    method: Literal["maxrate", "throughput", "latency", "lossload", "fixedrate",
-                    "droprate"] = "maxrate"
+    method: str = Field("maxrate", description="the experiment: a method of fwbench.catalog")
     traffic: Literal["engine", "iperf3"] = "engine"
     family: Literal["ipv4", "ipv6"] = Field(
         "ipv4", description="the IP version of the rule set and the measured flow")
@@ -202,6 +202,13 @@ class Scenario(BaseModel):
                 and "frame_sizes" not in data:
             data = {**data, "frame_sizes": [128]}
         return data
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        if v not in EXPERIMENTS:
+            raise ValueError(f"unknown method {v!r} (known: {', '.join(EXPERIMENTS)})")
+        return v
 
     @field_validator("backends")
     @classmethod
@@ -245,9 +252,6 @@ class Scenario(BaseModel):
                                      f" characters do not fit a {self.frame_sizes[0]}-byte "
                                      f"frame after the stamp (room for {max(room, 0)})")
         a = self.adaptive
-        if a.max_repeat and self.method == "droprate":
-            raise ValueError("adaptive.max_repeat does not apply to method droprate "
-                             "(its treatments run `repeat` times each)")
         if a.max_repeat and a.max_repeat <= self.repeat:
             raise ValueError(f"adaptive.max_repeat ({a.max_repeat}) must be above repeat "
                              f"({self.repeat}), or 0 for off")

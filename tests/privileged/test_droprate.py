@@ -227,3 +227,22 @@ def test_ctrl_c_keeps_finished_trials_then_resume_finishes(tmp_path, own_netns):
         check_flood_attempts(r, droprate)
     assert cp.returncode == (0 if all(r["status"] == "ok" for r in recs) else 1), cp.stderr
     assert own_netns(d) == []
+
+
+def test_max_repeat_adds_rounds_for_noisy_treatments(tmp_path, own_netns):
+    """Adaptive repetitions on droprate's headline (the disposal rate): with a width
+    no cell can reach, every treatment is measured up to the cap, in rounds written
+    to run.json before they run."""
+    sc = tmp_path / "s.toml"
+    sc.write_text(SMALL % '["raw", "xdp"]' + "[adaptive]\nrel_width = 1e-9\n")
+    d = tmp_path / "run"
+    cp = fwbench("run", str(sc), "--max-repeat", "3", "--out", str(d))
+    recs = records(d)
+    assert cp.returncode == (0 if all(r["status"] == "ok" for r in recs) else 1), cp.stderr
+    assert sorted((r["backend"], r["repetition"]) for r in recs) == \
+        [("raw", 0), ("raw", 1), ("raw", 2), ("xdp", 0), ("xdp", 1), ("xdp", 2)]
+    meta = json.loads((d / "run.json").read_text())
+    rnd, = meta["adaptive"]["rounds"]
+    assert sorted(map(tuple, rnd["cells"])) == [("raw", 1, 128), ("xdp", 1, 128)]
+    assert "adaptive round 1: 2 cells" in cp.stderr
+    assert own_netns(d) == []

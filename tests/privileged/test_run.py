@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 from rich.console import Console
 
-from fwbench import runloop, runner, scenario
+from fwbench import scenario
+from fwbench.experiments import loop, sweep
 
 SMALL = ["--backends", "none,iptables-legacy", "--rules", "100", "--frame-sizes", "64",
          "--repeat", "3", "--duration", "0.2", "--seed", "3"]
@@ -201,23 +202,23 @@ def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatc
     d = tmp_path / "run"
     text = io.StringIO()
     console = Console(file=text, width=200)
-    real, calls = runner.run_trial, []
+    real, calls = sweep.run_trial, []
 
     def stopped_at_the_sixth(*args, **kw):  # 4 planned, then round 1's second trial
         calls.append(1)
         if len(calls) == 6:
-            raise runloop.Interrupted("SIGTERM")
+            raise loop.Interrupted("SIGTERM")
         return real(*args, **kw)
 
-    monkeypatch.setattr(runner, "run_trial", stopped_at_the_sixth)
-    with pytest.raises(runloop.Interrupted):
-        runner.start(sc, d, console)
+    monkeypatch.setattr(sweep, "run_trial", stopped_at_the_sixth)
+    with pytest.raises(loop.Interrupted):
+        loop.start(sc, d, console)
     meta = json.loads((d / "run.json").read_text())
     assert len(meta["plan"]) == 6 and len(records(d)) == 5
     assert [r["round"] for r in meta["adaptive"]["rounds"]] == [1]
 
-    monkeypatch.setattr(runner, "run_trial", real)
-    outcome = runner.resume(d, console)
+    monkeypatch.setattr(sweep, "run_trial", real)
+    outcome = loop.resume(d, console)
     assert outcome.planned == len(outcome.records) == 8
     assert record_keys(d) == planned_keys(d)
     reps = {}

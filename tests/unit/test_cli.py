@@ -51,12 +51,12 @@ def test_help_explains_frame_sizes():
 
 
 def test_missing_tool_is_one_line(monkeypatch):
-    from fwbench import runner
     from fwbench.errors import FwbenchError
+    from fwbench.experiments import sweep
 
-    monkeypatch.setattr(runner.proc, "have", lambda tool: tool != "iperf3")
+    monkeypatch.setattr(sweep.proc, "have", lambda tool: tool != "iperf3")
     with pytest.raises(FwbenchError, match="iperf3 not found: install the Debian package iperf3"):
-        runner.check_tools()
+        sweep.check_tools()
 
 
 @pytest.mark.parametrize("args, needle", [

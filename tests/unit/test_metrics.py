@@ -3,14 +3,12 @@ table that ends a run, adaptive repetitions and the report all read it."""
 from __future__ import annotations
 
 import io
-import typing
 
 from rich.console import Console
 
-from fwbench import adaptive, metrics, summary
+from fwbench import adaptive, experiments, metrics, summary
 from fwbench.report.data import RunData
 from fwbench.results import TrialRecord
-from fwbench.scenario import Scenario
 
 
 def rec(backend: str, rules: int, rep: int, m: dict, method: str = "throughput",
@@ -19,11 +17,10 @@ def rec(backend: str, rules: int, rep: int, m: dict, method: str = "throughput",
                        {}, 0.01, m, "2026-11-23T00:00:00", 1.0, None)
 
 
-def test_every_sweep_method_has_metrics_a_title_and_a_rate_headline():
-    methods = typing.get_args(Scenario.model_fields["method"].annotation)
-    sweeps = [m for m in methods if m != "droprate"]
-    assert set(sweeps) == set(metrics.METRICS) == set(metrics.TITLES)
-    for method in sweeps:
+def test_every_method_has_metrics_a_title_and_a_rate_headline():
+    methods = list(experiments.REGISTRY)
+    assert set(methods) == set(metrics.METRICS) == set(metrics.TITLES)
+    for method in methods:
         first, second = metrics.of(method)[:2]
         assert first is metrics.headline(method) and first.throughput
         assert first.column and second.column
@@ -53,3 +50,18 @@ def test_adaptive_and_report_use_the_same_headline():
     assert widths[("nftables", 100, 64)] > 0
     data = RunData(None, {"scenario": {"method": "throughput"}}, recs)
     assert data.headline() is metrics.headline("throughput")
+
+
+def test_adaptive_repetitions_work_on_a_droprate_run():
+    """The stored schema-2 droprate run (3 rounds of 4 treatments): every cell has
+    an interval on the disposal rate, and a cap of 4 asks one more of each."""
+    from pathlib import Path
+
+    from fwbench.results import RunDir
+    records = RunDir.open(Path(__file__).parent.parent / "data" / "runs" /
+                          "schema2-droprate").records()
+    widths = adaptive.cell_widths(records, "droprate")
+    assert len(widths) == 4 and all(w is not None and w > 0 for w in widths.values())
+    need = adaptive.cells_needing_more(records, "droprate", 1e-9, 0.95, 4)
+    assert need == sorted(widths)
+    assert adaptive.cells_needing_more(records, "droprate", 1e-9, 0.95, 3) == []

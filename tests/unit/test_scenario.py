@@ -52,7 +52,7 @@ def test_flags_override_the_file(tmp_path):
     ("method = 'throughput'\n[throughput]\nexceed_ratio = -0.1\n", "throughput.exceed_ratio"),
     ("method = 'throughput'\ntraffic = 'iperf3'\n", "needs traffic = engine"),
     ("method = 'fixedrate'\nframe_sizes = [64]\n", "not 64"),
-    ("method = 'warp'\n", "method: Input should be"),
+    ("method = 'warp'\n", "method: unknown method 'warp'"),
     ("[engine]\nreceiver = 'magic'\n", "engine.receiver"),
     ("[throughput]\nloss_ratios = [0.0, 0.0]\n", "duplicates"),
     ("[throughput]\nmin_load_pps = 5000.0\nmax_load_pps = 100.0\n", "below max_load_pps"),
@@ -199,15 +199,15 @@ def test_adaptive_is_off_by_default():
     ("[adaptive]\nlevel = 1.0\n", "adaptive.level: Input should be less than 1"),
     ("[adaptive]\nwidth = 0.1\n", "adaptive.width: unknown key"),
     ("adaptive = 8\n", "adaptive"),
-    (DROP + "[adaptive]\nmax_repeat = 10\n",
-     "adaptive.max_repeat does not apply to method droprate"),
+    (DROP + "repeat = 5\n[adaptive]\nmax_repeat = 5\n", "adaptive.max_repeat (5) must be above"),
 ])
 def test_bad_adaptive_settings_name_the_key(tmp_path, text, where):
     test_bad_scenarios_name_the_problem(tmp_path, text, where)
 
 
-def test_adaptive_off_is_fine_for_droprate(tmp_path):
+def test_adaptive_applies_to_droprate_too(tmp_path):
     assert load_text(tmp_path, DROP + "[adaptive]\nmax_repeat = 0\n").adaptive.max_repeat == 0
+    assert load_text(tmp_path, DROP + "[adaptive]\nmax_repeat = 6\n").adaptive.max_repeat == 6
 
 
 def test_max_repeat_flag_keeps_the_files_other_adaptive_keys(tmp_path):

@@ -1,8 +1,9 @@
-"""Running the drop-position experiment: `fwbench run` with `method = "droprate"`.
+"""The drop-position experiment (seed 002): `fwbench run` with `method = "droprate"`.
 
-One testbed for the whole run, its path on one CPU (the sender pinned there, RPS off
-on the firewall's ingress). The plan is `repeat` rounds, each running every
-treatment once in a seeded random order. One trial: clear every firewall, check
+The run loop (experiments.loop) plans `repeat` rounds, each running every treatment
+once in a seeded random order, on one testbed whose path is on one CPU (the sender
+pinned there, RPS off on the firewall's ingress). A cell is (treatment id, set size,
+frame size), recorded as (backend, rules, frame_size) in schema 2. One trial: clear every firewall, check
 nothing is left, load the treatment in one step, verify it with a probe, then flood
 for `duration_s`; if another process took the path CPU during the flood, flood again
 (up to `attempts` times, every attempt kept in the record). Each record is appended
@@ -14,20 +15,20 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
+from rich.console import Console, RenderableType
 
-from fwbench import engine, environment, proc
+from fwbench import engine, proc
 from fwbench.backends import kernel
 from fwbench.droprate import measure
+from fwbench.droprate import report
 from fwbench.droprate.treatments import BPF_OBJECT, Target, Treatment, build, clear, leftovers
 from fwbench.errors import FwbenchError
-from fwbench.plan import TrialKey, interleave
-from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
-from fwbench.runloop import Phases, RunOutcome, now, progress_bar, sigterm_raises
-from fwbench.scenario import Scenario, from_dict
+from fwbench.experiments.base import Experiment, Planned
+from fwbench.experiments.loop import Phases, now
+from fwbench.plan import TrialKey
+from fwbench.results import SCHEMA_VERSION, TrialRecord
+from fwbench.scenario import Scenario
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
 
@@ -76,33 +77,6 @@ def versions() -> dict[str, str | None]:
             "fwbench-engine": engine.version()}
 
 
-def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
-    trs = treatments(sc)
-    check(trs, sc.droprate.cpu)
-    frame = sc.frame_sizes[0]
-    plan = interleave([(tr.id, tr.size, frame) for tr in trs], sc.repeat, sc.seed)
-    rd = RunDir.create(out, {
-        "scenario": sc.dump(),
-        "plan": [k.as_dict() for k in plan],
-        "environment": environment.collect(versions()),
-        "sessions": [],
-    })
-    return execute(rd, console)
-
-
-def execute(rd: RunDir, console: Console) -> RunOutcome:
-    meta = rd.meta()
-    sc = from_dict(meta["scenario"])
-    trs = {tr.key: tr for tr in treatments(sc)}
-    check(list(trs.values()), sc.droprate.cpu)
-    plan = [TrialKey(**k) for k in meta["plan"]]
-    done = {r.key for r in rd.records()}
-    todo = [(i, k) for i, k in enumerate(plan) if k not in done]
-    if todo:
-        _run(rd, sc, plan, todo, trs, console)
-    return RunOutcome(rd.path, rd.records(), len(plan), {}, method=METHOD)
-
-
 def _topology(sc: Scenario) -> Topology:
     """One CPU for the whole path (seed 002's model): RPS off on both ingresses."""
     c = sc.droprate.cpu
@@ -111,35 +85,60 @@ def _topology(sc: Scenario) -> Topology:
     return Topology.new(settings, firewall_rps=False, server_rps=False)
 
 
-def _run(rd, sc, plan, todo, trs, console) -> None:
-    topo = _topology(sc)
-    with sigterm_raises(), NetnsTestbed(topo) as tb:
-        t = target(tb, sc)
+class DropRate(Experiment):
+    """Where to drop a UDP flood, and what accepting it costs."""
+    factors = ("treatment", "set_size", "frame_size")
+    reportable = False   # its report is the table the run prints (summary)
+
+    def __init__(self, sc: Scenario):
+        super().__init__(sc)
+        self.trs = {tr.key: tr for tr in treatments(sc)}
+        self.target: Target | None = None
+
+    def check(self) -> None:
+        check(list(self.trs.values()), self.sc.droprate.cpu)
+
+    def plan(self) -> Planned:
+        frame = self.sc.frame_sizes[0]
+        return Planned(self.sc, [(tr.id, tr.size, frame) for tr in self.trs.values()])
+
+    def versions(self, planned: Planned) -> dict[str, str | None]:
+        return versions()
+
+    def topology(self) -> Topology:
+        return _topology(self.sc)
+
+    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+        t = self.target = target(tb, self.sc)
         # Register raw and filter up front: a legacy table stays registered (its hooks
         # run for every packet) once anything touches it, so which treatments ran
         # earlier must not decide which hooks the next one pays for.
         kernel.register_xt_tables(tb, kernel.xt("legacy", 4), ("raw", "filter"))
-        session = {"testbed_id": topo.run_id, "started_at": now(),
-                   "testbed": {**topo.record(), **tb.recorded},
-                   "target": {"dst": t.fw_ip, "dport": t.port, "ifname": t.ifname,
-                              "payload_text": t.text},
-                   "xt_tables_registered": ["raw", "filter"],
-                   "trials_left": len(todo)}
-        meta = rd.meta()
-        rd.update_meta(sessions=meta["sessions"] + [session])
-        try:
-            with progress_bar(console) as progress:
-                task = progress.add_task("trials", total=len(plan),
-                                         completed=len(plan) - len(todo))
-                for idx, key in todo:
-                    tr = trs[(key.backend, key.rules)]
-                    progress.update(task, description=f"{tr.label(t)} (round {key.repetition})")
-                    rec = run_trial(tb, tr, t, key, idx, sc)
-                    rd.append(rec)
-                    progress.advance(task)
-                    progress.console.print(trial_line(idx + 1, len(plan), tr, t, rec))
-        finally:
-            clear(tb, t)
+        return {"target": {"dst": t.fw_ip, "dport": t.port, "ifname": t.ifname,
+                           "payload_text": t.text},
+                "xt_tables_registered": ["raw", "filter"]}
+
+    def close(self, tb: NetnsTestbed) -> None:
+        if self.target is not None:
+            clear(tb, self.target)
+
+    def cell_label(self, key: TrialKey) -> str:
+        tr = self.trs[(key.backend, key.rules)]
+        return tr.label(self.target) if self.target is not None else tr.id
+
+    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+                  step=None) -> TrialRecord:
+        return run_trial(tb, self.trs[(key.backend, key.rules)], self.target, key, idx,
+                         self.sc)
+
+    def line(self, rec: TrialRecord) -> str:
+        m = rec.metrics
+        extra = f", {len(rec.trials)} attempts" if len(rec.trials) > 1 else ""
+        return (f"{m['disposed_pps']:,.0f} pps, {m['cpu_ns_per_pkt']:,.0f} ns/pkt "
+                f"({m['softirq_ns_per_pkt']:,.0f} in softirq){extra}")
+
+    def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
+        return report.render(records, meta)
 
 
 def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: int,
@@ -196,13 +195,3 @@ def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: in
                     "dport": t.port, "phases": phases},
         trials=attempts,
     )
-
-
-def trial_line(n: int, total: int, tr: Treatment, t: Target, rec: TrialRecord) -> str:
-    head = f"[{n}/{total}] {escape(tr.label(t))} round {rec.repetition}:"
-    if rec.status != "ok":
-        return f"{head} [red]{rec.status}[/]: {escape(rec.reason or '')}"
-    m = rec.metrics
-    extra = f", {len(rec.trials)} attempts" if len(rec.trials) > 1 else ""
-    return (f"{head} {m['disposed_pps']:,.0f} pps, {m['cpu_ns_per_pkt']:,.0f} ns/pkt "
-            f"({m['softirq_ns_per_pkt']:,.0f} in softirq){extra}")

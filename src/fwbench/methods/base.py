@@ -1,4 +1,4 @@
-"""What the runner needs from a method: prepare once per testbed, run one trial per
+"""What the sweep experiment (experiments.sweep) needs from a method: prepare once per testbed, run one trial per
 cell, and say in one line what the trial found.
 
 A method's `run` returns the trial's metrics (units in key names); a `trials` key, if
@@ -21,14 +21,14 @@ class Method:
 
     def __init__(self, traffic: EngineTraffic):
         self.engine = traffic
-        # frame size -> the sender's open-throttle rate, measured by the runner with
-        # no firewall loaded (runner.calibrate); measured here only when missing.
+        # frame size -> the sender's open-throttle rate, measured by the sweep with
+        # no firewall loaded (experiments.sweep.calibrate); measured here only when missing.
         self.ceilings: dict[int, float] = {}
         # Called with one line per sub-trial, for progress output on long cells.
         self.on_step: Callable[[str], None] | None = None
 
     def step(self, index: int, trial: dict) -> None:
-        """Report one search trial to whoever watches (the runner's progress bar)."""
+        """Report one search trial to whoever watches (the run loop's progress bar)."""
         if self.on_step is not None:
             self.on_step(f"trial {index}: {trial['offered_pps']:,.0f} pps offered, "
                          f"loss {trial['loss_ratio']:.3%}")

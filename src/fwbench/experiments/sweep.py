@@ -1,42 +1,35 @@
-"""`fwbench run`: resolve a scenario into a plan, build the testbed, run every trial
-and record it the moment it ends.
+"""The rule-count sweeps as an experiment: maxrate, throughput, latency, lossload and
+fixedrate, each a method measuring one cell (backend x rule count x frame size).
 
 The order of work inside one trial: flush every firewall, load the rule set in one
 step, verify what the kernel holds, and only then measure. A trial whose
-verification fails is recorded as `failed` with the reason and never measured.
-
-With `[adaptive] max_repeat` set, the planned trials are followed by adaptive rounds
-on the same testbed: each round appends one trial per cell whose interval is still
-wide (fwbench.adaptive) to run.json's plan before running any of them, so `--resume`
-finishes an interrupted round and then goes on with the next.
+verification fails is recorded as `failed` with the reason and never measured. Once
+per testbed session, with no firewall loaded, the engine is calibrated: its own
+latency and the sender's ceiling per frame size.
 """
 from __future__ import annotations
 
-import random
 import time
-from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 
 from fwbench import backends as registry
-from fwbench import adaptive, environment, experiments, proc
-from fwbench.frames import min_frame
+from fwbench import proc, summary
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
 from fwbench.errors import FwbenchError, MeasurementInvalid
+from fwbench.experiments.base import Experiment, Planned
+from fwbench.experiments.loop import Phases, now
+from fwbench.frames import min_frame
 from fwbench.methods.base import Method
 from fwbench.methods.fixedrate import FixedRate
 from fwbench.methods.latency import Latency
 from fwbench.methods.lossload import LossLoad
 from fwbench.methods.maxrate import MaxRate
 from fwbench.methods.throughput import Throughput, search_config
-from fwbench.plan import TrialKey, make_plan
-from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
-from fwbench.runloop import (Phases, RunOutcome, now, progress_bar,
-                             sigterm_raises)
+from fwbench.plan import TrialKey, sweep_cells
+from fwbench.results import SCHEMA_VERSION, TrialRecord
 from fwbench.ruleset import flows
 from fwbench.ruleset.evaluate import Evaluator
 from fwbench.ruleset.model import Packet, RuleSet, Unsupported
@@ -47,6 +40,90 @@ from fwbench.testbed.topology import Topology
 from fwbench.traffic.engine import EngineTraffic, Flow
 from fwbench.traffic.iperf3 import Iperf3Rate
 from fwbench.traffic.ping import PingRtt
+
+
+class Sweep(Experiment):
+    """Backends x rule counts x frame sizes, one method (the scenario's) per cell."""
+
+    def __init__(self, sc: Scenario):
+        super().__init__(sc)
+        self.backends: dict[str, Backend] = {}
+        self.method_ = None     # the method with its instruments, made by open()
+        self.rulesets: dict[tuple, RuleSet] = {}
+
+    def check(self) -> None:
+        check_tools()
+        make_method(self.sc)    # settings a search would reject, rejected now
+        if ALL not in self.sc.backends:
+            for name in self.sc.backends:
+                b = self._backend(name)
+                if why := b.unavailable():
+                    raise FwbenchError(f"backend {name} cannot run here: {why}")
+
+    def _backend(self, name: str) -> Backend:
+        if name not in self.backends:
+            self.backends[name] = registry.get(name)
+        return self.backends[name]
+
+    def plan(self) -> Planned:
+        sc = self.sc
+        names, skipped = resolve_backends(sc)
+        rs = imported(sc)
+        resolved = from_dict({**sc.dump(), "backends": names,
+                              **({"rules": [rs.rule_count]} if rs else {})})
+        meta: dict = {"skipped_backends": skipped}
+        if rs is not None:
+            meta["ruleset"] = {
+                "file": sc.policy.file, "rules": rs.rule_count, "sha256": rs.digest(),
+                "address_map": [list(m) for m in rs.address_map],
+                "iface_map": [list(m) for m in rs.iface_map],
+                "flow": {"proto": rs.flow.proto, "src": rs.flow.saddr,
+                         "dst": rs.flow.daddr, "dport": rs.flow.dport,
+                         "rule": rs.flow_rule},
+                "notes": list(rs.notes)}
+        self.sc = resolved
+        return Planned(resolved, sweep_cells(names, resolved.rules, resolved.frame_sizes),
+                       meta, [f"skipping backend {n}: {why}" for n, why in skipped.items()])
+
+    def versions(self, planned: Planned) -> dict[str, str | None]:
+        out = dict(make_method(planned.scenario).versions())
+        for n in planned.scenario.backends:
+            out.update(self._backend(n).versions())
+        return out
+
+    def topology(self) -> Topology:
+        return Topology.new(self.sc.testbed, server_rps=self.sc.traffic == "iperf3")
+
+    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+        method = self.method_ = make_method(self.sc)
+        method.prepare(tb)
+        engine = _engine_of(method)
+        if engine is None:
+            return {}
+        console.print("calibrating the engine with no firewall: latency bias, sender ceiling")
+        cal = calibrate(tb, engine, self.sc.frame_sizes, self.sc.version)
+        if isinstance(method, Method):
+            method.ceilings.update({int(f): v for f, v in cal["sender_ceiling_pps"].items()})
+        return {"engine": cal}
+
+    def environment(self, session: dict) -> dict:
+        return {"engine_bias": session["engine"]["bias"]} if "engine" in session else {}
+
+    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+                  step=None) -> TrialRecord:
+        method = self.method_
+        if isinstance(method, Method):
+            method.on_step = step
+        backend = self._backend(key.backend)
+        rs = _ruleset_for(key.rules, backend, self.sc, self.rulesets)
+        return run_trial(tb, backend, rs, key, idx, self.sc, method, self.rulesets)
+
+    def line(self, rec: TrialRecord) -> str:
+        subs = f" ({len(rec.trials)} sub-trials)" if rec.trials else ""
+        return f"{self.method_.line(rec.metrics)}{subs}"
+
+    def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
+        return summary.table(records, registry.names())
 
 
 def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:
@@ -173,51 +250,6 @@ def make_method(sc: Scenario):
     raise FwbenchError(f"unknown method {sc.method}")
 
 
-def _tool_versions(names: list[str], method) -> dict:
-    out = dict(method.versions())
-    for n in names:
-        out.update(registry.get(n).versions())
-    return out
-
-
-def default_out(sc: Scenario) -> Path:
-    return Path("results") / f"{sc.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
-def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
-    if sc.method in experiments.REGISTRY:  # its own plan: treatments, not backends x rules
-        return experiments.get(sc.method).start(sc, out, console)
-    check_tools()
-    names, skipped = resolve_backends(sc)
-    for name, why in skipped.items():
-        console.print(f"[yellow]skipping backend {name}: {why}[/]")
-    rs = imported(sc)
-    resolved = from_dict({**sc.dump(), "backends": names,
-                          **({"rules": [rs.rule_count]} if rs else {})})
-    plan = make_plan(names, resolved.rules, resolved.frame_sizes, resolved.repeat, resolved.seed)
-    method = make_method(resolved)
-    rd = RunDir.create(out, {
-        "scenario": resolved.dump(),
-        "skipped_backends": skipped,
-        "plan": [k.as_dict() for k in plan],
-        **({"ruleset": {"file": sc.policy.file, "rules": rs.rule_count,
-                        "sha256": rs.digest(),
-                        "address_map": [list(m) for m in rs.address_map],
-                        "iface_map": [list(m) for m in rs.iface_map],
-                        "flow": {"proto": rs.flow.proto, "src": rs.flow.saddr,
-                                 "dst": rs.flow.daddr, "dport": rs.flow.dport,
-                                 "rule": rs.flow_rule},
-                        "notes": list(rs.notes)}} if rs else {}),
-        "environment": environment.collect(_tool_versions(names, method)),
-        "sessions": [],
-    })
-    return execute(rd, console)
-
-
-def resume(path: str | Path, console: Console) -> RunOutcome:
-    return execute(RunDir.open(path), console)
-
-
 def _ruleset_for(rules: int, backend: Backend, sc: Scenario, cache: dict) -> RuleSet:
     """Seed 000's rule set of `rules` entries, held the way `backend` holds them."""
     own = imported(sc)
@@ -242,142 +274,6 @@ def check_tools() -> None:
         if not proc.have(tool):
             raise FwbenchError(f"{tool} not found: install the Debian package {package} "
                                f"(./scripts/setup.sh installs everything)")
-
-
-def execute(rd: RunDir, console: Console) -> RunOutcome:
-    meta = rd.meta()
-    sc = from_dict(meta["scenario"])
-    if sc.method in experiments.REGISTRY:
-        return experiments.get(sc.method).execute(rd, console)
-    check_tools()
-    plan = [TrialKey(**k) for k in meta["plan"]]
-    records = rd.records()
-    done = {r.key for r in records}
-    todo = [(i, k) for i, k in enumerate(plan) if k not in done]
-    more = bool(sc.adaptive.max_repeat) and bool(_needing_more(sc, records))
-    # An adaptive round may repeat any cell of the plan.
-    names = sorted({k.backend for k in plan} if sc.adaptive.max_repeat else
-                   {k.backend for _, k in todo})
-    backends: dict[str, Backend] = {}
-    for n in names:
-        b = registry.get(n)
-        if why := b.unavailable():
-            raise FwbenchError(f"backend {n} cannot run here: {why}")
-        backends[n] = b
-    if todo or more:
-        _run_trials(rd, sc, plan, todo, backends, console)
-    records = rd.records()
-    return RunOutcome(rd.path, records, len(rd.meta()["plan"]),
-                      meta.get("skipped_backends", {}), method=sc.method)
-
-
-def _needing_more(sc: Scenario, records: list[TrialRecord],
-                  widths: dict | None = None) -> list[tuple[str, int, int]]:
-    a = sc.adaptive
-    return adaptive.cells_needing_more(records, sc.method, a.rel_width, a.level,
-                                       a.max_repeat, widths)
-
-
-def _cell_name(cell: tuple[str, int, int]) -> str:
-    b, n, f = cell
-    return f"{b} {f}B" if b == "none" else f"{b} N={n} {f}B"
-
-
-@dataclass
-class AdaptiveRound:
-    round: int
-    positions: list[int]          # the new trials' places in the plan
-    widths: dict[tuple[str, int, int], float | None]  # every cell, before the round
-
-
-def adaptive_round(rd: RunDir, sc: Scenario, plan: list[TrialKey]) -> AdaptiveRound | None:
-    """Plan the next adaptive round: one trial per cell that needs more, in an order
-    seeded by the scenario's seed and the round number, appended to `plan` and to
-    run.json's plan (with the round's cells and every cell's width) before any of
-    them runs. None when no cell needs more."""
-    records = rd.records()
-    widths = adaptive.cell_widths(records, sc.method, sc.adaptive.level)
-    cells = _needing_more(sc, records, widths)
-    if not cells:
-        return None
-    meta = rd.meta()
-    rounds = meta.get("adaptive", {}).get("rounds", [])
-    k = len(rounds) + 1
-    next_rep: dict[tuple, int] = {}
-    for key in plan:
-        cell = (key.backend, key.rules, key.frame_size)
-        next_rep[cell] = max(next_rep.get(cell, 0), key.repetition + 1)
-    order = list(cells)
-    random.Random(f"{sc.seed}:adaptive:{k}").shuffle(order)
-    new = [TrialKey(b, n, f, next_rep.get((b, n, f), 0)) for b, n, f in order]
-    first = len(plan)
-    plan.extend(new)
-    rounds = rounds + [{"round": k, "cells": [list(c) for c in order],
-                        "widths": {"/".join(map(str, c)): w
-                                   for c, w in sorted(widths.items())}}]
-    rd.update_meta(plan=[p.as_dict() for p in plan],
-                   adaptive={**meta.get("adaptive", {}), "rounds": rounds})
-    return AdaptiveRound(k, list(range(first, len(plan))), widths)
-
-
-def _round_line(r: AdaptiveRound, plan: list[TrialKey], rel_width: float) -> str:
-    cells = sorted((plan[i].backend, plan[i].rules, plan[i].frame_size) for i in r.positions)
-
-    def width(c):
-        w = r.widths.get(c)
-        return f"{w * 100:.1f} %" if w is not None else "no interval yet"
-    return (f"adaptive round {r.round}: {len(cells)} cell{'s' if len(cells) != 1 else ''} "
-            f"above {rel_width * 100:g} % width: " +
-            ", ".join(f"{_cell_name(c)} {width(c)}" for c in cells))
-
-
-def _run_trials(rd, sc, plan, todo, backends, console) -> None:
-    t = sc.testbed
-    topo = Topology.new(sc.testbed, server_rps=sc.traffic == "iperf3")
-    method = make_method(sc)
-    policies: dict[tuple, RuleSet] = {}
-    with sigterm_raises(), NetnsTestbed(topo) as tb:
-        method.prepare(tb)
-        session = {"testbed_id": topo.run_id, "started_at": now(),
-                   "testbed": {**topo.record(), **tb.recorded},
-                   "trials_left": len(todo)}
-        meta = rd.meta()
-        env = meta["environment"]
-        engine = _engine_of(method)
-        if engine is not None:
-            console.print("calibrating the engine with no firewall: latency bias, "
-                          "sender ceiling")
-            cal = calibrate(tb, engine, sc.frame_sizes, sc.version)
-            if isinstance(method, Method):
-                method.ceilings.update({int(f): v for f, v in cal["sender_ceiling_pps"].items()})
-            session["engine"] = cal
-            env = {**env, "engine_bias": cal["bias"]}
-        rd.update_meta(sessions=meta["sessions"] + [session], environment=env)
-        with progress_bar(console) as progress:
-            task = progress.add_task("trials", total=len(plan), completed=len(plan) - len(todo))
-
-            def run(idx: int, key: TrialKey) -> None:
-                cell = f"{key.backend} N={key.rules} {key.frame_size}B"
-                progress.update(task, description=cell)
-                if isinstance(method, Method):
-                    method.on_step = lambda line, cell=cell: progress.update(
-                        task, description=f"{cell} {line}")
-                backend = backends[key.backend]
-                rs = _ruleset_for(key.rules, backend, sc, policies)
-                rec = run_trial(tb, backend, rs, key, idx, sc, method,
-                                policies)
-                rd.append(rec)
-                progress.advance(task)
-                progress.console.print(_trial_line(idx + 1, len(plan), rec, method))
-
-            for idx, key in todo:
-                run(idx, key)
-            while sc.adaptive.max_repeat and \
-                    (r := adaptive_round(rd, sc, plan)) is not None:
-                progress.update(task, total=len(plan))
-                progress.console.print(_round_line(r, plan, sc.adaptive.rel_width))
-                for idx in r.positions:
-                    run(idx, plan[idx])
 
 
 def verify_with_sink_off(tb: NetnsTestbed, backend: Backend, rs: RuleSet, method):
@@ -468,11 +364,3 @@ def _reloader(tb: NetnsTestbed, backend: Backend, sc: Scenario, cache: dict, met
         if not v.ok:
             raise FwbenchError(f"verification at {n} rules: {v.reason}")
     return reload
-
-
-def _trial_line(n: int, total: int, rec: TrialRecord, method) -> str:
-    head = f"[{n}/{total}] {rec.backend} N={rec.rules} {rec.frame_size}B rep {rec.repetition}:"
-    if rec.status != "ok":
-        return f"{head} [red]{rec.status}[/]: {escape(rec.reason or '')}"
-    subs = f" ({len(rec.trials)} sub-trials)" if rec.trials else ""
-    return f"{head} {method.line(rec.metrics)}{subs}"

@@ -1,0 +1,234 @@
+"""The one run loop: `fwbench run` for every experiment.
+
+start() asks the experiment for its plan (checked before any testbed exists),
+interleaves the cells over the repetitions with the scenario's seed and writes
+run.json; execute() (also `--resume`) runs what the plan still lacks in one testbed
+session, appending every record the moment its trial ends. SIGTERM becomes
+Interrupted so every cleanup path runs; the testbed is removed however the run ends.
+
+With `[adaptive] max_repeat` set, the planned trials are followed by adaptive rounds
+on the same testbed: each round appends one trial per cell whose headline interval
+is still wide (fwbench.adaptive, on the experiment's headline metric) to run.json's
+plan before running any of them, so `--resume` finishes an interrupted round and
+then goes on with the next.
+"""
+from __future__ import annotations
+
+import random
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console, RenderableType
+from rich.markup import escape
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from fwbench import adaptive, environment, experiments
+from fwbench.experiments.base import Cell, Experiment
+from fwbench.plan import TrialKey, interleave
+from fwbench.results import RunDir, TrialRecord
+from fwbench.scenario import Scenario, from_dict
+
+
+class Interrupted(Exception):
+    """SIGTERM, turned into an exception so every cleanup path runs."""
+
+
+@contextmanager
+def sigterm_raises():
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+class Phases(dict):
+    """Wall time of each phase of a trial, seconds (recorded in its conditions)."""
+
+    def timed(self, name: str, fn, *args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self[name] = round(time.perf_counter() - t, 4)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def progress_bar(console: Console) -> Progress:
+    """The bar every run shows: the current cell, done/total, time spent and left."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                    console=console, transient=False)
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    records: list[TrialRecord]
+    planned: int
+    skipped_backends: dict[str, str]
+    method: str
+    summary: RenderableType | None = None   # the experiment's table of the records
+    reportable: bool = True                 # whether `fwbench report` applies
+
+
+def default_out(sc: Scenario) -> Path:
+    return Path("results") / f"{sc.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
+    exp = experiments.get(sc)
+    exp.check()
+    planned = exp.plan()
+    for note in planned.notes:
+        console.print(f"[yellow]{escape(note)}[/]")
+    resolved = planned.scenario
+    plan = interleave(planned.cells, resolved.repeat, resolved.seed)
+    rd = RunDir.create(out, {
+        "scenario": resolved.dump(),
+        **planned.meta,
+        "plan": [k.as_dict() for k in plan],
+        "environment": environment.collect(exp.versions(planned)),
+        "sessions": [],
+    })
+    return execute(rd, console, exp)
+
+
+def resume(path: str | Path, console: Console) -> RunOutcome:
+    return execute(RunDir.open(path), console)
+
+
+def execute(rd: RunDir, console: Console, exp: Experiment | None = None) -> RunOutcome:
+    """Run what run.json's plan still lacks; `exp` is the experiment start() has
+    already checked (a resume makes and checks its own)."""
+    meta = rd.meta()
+    sc = from_dict(meta["scenario"])
+    if exp is None:
+        exp = experiments.get(sc)
+        exp.check()
+    plan = [TrialKey(**k) for k in meta["plan"]]
+    records = rd.records()
+    done = {r.key for r in records}
+    todo = [(i, k) for i, k in enumerate(plan) if k not in done]
+    more = bool(sc.adaptive.max_repeat) and bool(_needing_more(sc, records))
+    if todo or more:
+        _session(rd, exp, plan, todo, console)
+    records = rd.records()
+    return RunOutcome(rd.path, records, len(rd.meta()["plan"]),
+                      meta.get("skipped_backends", {}), sc.method,
+                      exp.summary(records, rd.meta()), exp.reportable)
+
+
+def _session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
+             todo: list[tuple[int, TrialKey]], console: Console) -> None:
+    """One testbed for the trials still to run, and the adaptive rounds after them."""
+    sc = exp.sc
+    with sigterm_raises(), exp.testbed() as tb:
+        try:
+            session = {"testbed_id": tb.topo.run_id, "started_at": now(),
+                       "testbed": {**tb.topo.record(), **tb.recorded},
+                       "trials_left": len(todo)}
+            session.update(exp.open(tb, plan, console))
+            meta = rd.meta()
+            rd.update_meta(sessions=meta["sessions"] + [session],
+                           environment={**meta["environment"], **exp.environment(session)})
+            with progress_bar(console) as progress:
+                task = progress.add_task("trials", total=len(plan),
+                                         completed=len(plan) - len(todo))
+
+                def run(idx: int, key: TrialKey) -> None:
+                    cell = exp.cell_label(key)
+                    progress.update(task, description=cell)
+                    rec = exp.run_trial(tb, key, idx, step=lambda line: progress.update(
+                        task, description=f"{cell} {line}"))
+                    rd.append(rec)
+                    progress.advance(task)
+                    progress.console.print(_trial_line(exp, idx + 1, len(plan), key, rec))
+
+                for idx, key in todo:
+                    run(idx, key)
+                while sc.adaptive.max_repeat and \
+                        (r := adaptive_round(rd, sc, plan)) is not None:
+                    progress.update(task, total=len(plan))
+                    progress.console.print(_round_line(exp, r, plan, sc.adaptive.rel_width))
+                    for idx in r.positions:
+                        run(idx, plan[idx])
+        finally:
+            exp.close(tb)
+
+
+def _trial_line(exp: Experiment, n: int, total: int, key: TrialKey,
+                rec: TrialRecord) -> str:
+    head = f"[{n}/{total}] {escape(exp.cell_label(key))} rep {rec.repetition}:"
+    if rec.status != "ok":
+        return f"{head} [red]{rec.status}[/]: {escape(rec.reason or '')}"
+    return f"{head} {exp.line(rec)}"
+
+
+# --- adaptive rounds -------------------------------------------------------------------
+
+def _needing_more(sc: Scenario, records: list[TrialRecord],
+                  widths: dict | None = None) -> list[Cell]:
+    a = sc.adaptive
+    return adaptive.cells_needing_more(records, sc.method, a.rel_width, a.level,
+                                       a.max_repeat, widths)
+
+
+@dataclass
+class AdaptiveRound:
+    round: int
+    positions: list[int]          # the new trials' places in the plan
+    widths: dict[Cell, float | None]  # every cell, before the round
+
+
+def adaptive_round(rd: RunDir, sc: Scenario, plan: list[TrialKey]) -> AdaptiveRound | None:
+    """Plan the next adaptive round: one trial per cell that needs more, in an order
+    seeded by the scenario's seed and the round number, appended to `plan` and to
+    run.json's plan (with the round's cells and every cell's width) before any of
+    them runs. None when no cell needs more."""
+    records = rd.records()
+    widths = adaptive.cell_widths(records, sc.method, sc.adaptive.level)
+    cells = _needing_more(sc, records, widths)
+    if not cells:
+        return None
+    meta = rd.meta()
+    rounds = meta.get("adaptive", {}).get("rounds", [])
+    k = len(rounds) + 1
+    next_rep: dict[tuple, int] = {}
+    for key in plan:
+        cell = (key.backend, key.rules, key.frame_size)
+        next_rep[cell] = max(next_rep.get(cell, 0), key.repetition + 1)
+    order = list(cells)
+    random.Random(f"{sc.seed}:adaptive:{k}").shuffle(order)
+    new = [TrialKey(b, n, f, next_rep.get((b, n, f), 0)) for b, n, f in order]
+    first = len(plan)
+    plan.extend(new)
+    rounds = rounds + [{"round": k, "cells": [list(c) for c in order],
+                        "widths": {"/".join(map(str, c)): w
+                                   for c, w in sorted(widths.items())}}]
+    rd.update_meta(plan=[p.as_dict() for p in plan],
+                   adaptive={**meta.get("adaptive", {}), "rounds": rounds})
+    return AdaptiveRound(k, list(range(first, len(plan))), widths)
+
+
+def _round_line(exp: Experiment, r: AdaptiveRound, plan: list[TrialKey],
+                rel_width: float) -> str:
+    keys = sorted((plan[i] for i in r.positions),
+                  key=lambda k: (k.backend, k.rules, k.frame_size))
+
+    def width(k: TrialKey) -> str:
+        w = r.widths.get((k.backend, k.rules, k.frame_size))
+        return f"{w * 100:.1f} %" if w is not None else "no interval yet"
+    return (f"adaptive round {r.round}: {len(keys)} cell{'s' if len(keys) != 1 else ''} "
+            f"above {rel_width * 100:g} % width: " +
+            ", ".join(f"{escape(exp.cell_label(k))} {width(k)}" for k in keys))

@@ -1,0 +1,152 @@
+"""A toy experiment, added the way a real one is (a class and one registry line,
+its metrics in the metric registry), through the one run loop: plan, interleaving,
+interruption, resume, adaptive rounds and the report. Its testbed is a stand-in,
+so this runs without root; the real experiments run the same loop in
+tests/privileged (test_run.py, test_droprate.py)."""
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import pytest
+from rich.console import Console
+
+from fwbench import experiments, metrics
+from fwbench.experiments import loop
+from fwbench.experiments.base import Experiment, Planned
+from fwbench.metrics import Metric
+from fwbench.plan import TrialKey
+from fwbench.report import build
+from fwbench.results import SCHEMA_VERSION, TrialRecord
+from fwbench.scenario import from_dict
+from fwbench.testbed.topology import Topology
+
+EVENTS: list[str] = []
+STOP_AT: list[int] = []      # trial counts at which the toy raises Interrupted
+
+
+class Bed:
+    """A testbed that builds nothing: what the loop reads of one."""
+
+    def __init__(self, topo: Topology):
+        self.topo, self.recorded = topo, {"toy": True}
+
+    def __enter__(self):
+        EVENTS.append(f"built {self.topo.run_id}")
+        return self
+
+    def __exit__(self, *exc):
+        EVENTS.append(f"removed {self.topo.run_id}")
+
+
+class Toy(Experiment):
+    """Two 'backends' a and b at two frame sizes; b is 20 % slower, with noise."""
+
+    def check(self) -> None:
+        EVENTS.append("check")
+
+    def plan(self) -> Planned:
+        return Planned(self.sc, [(b, 10, f) for b in ("a", "b") for f in (64, 1518)],
+                       {"toy_meta": 1}, ["a note before the run"])
+
+    def versions(self, planned):
+        return {"toy": "1.0"}
+
+    def topology(self) -> Topology:
+        return Topology.new()
+
+    def testbed(self):
+        return Bed(self.topology())
+
+    def open(self, tb, plan, console) -> dict:
+        EVENTS.append("open")
+        return {"toy_session": len(plan)}
+
+    def close(self, tb) -> None:
+        EVENTS.append("close")
+
+    def run_trial(self, tb, key: TrialKey, idx: int, step=None) -> TrialRecord:
+        n = sum(e == "trial" for e in EVENTS)
+        if n in STOP_AT:
+            STOP_AT.remove(n)
+            raise loop.Interrupted("SIGTERM")
+        EVENTS.append("trial")
+        rng = random.Random(f"{key}")
+        pps = (1e6 if key.backend == "a" else 8e5) * (1 + rng.uniform(-0.01, 0.01))
+        return TrialRecord(SCHEMA_VERSION, tb.topo.run_id, idx, key.backend, key.rules,
+                           key.frame_size, "toy", "none", key.repetition, "ok", None,
+                           {"ok": True}, 0.001, {"toy_pps": pps}, loop.now(), 0.0, None)
+
+    def line(self, rec: TrialRecord) -> str:
+        return f"{rec.metrics['toy_pps']:,.0f} pps"
+
+    def summary(self, records, meta):
+        return f"{len(records)} toy trials"
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    monkeypatch.setitem(experiments.REGISTRY, "toy", f"{__name__}:Toy")
+    monkeypatch.setitem(metrics.METRICS, "toy", (
+        Metric("toy_pps", "toy rate", "packets/s", True,
+               lambda r: r.metrics["toy_pps"], throughput=True, column="toy pps"),
+        Metric("load_time_ms", "load time", "ms", False, lambda r: 1e3 * r.load_time_s,
+               column="load ms")))
+    monkeypatch.setitem(metrics.TITLES, "toy", "toy rate")
+    EVENTS.clear()
+    STOP_AT.clear()
+    yield
+    STOP_AT.clear()
+
+
+def records(d) -> list[dict]:
+    return [json.loads(x) for x in (d / "trials.jsonl").read_text().splitlines()]
+
+
+def test_a_toy_experiment_runs_resumes_and_reports(toy, tmp_path):
+    sc = from_dict({"name": "toy", "method": "toy", "repeat": 3, "seed": 5})
+    d, out = tmp_path / "run", io.StringIO()
+    console = Console(file=out, width=200)
+    STOP_AT.append(5)
+    with pytest.raises(loop.Interrupted):
+        loop.start(sc, d, console)
+    # the testbed went away however the run ended, after the experiment closed
+    built = next(e for e in EVENTS if e.startswith("built"))
+    assert EVENTS[:3] == ["check", built, "open"]       # checked once, before the testbed
+    assert EVENTS[-2:] == ["close", built.replace("built", "removed")]
+    assert len(records(d)) == 5
+    meta = json.loads((d / "run.json").read_text())
+    assert meta["toy_meta"] == 1 and meta["environment"]["tools"]["toy"] == "1.0"
+    assert meta["sessions"][0]["toy_session"] == 12
+    assert meta["sessions"][0]["testbed"]["toy"] is True
+    # seeded interleaving: every cell once per round, each round its own order
+    plan = [(k["backend"], k["frame_size"], k["repetition"]) for k in meta["plan"]]
+    rounds = [[p[:2] for p in plan if p[2] == r] for r in range(3)]
+    assert all(sorted(r) == sorted(rounds[0]) for r in rounds) and len(rounds[0]) == 4
+    assert rounds[0] != rounds[1] or rounds[1] != rounds[2]
+    assert "a note before the run" in out.getvalue()
+
+    outcome = loop.resume(d, console)
+    assert outcome.planned == len(outcome.records) == 12
+    keys = [(r["backend"], r["frame_size"], r["repetition"]) for r in records(d)]
+    assert sorted(keys) == sorted(plan)          # each planned trial exactly once
+    assert [r["trial"] for r in records(d)] == sorted(r["trial"] for r in records(d))
+    assert len(json.loads((d / "run.json").read_text())["sessions"]) == 2
+    assert outcome.summary == "12 toy trials"
+    assert "[12/12] b 1518B" in out.getvalue() or "[12/12] a " in out.getvalue()
+
+    rep = build(d, tmp_path / "report")
+    md = rep.html.with_name("report.md").read_text()
+    assert "toy rate" in md and " b " in md
+
+
+def test_adaptive_rounds_for_a_toy(toy, tmp_path):
+    sc = from_dict({"name": "toy", "method": "toy", "repeat": 2, "seed": 5,
+                    "adaptive": {"max_repeat": 4, "rel_width": 1e-9}})
+    d = tmp_path / "run"
+    outcome = loop.start(sc, d, Console(file=io.StringIO()))
+    assert outcome.planned == len(outcome.records) == 16   # every cell to the cap
+    meta = json.loads((d / "run.json").read_text())
+    assert [r["round"] for r in meta["adaptive"]["rounds"]] == [1, 2]
+    assert EVENTS.count("open") == 1     # one session for planned and adaptive trials
