@@ -242,6 +242,7 @@ def test_max_repeat_adds_rounds_for_noisy_treatments(tmp_path, own_netns):
     assert sorted((r["backend"], r["repetition"]) for r in recs) == \
         [("raw", 0), ("raw", 1), ("raw", 2), ("xdp", 0), ("xdp", 1), ("xdp", 2)]
     meta = json.loads((d / "run.json").read_text())
+    assert meta["factors"] == ["treatment", "set_size", "frame_size"]
     rnd, = meta["adaptive"]["rounds"]
     assert sorted(map(tuple, rnd["cells"])) == [("raw", 1, 128), ("xdp", 1, 128)]
     assert "adaptive round 1: 2 cells" in cp.stderr

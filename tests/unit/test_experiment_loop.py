@@ -118,6 +118,7 @@ def test_a_toy_experiment_runs_resumes_and_reports(toy, tmp_path):
     assert len(records(d)) == 5
     meta = json.loads((d / "run.json").read_text())
     assert meta["toy_meta"] == 1 and meta["environment"]["tools"]["toy"] == "1.0"
+    assert meta["factors"] == ["backend", "rules", "frame_size"]
     assert meta["sessions"][0]["toy_session"] == 12
     assert meta["sessions"][0]["testbed"]["toy"] is True
     # seeded interleaving: every cell once per round, each round its own order

@@ -96,6 +96,8 @@ def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
     plan = interleave(planned.cells, resolved.repeat, resolved.seed)
     rd = RunDir.create(out, {
         "scenario": resolved.dump(),
+        # what a plan key's backend / rules / frame_size mean for this experiment
+        "factors": list(exp.factors),
         **planned.meta,
         "plan": [k.as_dict() for k in plan],
         "environment": environment.collect(exp.versions(planned)),
