@@ -2,8 +2,8 @@
 
 A fixed `repeat` spends as many trials on a quiet cell as on a noisy one. With
 `[adaptive] max_repeat` set, the run loop asks after the planned trials, and again after
-every round it adds, which cells (backend x rule count x frame size) still have a
-wide interval for their headline figure, and repeats only those, up to the cap.
+every round it adds, which cells (one value of each of the experiment's factors) still
+have a wide interval for their headline figure, and repeats only those, up to the cap.
 
 The headline figure is the method's headline metric (`metrics.headline`); the interval
 is the percentile-bootstrap interval of its median over the cell's ok trials
@@ -21,7 +21,7 @@ from fwbench import metrics
 from fwbench.results import TrialRecord
 from fwbench.stats import median_ci
 
-Cell = tuple[str, int, int]  # (backend, rules, frame_size)
+Cell = tuple  # the factors' values, in the experiment's factor order
 
 
 def _primary(method: str) -> metrics.Metric:
@@ -35,10 +35,11 @@ def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _by_cell(records: Iterable[TrialRecord]) -> dict[Cell, list[TrialRecord]]:
+def _by_cell(records: Iterable[TrialRecord],
+             factors: tuple[str, ...]) -> dict[Cell, list[TrialRecord]]:
     groups: dict[Cell, list[TrialRecord]] = defaultdict(list)
     for r in records:
-        groups[(r.backend, r.rules, r.frame_size)].append(r)
+        groups[r.cell(factors)].append(r)
     return groups
 
 
@@ -53,20 +54,22 @@ def _width(recs: list[TrialRecord], metric: metrics.Metric, level: float) -> flo
     return w if math.isfinite(w) else None  # a zero median has no relative width
 
 
-def cell_widths(records: Iterable[TrialRecord], method: str,
+def cell_widths(records: Iterable[TrialRecord], method: str, factors: tuple[str, ...],
                 level: float = 0.95) -> dict[Cell, float | None]:
     """Each cell's current relative width: the `level` bootstrap interval of the
     median of the method's primary metric over the cell's ok trials, divided by that
     median. None where there is no width to give: fewer than 2 numeric values, or a
     median of 0."""
     metric = _primary(method)
-    return {cell: _width(recs, metric, level) for cell, recs in _by_cell(records).items()}
+    return {cell: _width(recs, metric, level)
+            for cell, recs in _by_cell(records, factors).items()}
 
 
-def cells_needing_more(records: Iterable[TrialRecord], method: str, rel_width: float,
-                       level: float, max_repeat: int,
+def cells_needing_more(records: Iterable[TrialRecord], method: str,
+                       factors: tuple[str, ...], rel_width: float, level: float,
+                       max_repeat: int,
                        widths: dict[Cell, float | None] | None = None) -> list[Cell]:
-    """The cells (backend, rules, frame_size) that should get another trial, sorted.
+    """The cells (values of `factors`) that should get another trial, sorted.
 
     A cell needs more while its trial count, counting every status, is below
     `max_repeat` (so a cell that always fails still stops at the cap) and either it has
@@ -75,9 +78,10 @@ def cells_needing_more(records: Iterable[TrialRecord], method: str, rel_width: f
     counts as infinitely wide). Only cells with at least one record are considered.
     `widths`: `cell_widths` of the same records, if the caller has them already.
     """
-    groups = _by_cell(records)
+    groups = _by_cell(records, factors)
     if widths is None:
-        widths = cell_widths([r for recs in groups.values() for r in recs], method, level)
+        widths = cell_widths([r for recs in groups.values() for r in recs], method,
+                             factors, level)
     out = []
     for cell, recs in sorted(groups.items()):
         if len(recs) >= max_repeat:

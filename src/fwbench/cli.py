@@ -173,7 +173,7 @@ def cmd_run(args, out: Console, err: Console) -> int:
     print(f"{len(outcome.records)} of {outcome.planned} trials recorded"
           f"{f', {not_ok} not ok (see reason in trials.jsonl)' if not_ok else ''}.")
     print(f"results: {outcome.path}")
-    if outcome.reportable and not args.no_report and \
+    if not args.no_report and \
             any(r.status == "ok" for r in outcome.records):
         from fwbench.report import build
         print(f"report: {build(outcome.path).html}")

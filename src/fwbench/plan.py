@@ -1,32 +1,42 @@
 """The plan: every trial of a run, in the order they run.
 
-Cells (backend x rule count x frame size) are shuffled afresh for each repetition
-with the scenario's seed: every cell is measured once before any is measured again,
-and the order within a round is random, so drift on a noisy machine spreads over all
-treatments instead of landing on one. `none` has no rules: it is one cell per frame
-size, recorded with rules = 0.
+A cell is one value of each of the experiment's factors (its named plan dimensions:
+backend, rule count and frame size for the sweeps; treatment, set size and frame
+size for droprate), in the experiment's factor order. Cells are shuffled afresh for
+each repetition with the scenario's seed: every cell is measured once before any is
+measured again, and the order within a round is random, so drift on a noisy machine
+spreads over all treatments instead of landing on one.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+Cell = tuple  # one value per factor, in the experiment's factor order
+
+REPETITION = "repetition"   # the key's last part; no factor may take the name
 
 
 @dataclass(frozen=True, order=True)
 class TrialKey:
-    backend: str
-    rules: int
-    frame_size: int
+    """A trial: its cell and its repetition. Run directories hold it as the factors
+    by name plus the repetition: {"backend": "nftables", "rules": 100, ...,
+    "repetition": 0}."""
+    cell: Cell
     repetition: int
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def as_dict(self, factors: tuple[str, ...]) -> dict:
+        return {**dict(zip(factors, self.cell, strict=True)), REPETITION: self.repetition}
+
+    @staticmethod
+    def from_dict(d: dict, factors: tuple[str, ...]) -> "TrialKey":
+        return TrialKey(tuple(d[f] for f in factors), d[REPETITION])
 
 
 def sweep_cells(backend_names: list[str], rules: list[int],
-                frame_sizes: list[int]) -> list[tuple[str, int, int]]:
-    """Every (backend, rules, frame_size) of a rule-count sweep; `none` once per
-    frame size, with rules = 0."""
+                frame_sizes: list[int]) -> list[Cell]:
+    """Every (backend, rules, frame_size) of a rule-count sweep; `none` (no firewall)
+    once per frame size, with rules = 0."""
     return [(b, 0 if b == "none" else n, f)
             for b in backend_names
             for n in (rules if b != "none" else [0])
@@ -38,13 +48,12 @@ def make_plan(backend_names: list[str], rules: list[int], frame_sizes: list[int]
     return interleave(sweep_cells(backend_names, rules, frame_sizes), repeat, seed)
 
 
-def interleave(cells: list[tuple[str, int, int]], repeat: int, seed: int) -> list[TrialKey]:
-    """`repeat` rounds of every (backend, rules, frame_size) cell, each round in its
-    own seeded random order."""
+def interleave(cells: list[Cell], repeat: int, seed: int) -> list[TrialKey]:
+    """`repeat` rounds of every cell, each round in its own seeded random order."""
     rng = random.Random(seed)
     plan = []
     for rep in range(repeat):
         order = list(cells)
         rng.shuffle(order)
-        plan += [TrialKey(b, n, f, rep) for b, n, f in order]
+        plan += [TrialKey(tuple(c), rep) for c in order]
     return plan

@@ -1,9 +1,18 @@
 """Result records and the run directory that holds them.
 
-A run directory has `run.json` (the resolved scenario, the plan and the environment,
-written once, atomically) and `trials.jsonl` (one record per finished trial, appended
-and fsync'd the moment the trial ends). An interrupted run therefore loses at most
-the trial in progress, and `--resume` finishes the plan without repeating a trial.
+A run directory has `run.json` (the resolved scenario, the experiment's factors, the
+plan and the environment, written once, atomically) and `trials.jsonl` (one record per
+finished trial, appended and fsync'd the moment the trial ends). An interrupted run
+therefore loses at most the trial in progress, and `--resume` finishes the plan
+without repeating a trial.
+
+Schema 3 names a trial's factors as what they are: a record's `factors` is
+{"treatment": "raw", "set_size": 0, "frame_size": 64} for droprate and {"backend":
+..., "rules": ..., "frame_size": ...} for the sweeps, and run.json's plan holds the
+same plus the repetition. Schema 2 put every experiment's three factors in
+`backend`, `rules` and `frame_size` (droprate: treatment id, set size, frame size);
+such a run is migrated as it is read, so it still reports and compares, but it is
+not resumed: records of two schemas in one file would be a trap for every reader.
 """
 from __future__ import annotations
 
@@ -13,21 +22,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fwbench.errors import FwbenchError
-from fwbench.plan import TrialKey
+from fwbench.plan import REPETITION, TrialKey
 
-SCHEMA_VERSION = 2  # 2: `trials` (a method's sub-trials), engine metrics
+# 2: `trials` (a method's sub-trials), engine metrics; 3: named factors
+SCHEMA_VERSION = 3
+READABLE = (2, 3)
 RUN_KIND = "fwbench-run"
+# What schema 2's backend / rules / frame_size meant, by method.
+SCHEMA2_FACTORS = {"droprate": ("treatment", "set_size", "frame_size")}
+SWEEP_FACTORS = ("backend", "rules", "frame_size")
+
+
+def schema2_factors(method: str) -> tuple[str, str, str]:
+    return SCHEMA2_FACTORS.get(method, SWEEP_FACTORS)
 
 
 @dataclass(frozen=True)
 class TrialRecord:
-    """One trial: one backend, rule set, frame size, method and repetition."""
+    """One trial: one cell of the experiment's factors, one repetition."""
     schema_version: int
     run_id: str
     trial: int                   # position in the plan
-    backend: str
-    rules: int                   # rule-set size asked for (0 for `none`)
-    frame_size: int              # Ethernet frame incl. FCS, bytes (RFC 2544)
+    factors: dict                # name -> value, e.g. backend, rules, frame_size (bytes
+                                 # incl. FCS, RFC 2544); rules is 0 for `none`
     method: str
     traffic: str                 # the instruments, e.g. "iperf3+ping"
     repetition: int
@@ -42,16 +59,39 @@ class TrialRecord:
     conditions: dict = field(default_factory=dict)
     trials: list = field(default_factory=list)  # every search step / load point
 
-    @property
-    def key(self) -> TrialKey:
-        return TrialKey(self.backend, self.rules, self.frame_size, self.repetition)
+    def cell(self, factors: tuple[str, ...]) -> tuple:
+        """The factors' values in the order `factors` names them."""
+        return tuple(self.factors[f] for f in factors)
+
+    def key(self, factors: tuple[str, ...]) -> TrialKey:
+        return TrialKey(self.cell(factors), self.repetition)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @staticmethod
     def from_dict(d: dict) -> "TrialRecord":
-        return TrialRecord(**d)
+        """A record as stored; a schema-2 record is migrated (`migrate_record`)."""
+        return TrialRecord(**(migrate_record(d) if "factors" not in d else d))
+
+
+def migrate_record(d: dict) -> dict:
+    """A schema-2 record as schema 3 has it: backend / rules / frame_size under the
+    names they stood for."""
+    d = dict(d)
+    names = schema2_factors(d.get("method", ""))
+    values = (d.pop("backend"), d.pop("rules"), d.pop("frame_size"))
+    return {**d, "factors": dict(zip(names, values))}
+
+
+def migrate_meta(meta: dict) -> dict:
+    """A schema-2 run.json as schema 3 has it: the factors named and the plan keyed
+    by them. (Late schema-2 runs already list their factors.)"""
+    names = tuple(meta.get("factors") or
+                  schema2_factors(meta.get("scenario", {}).get("method", "")))
+    plan = [{**dict(zip(names, (k["backend"], k["rules"], k["frame_size"]))),
+             REPETITION: k[REPETITION]} for k in meta.get("plan", [])]
+    return {**meta, "factors": list(names), "plan": plan}
 
 
 STATUSES = ("ok", "failed", "invalid")
@@ -101,13 +141,30 @@ class RunDir:
             raise FwbenchError(f"{p}/run.json is unreadable: {e}") from None
         if not isinstance(meta, dict) or meta.get("kind") != RUN_KIND:
             raise FwbenchError(f"{p} is not an fwbench run (run.json is not one of ours)")
-        if meta.get("schema_version") != SCHEMA_VERSION:
-            raise FwbenchError(f"{p}: run schema {meta.get('schema_version')} is not "
-                               f"{SCHEMA_VERSION}, which this fwbench writes")
+        if meta.get("schema_version") not in READABLE:
+            raise FwbenchError(f"{p}: run schema {meta.get('schema_version')} is not one "
+                               f"this fwbench reads ({', '.join(map(str, READABLE))})")
+        rd.schema_version = meta["schema_version"]
         return rd
 
+    schema_version = SCHEMA_VERSION
+
+    def writable(self) -> None:
+        """Raise unless trials may be added (the run is of the schema we write)."""
+        if self.schema_version != SCHEMA_VERSION:
+            raise FwbenchError(f"{self.path} was written at run schema "
+                               f"{self.schema_version} by an older fwbench: it reports and "
+                               f"compares, but resuming it would mix two schemas; start a "
+                               f"new run")
+
     def meta(self) -> dict:
-        return json.loads(self.run_json.read_text())
+        """run.json, as schema 3 has it (a schema-2 run is migrated as it is read)."""
+        meta = json.loads(self.run_json.read_text())
+        return migrate_meta(meta) if meta.get("schema_version") == 2 else meta
+
+    @property
+    def factors(self) -> tuple[str, ...]:
+        return tuple(self.meta()["factors"])
 
     def _write_run_json(self, meta: dict) -> None:
         tmp = self.run_json.with_suffix(".json.tmp")
@@ -120,6 +177,7 @@ class RunDir:
         _fsync_dir(self.path)
 
     def update_meta(self, **changes) -> None:
+        self.writable()
         self._write_run_json({**self.meta(), **changes})
 
     def records(self) -> list[TrialRecord]:
@@ -144,6 +202,7 @@ class RunDir:
         return out
 
     def append(self, rec: TrialRecord) -> None:
+        self.writable()
         with self.trials.open("a") as f:
             f.write(rec.to_json() + "\n")
             f.flush()

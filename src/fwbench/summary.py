@@ -10,7 +10,7 @@ from collections import defaultdict
 from rich.table import Table
 
 from fwbench import metrics
-from fwbench.results import TrialRecord
+from fwbench.results import SWEEP_FACTORS, TrialRecord
 
 def _median(values: list[float | None]) -> float | None:
     got = [v for v in values if v is not None]
@@ -21,7 +21,7 @@ def medians(records: list[TrialRecord]) -> dict[tuple[str, int, int], dict]:
     """(backend, rules, frame_size) -> {primary, secondary, n, not_ok} over ok trials."""
     groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
     for r in records:
-        groups[(r.backend, r.rules, r.frame_size)].append(r)
+        groups[r.cell(SWEEP_FACTORS)].append(r)
     out = {}
     for key, recs in groups.items():
         ok = [r for r in recs if r.status == "ok"]

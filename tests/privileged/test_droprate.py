@@ -183,7 +183,7 @@ def test_run_records_prints_the_table_and_the_acceptance(tmp_path, own_netns):
     for r in recs:
         assert r["verification"]["ok"], r["reason"]
         check_flood_attempts(r, droprate)
-        assert r["method"] == "droprate" and r["frame_size"] == 128
+        assert r["method"] == "droprate" and r["factors"]["frame_size"] == 128
     ok = [r for r in recs if r["status"] == "ok"]
     # 1: a trial was not ok (only ever because the path CPU was shared, as above).
     assert cp.returncode == (0 if len(ok) == len(recs) else 1), cp.stderr
@@ -219,7 +219,7 @@ def test_ctrl_c_keeps_finished_trials_then_resume_finishes(tmp_path, own_netns):
     assert own_netns(d) == []
     cp = fwbench("run", "--resume", str(d))
     recs = records(d)
-    keys = [(r["backend"], r["repetition"]) for r in recs]
+    keys = [(r["factors"]["treatment"], r["repetition"]) for r in recs]
     assert sorted(keys) == sorted((b, r) for b in ("raw", "xdp", "tc") for r in (0, 1))
     assert recs[:len(done)] == done
     droprate = json.loads((d / "run.json").read_text())["scenario"]["droprate"]
@@ -239,7 +239,7 @@ def test_max_repeat_adds_rounds_for_noisy_treatments(tmp_path, own_netns):
     cp = fwbench("run", str(sc), "--max-repeat", "3", "--out", str(d))
     recs = records(d)
     assert cp.returncode == (0 if all(r["status"] == "ok" for r in recs) else 1), cp.stderr
-    assert sorted((r["backend"], r["repetition"]) for r in recs) == \
+    assert sorted((r["factors"]["treatment"], r["repetition"]) for r in recs) == \
         [("raw", 0), ("raw", 1), ("raw", 2), ("xdp", 0), ("xdp", 1), ("xdp", 2)]
     meta = json.loads((d / "run.json").read_text())
     assert meta["factors"] == ["treatment", "set_size", "frame_size"]

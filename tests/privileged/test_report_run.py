@@ -37,8 +37,8 @@ def test_a_real_run_ends_with_a_report(tmp_path, own_netns):
         rows = [r for r in csv.DictReader(f) if r["metric"] == "rx_pps"]
     assert {int(r["rules"]) for r in rows} == {20, 1000, 3000}
     for r in rows:
-        a, b = ([t["metrics"]["rx_pps"] for t in trials if t["backend"] == x
-                 and t["rules"] == int(r["rules"]) and t["status"] == "ok"]
+        a, b = ([t["metrics"]["rx_pps"] for t in trials if t["factors"]["backend"] == x
+                 and t["factors"]["rules"] == int(r["rules"]) and t["status"] == "ok"]
                 for x in (r["a"], r["b"]))
         assert float(r["welch_p"]) == pytest.approx(
             sps.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-9)

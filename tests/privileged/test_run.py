@@ -58,7 +58,8 @@ def planned_keys(d):
 
 
 def record_keys(d):
-    return Counter((r["backend"], r["rules"], r["frame_size"], r["repetition"]) for r in records(d))
+    return Counter((*map(r["factors"].get, ("backend", "rules", "frame_size")), r["repetition"])
+                   for r in records(d))
 
 
 def built_testbeds(d):
@@ -76,7 +77,7 @@ def test_run_records_every_trial(tmp_path, own_netns):
         assert r["status"] == "ok", r["reason"]
         assert r["verification"]["ok"] is True
         # Rules and set elements held: the 100 entries plus the skeleton and aux rules.
-        assert r["verification"]["rules_loaded"] == (0 if r["backend"] == "none" else 105)
+        assert r["verification"]["rules_loaded"] == (0 if r["factors"]["backend"] == "none" else 105)
         assert r["metrics"]["rx_pps"] > 0 and r["metrics"]["rtt_us_median"] > 0
         assert r["traffic"] == "engine+ping" and r["metrics"]["sent"] >= r["metrics"]["received"]
     meta = json.loads((d / "run.json").read_text())
@@ -108,7 +109,7 @@ def test_throughput_records_ndr_pdr_bounds_and_trials(tmp_path, own_netns):
                  "--frame-sizes", "64", "--repeat", "1", "--duration", "0.3",
                  "--method", "throughput", "--out", str(d))
     assert cp.returncode == 0, cp.stderr
-    got = {r["backend"]: r for r in records(d)}
+    got = {r["factors"]["backend"]: r for r in records(d)}
     for r in got.values():
         m = r["metrics"]
         assert r["status"] == "ok", r["reason"]
@@ -224,7 +225,7 @@ def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatc
     reps = {}
     for r in records(d):
         assert r["status"] == "ok", r["reason"]
-        reps.setdefault((r["backend"], r["rules"]), []).append(r["repetition"])
+        reps.setdefault((r["factors"]["backend"], r["factors"]["rules"]), []).append(r["repetition"])
     assert {k: sorted(v) for k, v in reps.items()} == {
         ("none", 0): [0, 1, 2, 3], ("iptables-legacy", 20): [0, 1, 2, 3]}
     meta = json.loads((d / "run.json").read_text())

@@ -10,7 +10,7 @@ from scipy import stats as sps
 from fwbench import scenario
 from fwbench.adaptive import cell_widths, cells_needing_more
 from fwbench.plan import TrialKey, make_plan
-from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
+from fwbench.results import SCHEMA_VERSION, SWEEP_FACTORS, RunDir, TrialRecord
 from fwbench.experiments.loop import adaptive_round
 
 # With 3 values the 95 % bootstrap interval of the median is min..max: a resample's
@@ -23,8 +23,8 @@ WIDE = [60_000.0, 100_000.0, 140_000.0]        # 80,000 / 100,000: 80 %
 def rec(backend="iptables-legacy", rules=20, frame=64, rep=0, status="ok",
         method="maxrate", **metrics) -> TrialRecord:
     return TrialRecord(
-        schema_version=SCHEMA_VERSION, run_id="t", trial=0, backend=backend, rules=rules,
-        frame_size=frame, method=method, traffic="engine+ping", repetition=rep,
+        schema_version=SCHEMA_VERSION, run_id="t", trial=0,
+        factors={"backend": backend, "rules": rules, "frame_size": frame}, method=method, traffic="engine+ping", repetition=rep,
         status=status, reason=None if status == "ok" else "verification: no",
         verification={"ok": status == "ok"}, load_time_s=0.01,
         metrics=metrics if status == "ok" else {}, started_at="2026-01-01T00:00:00Z",
@@ -37,26 +37,26 @@ def cell(values, status="ok", method="maxrate", key="rx_pps", **where):
 
 
 def need(records, method="maxrate", rel_width=0.05, max_repeat=10, level=0.95):
-    return cells_needing_more(records, method, rel_width, level, max_repeat)
+    return cells_needing_more(records, method, SWEEP_FACTORS, rel_width, level, max_repeat)
 
 
 def test_a_narrow_cell_stops_and_a_wide_one_continues():
     records = cell(NARROW) + cell(WIDE, backend="nftables")
     assert need(records) == [("nftables", 20, 64)]
     assert sps.binom.sf(1, 3, 1 / 3) == pytest.approx(7 / 27)
-    assert cell_widths(records, "maxrate") == {("iptables-legacy", 20, 64): pytest.approx(0.003),
+    assert cell_widths(records, "maxrate", SWEEP_FACTORS) == {("iptables-legacy", 20, 64): pytest.approx(0.003),
                                                ("nftables", 20, 64): pytest.approx(0.8)}
 
 
 def test_rel_width_is_the_threshold():
     records = cell(WIDE)
-    w = cell_widths(records, "maxrate")[("iptables-legacy", 20, 64)]
+    w = cell_widths(records, "maxrate", SWEEP_FACTORS)[("iptables-legacy", 20, 64)]
     assert need(records, rel_width=w * 1.01) == []
     assert need(records, rel_width=w * 0.99) == [("iptables-legacy", 20, 64)]
 
 
 def test_two_values_give_their_range_as_the_width():
-    (w,) = cell_widths(cell([90.0, 110.0]), "maxrate").values()
+    (w,) = cell_widths(cell([90.0, 110.0]), "maxrate", SWEEP_FACTORS).values()
     assert w == pytest.approx(20 / 100)
 
 
@@ -78,7 +78,7 @@ def test_the_cap_counts_every_status():
 ], ids=["one", "one-ok", "non-numeric", "zero"])
 def test_fewer_than_two_numeric_values_need_more(records):
     assert need(records) == [("iptables-legacy", 20, 64)]
-    assert cell_widths(records, "maxrate")[("iptables-legacy", 20, 64)] is None
+    assert cell_widths(records, "maxrate", SWEEP_FACTORS)[("iptables-legacy", 20, 64)] is None
 
 
 def test_equal_values_are_narrow():
@@ -118,8 +118,8 @@ def test_a_higher_level_is_wider():
     assert F[0] < 0.05 <= F[1] and F[4] < 0.95 <= F[5]
     assert 0.005 <= F[0] and F[5] < 0.995
     records = cell([95.0, 98.0, 100.0, 101.0, 103.0, 110.0, 90.0])
-    (w90,) = cell_widths(records, "maxrate", 0.9).values()
-    (w99,) = cell_widths(records, "maxrate", 0.99).values()
+    (w90,) = cell_widths(records, "maxrate", SWEEP_FACTORS, 0.9).values()
+    (w99,) = cell_widths(records, "maxrate", SWEEP_FACTORS, 0.99).values()
     assert (w90, w99) == (pytest.approx(8 / 100), pytest.approx(20 / 100))
 
 
@@ -138,28 +138,29 @@ def run_dir(tmp_path, max_repeat=4, repeat=2, seed=5, rules=(20,)):
                               "adaptive.max_repeat": max_repeat})
     plan = make_plan(sc.backends, sc.rules, sc.frame_sizes, sc.repeat, sc.seed)
     rd = RunDir.create(tmp_path / "run", {"scenario": sc.dump(),
-                                          "plan": [k.as_dict() for k in plan]})
+                                          "factors": list(SWEEP_FACTORS),
+                                          "plan": [k.as_dict(SWEEP_FACTORS) for k in plan]})
     return sc, rd, plan
 
 
 def record_plan(rd, plan, value):
     for i, k in enumerate(plan):
-        if k not in {r.key for r in rd.records()}:
-            rd.append(rec(k.backend, k.rules, k.frame_size, k.repetition,
-                          rx_pps=value(k)))
+        if k not in {r.key(SWEEP_FACTORS) for r in rd.records()}:
+            rd.append(rec(*k.cell, k.repetition, rx_pps=value(k)))
 
 
 def test_a_round_is_written_to_the_plan_before_it_runs(tmp_path):
     sc, rd, plan = run_dir(tmp_path)
     # iptables-legacy's two values agree; the others are far apart.
-    record_plan(rd, plan, lambda k: 1000.0 if k.backend == "iptables-legacy"
+    record_plan(rd, plan, lambda k: 1000.0 if k.cell[0] == "iptables-legacy"
                 else 1000.0 * (1 + k.repetition))
-    r = adaptive_round(rd, sc, plan)
+    r = adaptive_round(rd, sc, SWEEP_FACTORS, plan)
     assert r.round == 1 and r.positions == [6, 7]
-    new = {(plan[i].backend, plan[i].repetition) for i in r.positions}
+    new = {(plan[i].cell[0], plan[i].repetition) for i in r.positions}
     assert new == {("none", 2), ("nftables", 2)}
     meta = rd.meta()
-    assert [TrialKey(**k) for k in meta["plan"]] == plan and len(plan) == 8
+    assert [TrialKey.from_dict(k, SWEEP_FACTORS) for k in meta["plan"]] == plan
+    assert len(plan) == 8 and meta["plan"][0].keys() == {*SWEEP_FACTORS, "repetition"}
     (rnd,) = meta["adaptive"]["rounds"]
     assert rnd["round"] == 1 and sorted(map(tuple, rnd["cells"])) == [
         ("nftables", 20, 64), ("none", 0, 64)]
@@ -170,12 +171,12 @@ def test_a_round_is_written_to_the_plan_before_it_runs(tmp_path):
     # Once the round's trials are recorded, the next round numbers on, the narrow
     # cell stays out, and the cap (4 trials per cell) ends it.
     record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
-    r2 = adaptive_round(rd, sc, plan)
+    r2 = adaptive_round(rd, sc, SWEEP_FACTORS, plan)
     assert r2.round == 2 and r2.positions == [8, 9]
-    assert {(plan[i].backend, plan[i].repetition) for i in r2.positions} == {
+    assert {(plan[i].cell[0], plan[i].repetition) for i in r2.positions} == {
         ("none", 3), ("nftables", 3)}
     record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
-    assert adaptive_round(rd, sc, plan) is None  # every cell at max_repeat = 4
+    assert adaptive_round(rd, sc, SWEEP_FACTORS, plan) is None  # every cell at max_repeat = 4
     assert len(rd.meta()["adaptive"]["rounds"]) == 2
 
 
@@ -195,10 +196,9 @@ def test_round_order_is_seeded_by_seed_and_round(tmp_path):
         sc, rd, plan = run_dir(tmp_path / str(seed), seed=seed, rules=(20, 1000))
         for k in (1, 2):
             record_plan(rd, plan, lambda key: 1000.0 * (1 + key.repetition))  # all wide
-            r = adaptive_round(rd, sc, plan)
+            r = adaptive_round(rd, sc, SWEEP_FACTORS, plan)
             assert r.round == k
-            got[seed, k] = [(plan[i].backend, plan[i].rules, plan[i].frame_size)
-                            for i in r.positions]
+            got[seed, k] = [plan[i].cell for i in r.positions]
     want = {key: seeded_round(cells, *key) for key in got}
     assert got == want
     # The four reference orders differ from each other and from the sorted order, so
@@ -211,10 +211,10 @@ def test_rounds_go_on_from_what_run_json_holds(tmp_path):
     """As after `--resume`: the round number continues from run.json's rounds."""
     sc, rd, plan = run_dir(tmp_path)
     record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
-    adaptive_round(rd, sc, plan)
+    adaptive_round(rd, sc, SWEEP_FACTORS, plan)
     record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
     reopened = RunDir.open(rd.path)
-    plan2 = [TrialKey(**k) for k in reopened.meta()["plan"]]
-    r = adaptive_round(reopened, sc, plan2)
+    plan2 = [TrialKey.from_dict(k, SWEEP_FACTORS) for k in reopened.meta()["plan"]]
+    r = adaptive_round(reopened, sc, SWEEP_FACTORS, plan2)
     assert r.round == 2 and r.positions == [9, 10, 11]
     assert not math.isnan(r.widths[("none", 0, 64)])

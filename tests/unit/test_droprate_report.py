@@ -8,8 +8,8 @@ from fwbench.results import SCHEMA_VERSION, TrialRecord
 
 def rec(tid, rep, pps, group="drop", size=1, status="ok", cpu_ns=1000.0, reason=None):
     return TrialRecord(
-        schema_version=SCHEMA_VERSION, run_id="abc123", trial=0, backend=tid, rules=size,
-        frame_size=128, method="droprate", traffic="engine", repetition=rep,
+        schema_version=SCHEMA_VERSION, run_id="abc123", trial=0,
+        factors={"treatment": tid, "set_size": size, "frame_size": 128}, method="droprate", traffic="engine", repetition=rep,
         status=status, reason=reason, verification={"ok": status != "failed"},
         load_time_s=0.01,
         metrics={"disposed_pps": pps, "cpu_ns_per_pkt": cpu_ns,

@@ -44,7 +44,7 @@ def trial(attempts=3):
     sc = scenario.load(None, {"method": "droprate"})
     sc = scenario.from_dict({**sc.dump(), "droprate": {**sc.droprate.model_dump(),
                                                       "attempts": attempts}})
-    return experiment.run_trial(TB, RawDrop(), T, TrialKey("raw", 1, 128, 0), 0, sc)
+    return experiment.run_trial(TB, RawDrop(), T, TrialKey(("raw", 1, 128), 0), 0, sc)
 
 
 def test_clean_flood_counts_once(fake):

@@ -41,13 +41,15 @@ class Bed:
 
 
 class Toy(Experiment):
-    """Two 'backends' a and b at two frame sizes; b is 20 % slower, with noise."""
+    """Two variants a and b at two sizes; b is 20 % slower, with noise. Two factors
+    of its own: neither a backend nor a rule count."""
+    factors = ("variant", "size")
 
     def check(self) -> None:
         EVENTS.append("check")
 
     def plan(self) -> Planned:
-        return Planned(self.sc, [(b, 10, f) for b in ("a", "b") for f in (64, 1518)],
+        return Planned(self.sc, [(v, s) for v in ("a", "b") for s in (64, 1518)],
                        {"toy_meta": 1}, ["a note before the run"])
 
     def versions(self, planned):
@@ -73,9 +75,10 @@ class Toy(Experiment):
             raise loop.Interrupted("SIGTERM")
         EVENTS.append("trial")
         rng = random.Random(f"{key}")
-        pps = (1e6 if key.backend == "a" else 8e5) * (1 + rng.uniform(-0.01, 0.01))
-        return TrialRecord(SCHEMA_VERSION, tb.topo.run_id, idx, key.backend, key.rules,
-                           key.frame_size, "toy", "none", key.repetition, "ok", None,
+        pps = (1e6 if key.cell[0] == "a" else 8e5) * (1 + rng.uniform(-0.01, 0.01))
+        return TrialRecord(SCHEMA_VERSION, tb.topo.run_id, idx,
+                           dict(zip(self.factors, key.cell)), "toy", "none",
+                           key.repetition, "ok", None,
                            {"ok": True}, 0.001, {"toy_pps": pps}, loop.now(), 0.0, None)
 
     def line(self, rec: TrialRecord) -> str:
@@ -118,11 +121,11 @@ def test_a_toy_experiment_runs_resumes_and_reports(toy, tmp_path):
     assert len(records(d)) == 5
     meta = json.loads((d / "run.json").read_text())
     assert meta["toy_meta"] == 1 and meta["environment"]["tools"]["toy"] == "1.0"
-    assert meta["factors"] == ["backend", "rules", "frame_size"]
+    assert meta["factors"] == ["variant", "size"]
     assert meta["sessions"][0]["toy_session"] == 12
     assert meta["sessions"][0]["testbed"]["toy"] is True
     # seeded interleaving: every cell once per round, each round its own order
-    plan = [(k["backend"], k["frame_size"], k["repetition"]) for k in meta["plan"]]
+    plan = [(k["variant"], k["size"], k["repetition"]) for k in meta["plan"]]
     rounds = [[p[:2] for p in plan if p[2] == r] for r in range(3)]
     assert all(sorted(r) == sorted(rounds[0]) for r in rounds) and len(rounds[0]) == 4
     assert rounds[0] != rounds[1] or rounds[1] != rounds[2]
@@ -130,12 +133,13 @@ def test_a_toy_experiment_runs_resumes_and_reports(toy, tmp_path):
 
     outcome = loop.resume(d, console)
     assert outcome.planned == len(outcome.records) == 12
-    keys = [(r["backend"], r["frame_size"], r["repetition"]) for r in records(d)]
+    keys = [(r["factors"]["variant"], r["factors"]["size"], r["repetition"])
+            for r in records(d)]
     assert sorted(keys) == sorted(plan)          # each planned trial exactly once
     assert [r["trial"] for r in records(d)] == sorted(r["trial"] for r in records(d))
     assert len(json.loads((d / "run.json").read_text())["sessions"]) == 2
     assert outcome.summary == "12 toy trials"
-    assert "[12/12] b 1518B" in out.getvalue() or "[12/12] a " in out.getvalue()
+    assert "[12/12] variant=" in out.getvalue()
 
     rep = build(d, tmp_path / "report")
     md = rep.html.with_name("report.md").read_text()

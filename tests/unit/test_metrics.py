@@ -13,7 +13,8 @@ from fwbench.results import TrialRecord
 
 def rec(backend: str, rules: int, rep: int, m: dict, method: str = "throughput",
         status: str = "ok") -> TrialRecord:
-    return TrialRecord(3, "r", rep, backend, rules, 64, method, "engine", rep, status, None,
+    return TrialRecord(3, "r", rep, {"backend": backend, "rules": rules, "frame_size": 64},
+                       method, "engine", rep, status, None,
                        {}, 0.01, m, "2026-11-23T00:00:00", 1.0, None)
 
 
@@ -44,7 +45,7 @@ def test_summary_table_reads_headline_and_second_metric():
 def test_adaptive_and_report_use_the_same_headline():
     recs = [rec("nftables", 100, i, {"ndr_pps": v, "pdr_pps": 1.0})
             for i, v in enumerate((100.0, 300.0, 200.0), 1)]
-    widths = adaptive.cell_widths(recs, "throughput")
+    widths = adaptive.cell_widths(recs, "throughput", ("backend", "rules", "frame_size"))
     assert widths[("nftables", 100, 64)] is not None
     # PDR constant: were it the headline, the width would be 0
     assert widths[("nftables", 100, 64)] > 0
@@ -58,10 +59,12 @@ def test_adaptive_repetitions_work_on_a_droprate_run():
     from pathlib import Path
 
     from fwbench.results import RunDir
-    records = RunDir.open(Path(__file__).parent.parent / "data" / "runs" /
-                          "schema2-droprate").records()
-    widths = adaptive.cell_widths(records, "droprate")
+    rd = RunDir.open(Path(__file__).parent.parent / "data" / "runs" / "schema2-droprate")
+    records, factors = rd.records(), rd.factors
+    assert factors == ("treatment", "set_size", "frame_size")
+    widths = adaptive.cell_widths(records, "droprate", factors)
     assert len(widths) == 4 and all(w is not None and w > 0 for w in widths.values())
-    need = adaptive.cells_needing_more(records, "droprate", 1e-9, 0.95, 4)
+    assert {c[0] for c in widths} == {"notrack", "xdp", "raw", "ipset"}
+    need = adaptive.cells_needing_more(records, "droprate", factors, 1e-9, 0.95, 4)
     assert need == sorted(widths)
-    assert adaptive.cells_needing_more(records, "droprate", 1e-9, 0.95, 3) == []
+    assert adaptive.cells_needing_more(records, "droprate", factors, 1e-9, 0.95, 3) == []

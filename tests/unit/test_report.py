@@ -21,7 +21,7 @@ from fwbench.report import analysis as an
 from fwbench.report import build
 from fwbench.report.data import RunData
 from fwbench.report.compare import compare_runs
-from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
+from fwbench.results import SCHEMA_VERSION, SWEEP_FACTORS, RunDir, TrialRecord
 from fwbench.scenario import from_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -43,21 +43,22 @@ def make_records(model=MODEL, repeat=5, seed=1, noise=0.02, slower=None):
     rng = np.random.default_rng(seed)
     records = []
     for i, k in enumerate(plan):
-        a, b = model[k.backend]
-        ns = (a + b * k.rules) * (1 + noise * rng.standard_normal())
-        if slower and (k.backend, k.rules) == slower[:2]:
+        backend, rules, frame_size = k.cell
+        a, b = model[backend]
+        ns = (a + b * rules) * (1 + noise * rng.standard_normal())
+        if slower and (backend, rules) == slower[:2]:
             ns *= slower[2]
         pps = 1e9 / ns
-        metrics = {"rx_pps": pps, "tx_pps": 1.2e6, "rtt_us_median": 50 + k.rules / 1000,
+        metrics = {"rx_pps": pps, "tx_pps": 1.2e6, "rtt_us_median": 50 + rules / 1000,
                    "latency_us": {"p50": 20.0 + ns / 1000, "p90": 30.0, "p99": 60.0,
                                   "p99_9": 120.0, "max": 300.0},
                    "cpu": {"fw_cpu_ns_per_pkt": ns}}
         records.append(TrialRecord(
-            schema_version=SCHEMA_VERSION, run_id="t", trial=i, backend=k.backend,
-            rules=k.rules, frame_size=k.frame_size, method="maxrate", traffic="engine+ping",
+            schema_version=SCHEMA_VERSION, run_id="t", trial=i,
+            factors=dict(zip(SWEEP_FACTORS, k.cell)), method="maxrate", traffic="engine+ping",
             repetition=k.repetition, status="ok", reason=None,
-            verification={"ok": True, "rules_loaded": k.rules, "reason": None},
-            load_time_s=0.001 * (1 + k.rules / 1000), metrics=metrics,
+            verification={"ok": True, "rules_loaded": rules, "reason": None},
+            load_time_s=0.001 * (1 + rules / 1000), metrics=metrics,
             started_at="2026-01-01T00:00:00Z", duration_s=1.0, ruleset_sha256=None))
     return sc, plan, records
 
@@ -65,7 +66,8 @@ def make_records(model=MODEL, repeat=5, seed=1, noise=0.02, slower=None):
 def make_run(path: Path, **kw) -> Path:
     sc, plan, records = make_records(**kw)
     rd = RunDir.create(path, {
-        "scenario": sc.dump(), "skipped_backends": {}, "plan": [k.as_dict() for k in plan],
+        "scenario": sc.dump(), "skipped_backends": {}, "factors": list(SWEEP_FACTORS),
+        "plan": [k.as_dict(SWEEP_FACTORS) for k in plan],
         "environment": {"kernel": "Linux test", "cpu_model": "test CPU", "cpus": 2,
                         "tools": {"iptables": "iptables v1.8.9 (legacy)"}},
         "sessions": []})
@@ -86,7 +88,7 @@ def _trials(d: Path) -> list[dict]:
 
 def _values(d, backend, rules, frame, key="rx_pps"):
     return [t["metrics"][key] for t in sorted(_trials(d), key=lambda t: t["repetition"])
-            if (t["backend"], t["rules"], t["frame_size"]) == (backend, rules, frame)
+            if tuple(t["factors"][k] for k in ("backend", "rules", "frame_size")) == (backend, rules, frame)
             and t["status"] == "ok"]
 
 
@@ -222,7 +224,7 @@ def test_claims_without_a_difference_are_as_rare_as_holm_promises():
     for seed in range(200):
         sc, _, records = make_records(
             model={"ipset": MODEL["ipset"], "nftset": MODEL["nftset"]}, seed=seed)
-        data = RunData(Path("x"), {"scenario": sc.dump()}, records)
+        data = RunData(Path("x"), {"scenario": sc.dump(), "factors": list(SWEEP_FACTORS)}, records)
         rx = data.headline()
         tables = an.pair_tables(data, rx, an.summaries(data, rx), [("ipset", "nftset")])
         false_claims += any(c.is_difference for t in tables for c in an.conclusions(t))
@@ -246,7 +248,7 @@ def test_compare_finds_a_planted_slowdown_only(tmp_path):
     b = make_run(tmp_path / "b", seed=2, slower=("nftables", 10000, 1.5))
     files = compare_runs(a, b)
     hits = [s for s in files.sentences if "throughput" in s]
-    assert hits and all(s.startswith("nftables at 10,000 rules") for s in hits)
+    assert hits and all(s.startswith("nftables N=10,000 ") for s in hits)
     assert all("worse in B" in s for s in hits)
     assert files.html.exists() and files.csv.exists()
     rows = [r for r in _csv(files.csv) if r["metric"] == "rx_pps" and

@@ -7,13 +7,14 @@ from fwbench.errors import FwbenchError
 from fwbench.plan import TrialKey
 from fwbench.results import RUN_KIND, SCHEMA_VERSION, STATUSES, RunDir, TrialRecord
 
-REQUIRED = {"schema_version", "backend", "rules", "frame_size", "method", "repetition",
+REQUIRED = {"schema_version", "factors", "method", "repetition",
             "status", "verification", "load_time_s", "metrics", "started_at"}
 
 
 def record(i=0, **kw) -> TrialRecord:
-    base = dict(schema_version=SCHEMA_VERSION, run_id="abc123", trial=i, backend="nftables",
-                rules=1000, frame_size=64, method="maxrate", traffic="iperf3+ping",
+    base = dict(schema_version=SCHEMA_VERSION, run_id="abc123", trial=i,
+                factors={"backend": "nftables", "rules": 1000, "frame_size": 64},
+                method="maxrate", traffic="iperf3+ping",
                 repetition=i, status="ok", reason=None,
                 verification={"ok": True, "rules_loaded": 1000, "reason": None},
                 load_time_s=0.02, metrics={"rx_pps": 1000.0, "rtt_us_median": 100.0},
@@ -28,7 +29,10 @@ def test_record_has_the_required_fields_and_round_trips():
     assert d["status"] in STATUSES
     assert {"ok", "rules_loaded", "reason"} <= set(d["verification"])
     assert TrialRecord.from_dict(d) == record()
-    assert record().key == TrialKey("nftables", 1000, 64, 0)
+    assert record().key(("backend", "rules", "frame_size")) == \
+        TrialKey(("nftables", 1000, 64), 0)
+    assert record().key(("frame_size", "backend", "rules")) == \
+        TrialKey((64, "nftables", 1000), 0)
 
 
 def test_create_append_read(tmp_path):
@@ -60,7 +64,7 @@ def test_a_second_run_into_the_same_directory_is_refused(tmp_path):
     ("not json", "run.json is unreadable: Expecting value"),
     (json.dumps({"kind": "other"}), "is not an fwbench run (run.json is not one of ours)"),
     (json.dumps({"kind": RUN_KIND, "schema_version": -1}),
-     f"run schema -1 is not {SCHEMA_VERSION}, which this fwbench writes"),
+     "run schema -1 is not one this fwbench reads (2, 3)"),
 ], ids=["missing", "not-json", "other-kind", "other-schema"])
 def test_resume_on_something_that_is_not_a_run(tmp_path, content, says):
     d = tmp_path / "x"

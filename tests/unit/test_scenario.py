@@ -101,14 +101,14 @@ def test_plan_is_interleaved_complete_and_seeded():
         (b, n, f) for b in ("iptables-legacy", "nftables") for n in rules for f in frames]
     plan = make_plan(backends, rules, frames, 3, seed=7)
     want = seeded_rounds(cells, 3, 7)
-    assert [(k.backend, k.rules, k.frame_size) for k in plan] == sum(want, [])
+    assert [k.cell for k in plan] == sum(want, [])
     assert [k.repetition for k in plan] == [rep for rep in range(3) for _ in cells]
     # The reference orders differ from round to round and from another seed's, so the
     # comparison above would catch a plan that ignored the round or the seed.
     assert want[0] != want[1] != want[2] != want[0]
     other = seeded_rounds(cells, 3, 8)
     assert all(a != b for a, b in zip(want, other))
-    assert [(k.backend, k.rules, k.frame_size) for k in make_plan(
+    assert [k.cell for k in make_plan(
         backends, rules, frames, 3, seed=8)] == sum(other, [])
 
 

@@ -55,3 +55,45 @@ def test_a_schema_2_droprate_run_renders_its_table():
     text = out.getvalue()
     for label in ("XDP drop", "raw table", "ipset hash:ip, 1 entry"):
         assert label in text
+
+
+def test_schema_2_records_are_migrated_to_named_factors():
+    rd = RunDir.open(DROP)
+    assert rd.schema_version == 2 and rd.factors == ("treatment", "set_size", "frame_size")
+    raw = [json.loads(x) for x in (DROP / "trials.jsonl").read_text().splitlines()]
+    for r, old in zip(rd.records(), raw):
+        assert r.factors == {"treatment": old["backend"], "set_size": old["rules"],
+                             "frame_size": old["frame_size"]}
+    plan = rd.meta()["plan"]
+    assert len(plan) == 12 and set(plan[0]) == {"treatment", "set_size", "frame_size",
+                                                "repetition"}
+    sweep = RunDir.open(SWEEP)
+    assert sweep.factors == ("backend", "rules", "frame_size")
+    assert {r.factors["backend"] for r in sweep.records()} == {
+        "none", "iptables-legacy", "nftables"}
+
+
+def test_a_schema_2_droprate_run_reports_and_compares(tmp_path):
+    run = shutil.copytree(DROP, tmp_path / "run")
+    cp = _fwbench("report", str(run), "--out", str(tmp_path / "rep"))
+    assert cp.returncode == 0, cp.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "Where to drop (seed 002's table)" in md and "XDP drop (native, veth)" in md
+    assert "p Holm" in md and "fig-disposed_pps-cells.svg" in md
+    assert (tmp_path / "rep" / "figures" / "fig-disposed_pps-cells.svg").stat().st_size > 0
+    header = (tmp_path / "rep" / "cells.csv").read_text().splitlines()[0]
+    assert header.startswith("metric,treatment,set_size,frame_size,")
+    cp = _fwbench("compare", str(run), str(run), "--out", str(tmp_path / "cmp"))
+    assert cp.returncode == 0 and "no cell differs" in cp.stdout, cp.stderr
+    assert "| treatment | set_size | frame_size |" in (tmp_path / "cmp" / "compare.md").read_text()
+    cp = _fwbench("compare", str(run), str(SWEEP), "--out", str(tmp_path / "x"))
+    assert cp.returncode == 2 and "different experiments" in cp.stderr
+    assert "Traceback" not in cp.stderr
+
+
+def test_a_schema_2_run_is_not_resumed(tmp_path):
+    run = shutil.copytree(SWEEP, tmp_path / "run")
+    before = (run / "trials.jsonl").read_bytes()
+    cp = _fwbench("run", "--resume", str(run))
+    assert cp.returncode != 0 and "schema 2" in cp.stderr and "Traceback" not in cp.stderr
+    assert (run / "trials.jsonl").read_bytes() == before

@@ -2,8 +2,8 @@
 
 The run loop (experiments.loop) plans `repeat` rounds, each running every treatment
 once in a seeded random order, on one testbed whose path is on one CPU (the sender
-pinned there, RPS off on the firewall's ingress). A cell is (treatment id, set size,
-frame size), recorded as (backend, rules, frame_size) in schema 2. One trial: clear every firewall, check
+pinned there, RPS off on the firewall's ingress). A cell is (treatment, set_size,
+frame_size). One trial: clear every firewall, check
 nothing is left, load the treatment in one step, verify it with a probe, then flood
 for `duration_s`; if another process took the path CPU during the flood, flood again
 (up to `attempts` times, every attempt kept in the record). Each record is appended
@@ -88,7 +88,6 @@ def _topology(sc: Scenario) -> Topology:
 class DropRate(Experiment):
     """Where to drop a UDP flood, and what accepting it costs."""
     factors = ("treatment", "set_size", "frame_size")
-    reportable = False   # its report is the table the run prints (summary)
 
     def __init__(self, sc: Scenario):
         super().__init__(sc)
@@ -123,13 +122,12 @@ class DropRate(Experiment):
             clear(tb, self.target)
 
     def cell_label(self, key: TrialKey) -> str:
-        tr = self.trs[(key.backend, key.rules)]
+        tr = self.trs[key.cell[:2]]
         return tr.label(self.target) if self.target is not None else tr.id
 
     def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
-        return run_trial(tb, self.trs[(key.backend, key.rules)], self.target, key, idx,
-                         self.sc)
+        return run_trial(tb, self.trs[key.cell[:2]], self.target, key, idx, self.sc)
 
     def line(self, rec: TrialRecord) -> str:
         m = rec.metrics
@@ -144,6 +142,7 @@ class DropRate(Experiment):
 def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: int,
               sc: Scenario) -> TrialRecord:
     d = sc.droprate
+    frame_size = key.cell[2]
     started = now()
     t0 = time.perf_counter()
     status, reason, load_s, metrics = "ok", None, None, {}
@@ -160,7 +159,7 @@ def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: in
             raise FwbenchError(f"clearing the firewall left {', '.join(left)}")
         timed("load_s", tr.load, tb, files)
         load_s = phases["load_s"]
-        v = timed("verify_s", measure.verify, tb, tr, t, files, key.frame_size,
+        v = timed("verify_s", measure.verify, tb, tr, t, files, frame_size,
                   d.probe_packets)
         verification = v.as_dict()
         if not v.ok:
@@ -170,7 +169,7 @@ def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: in
                 if n:
                     time.sleep(_RETRY_PAUSE_S)
                 m, problems = timed(f"flood_{n}_s", measure.flood, tb, tr, t,
-                                    key.frame_size, sc.duration_s, d.cpu, d.min_cpu_share)
+                                    frame_size, sc.duration_s, d.cpu, d.min_cpu_share)
                 attempts.append({"attempt": n, "problems": problems, **m})
                 if not any(p.startswith("the path CPU was shared") for p in problems):
                     break
@@ -184,7 +183,7 @@ def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: in
         clear(tb, t)
     return TrialRecord(
         schema_version=SCHEMA_VERSION, run_id=tb.topo.run_id, trial=idx,
-        backend=tr.id, rules=tr.size, frame_size=key.frame_size, method=METHOD,
+        factors=dict(zip(DropRate.factors, (tr.id, tr.size, frame_size))), method=METHOD,
         traffic="engine", repetition=key.repetition, status=status, reason=reason,
         verification=verification, load_time_s=load_s, metrics=metrics,
         started_at=started, duration_s=time.perf_counter() - t0,

@@ -75,10 +75,10 @@ def rows(records: list[TrialRecord], resamples: int = 10_000) -> list[Row]:
     """One row per treatment, in table order, with medians, intervals and costs."""
     by: dict[tuple[str, int], Row] = {}
     for r in records:
-        key = (r.backend, r.rules)
+        key = tid, size = r.factors["treatment"], r.factors["set_size"]
         if key not in by:
-            by[key] = Row(r.backend, r.rules, r.conditions.get("group", "drop"),
-                          r.conditions.get("label", r.backend), {}, [], [], [])
+            by[key] = Row(tid, size, r.conditions.get("group", "drop"),
+                          r.conditions.get("label", tid), {}, [], [], [])
         row = by[key]
         if r.status == "ok":
             row.pps[r.repetition] = r.metrics["disposed_pps"]
@@ -148,7 +148,7 @@ def orderings(table: list[Row], resamples: int = 10_000) -> list[Ordering]:
     return out
 
 
-def _k(pps: float) -> str:
+def kpps(pps: float) -> str:
     return f"{pps / 1000:,.0f}k"
 
 
@@ -200,7 +200,7 @@ def table(table_rows: list[Row]) -> Table:
             group = w.group
             t.add_row(f"[bold]{GROUP_TITLES.get(group, group)}[/]", *[""] * 6)
         seed = seed_figures(w.tid, w.size)
-        seed_pps = _k(seed[0]) if seed else ""
+        seed_pps = kpps(seed[0]) if seed else ""
         seed_cost = f"{seed[1]} ({seed[2]:.1f})" if seed and seed[1] is not None else ""
         n = f"{len(w.pps)}" + (f" [red]+{len(w.not_ok)}[/]" if w.not_ok else "")
         if w.median is None:
@@ -209,7 +209,7 @@ def table(table_rows: list[Row]) -> Table:
             continue
         cost_s = "best" if w.is_best else \
             f"{100 * w.cost:.1f}{_span(w.cost_interval, lambda x: f'{100 * x:.1f}')}"
-        t.add_row(Text(w.label), Text(f"{_k(w.median)}{_span(w.interval, _k)}"), Text(cost_s),
+        t.add_row(Text(w.label), Text(f"{kpps(w.median)}{_span(w.interval, kpps)}"), Text(cost_s),
                   f"{statistics.median(w.cpu_ns):,.0f} "
                   f"({statistics.median(w.softirq_ns):,.0f})",
                   n, seed_pps, Text(seed_cost))

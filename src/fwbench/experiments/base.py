@@ -6,9 +6,9 @@ says in one line what the trial found. Everything around that (the run directory
 seeded interleaving, resume, SIGTERM, progress with time left, the testbed session,
 adaptive rounds, the table at the end) is the loop's, the same for every experiment.
 
-Cells are (backend, rules, frame_size) in records of schema 2; an experiment whose
-factors are something else names them in `factors` (droprate: treatment, set size,
-frame size) until records name their factors themselves.
+A cell is one value of each of the experiment's `factors`, its named plan dimensions
+(the sweeps: backend, rules, frame_size; droprate: treatment, set_size, frame_size);
+records and run.json's plan carry them by name (fwbench.results, schema 3).
 """
 from __future__ import annotations
 
@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 
 from rich.console import Console, RenderableType
 
-from fwbench.plan import TrialKey
+from fwbench.plan import Cell, TrialKey
 from fwbench.results import TrialRecord
 from fwbench.scenario import Scenario
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
-
-Cell = tuple[str, int, int]
 
 
 @dataclass
@@ -40,9 +38,8 @@ class Experiment(abc.ABC):
     """One kind of measurement. Subclasses set `factors` and implement the
     abstract methods; `sc` is the scenario as run.json holds it."""
 
-    # The names of a cell's three parts, in records of schema 2 (backend, rules,
-    # frame_size), for progress lines and reports.
-    factors: tuple[str, str, str] = ("backend", "rules", "frame_size")
+    # The plan's named dimensions, in cell order ("repetition" is the key's own).
+    factors: tuple[str, ...] = ("backend", "rules", "frame_size")
 
     def __init__(self, sc: Scenario):
         self.sc = sc
@@ -92,8 +89,7 @@ class Experiment(abc.ABC):
 
     def cell_label(self, key: TrialKey) -> str:
         """The cell, for the progress bar and the trial line."""
-        b, n, f = key.backend, key.rules, key.frame_size
-        return f"{b} {f}B" if b == "none" else f"{b} N={n} {f}B"
+        return " ".join(f"{f}={v}" for f, v in zip(self.factors, key.cell))
 
     @abc.abstractmethod
     def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
@@ -108,6 +104,3 @@ class Experiment(abc.ABC):
     @abc.abstractmethod
     def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
         """The table printed when the run ends."""
-
-    # Whether `fwbench report` makes a report of the experiment's runs.
-    reportable: bool = True

@@ -28,6 +28,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from fwbench import adaptive, environment, experiments
+from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Cell, Experiment
 from fwbench.plan import TrialKey, interleave
 from fwbench.results import RunDir, TrialRecord
@@ -79,7 +80,6 @@ class RunOutcome:
     skipped_backends: dict[str, str]
     method: str
     summary: RenderableType | None = None   # the experiment's table of the records
-    reportable: bool = True                 # whether `fwbench report` applies
 
 
 def default_out(sc: Scenario) -> Path:
@@ -96,10 +96,9 @@ def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
     plan = interleave(planned.cells, resolved.repeat, resolved.seed)
     rd = RunDir.create(out, {
         "scenario": resolved.dump(),
-        # what a plan key's backend / rules / frame_size mean for this experiment
         "factors": list(exp.factors),
         **planned.meta,
-        "plan": [k.as_dict() for k in plan],
+        "plan": [k.as_dict(exp.factors) for k in plan],
         "environment": environment.collect(exp.versions(planned)),
         "sessions": [],
     })
@@ -107,7 +106,9 @@ def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
 
 
 def resume(path: str | Path, console: Console) -> RunOutcome:
-    return execute(RunDir.open(path), console)
+    rd = RunDir.open(path)
+    rd.writable()
+    return execute(rd, console)
 
 
 def execute(rd: RunDir, console: Console, exp: Experiment | None = None) -> RunOutcome:
@@ -118,17 +119,21 @@ def execute(rd: RunDir, console: Console, exp: Experiment | None = None) -> RunO
     if exp is None:
         exp = experiments.get(sc)
         exp.check()
-    plan = [TrialKey(**k) for k in meta["plan"]]
+    names = tuple(meta["factors"])
+    if names != tuple(exp.factors):
+        raise FwbenchError(f"{rd.path}: the run's factors ({', '.join(names)}) are not "
+                           f"those of experiment {sc.method} ({', '.join(exp.factors)})")
+    plan = [TrialKey.from_dict(k, names) for k in meta["plan"]]
     records = rd.records()
-    done = {r.key for r in records}
+    done = {r.key(names) for r in records}
     todo = [(i, k) for i, k in enumerate(plan) if k not in done]
-    more = bool(sc.adaptive.max_repeat) and bool(_needing_more(sc, records))
+    more = bool(sc.adaptive.max_repeat) and bool(_needing_more(sc, names, records))
     if todo or more:
         _session(rd, exp, plan, todo, console)
     records = rd.records()
     return RunOutcome(rd.path, records, len(rd.meta()["plan"]),
                       meta.get("skipped_backends", {}), sc.method,
-                      exp.summary(records, rd.meta()), exp.reportable)
+                      exp.summary(records, rd.meta()))
 
 
 def _session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
@@ -160,7 +165,7 @@ def _session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
                 for idx, key in todo:
                     run(idx, key)
                 while sc.adaptive.max_repeat and \
-                        (r := adaptive_round(rd, sc, plan)) is not None:
+                        (r := adaptive_round(rd, sc, exp.factors, plan)) is not None:
                     progress.update(task, total=len(plan))
                     progress.console.print(_round_line(exp, r, plan, sc.adaptive.rel_width))
                     for idx in r.positions:
@@ -179,10 +184,10 @@ def _trial_line(exp: Experiment, n: int, total: int, key: TrialKey,
 
 # --- adaptive rounds -------------------------------------------------------------------
 
-def _needing_more(sc: Scenario, records: list[TrialRecord],
+def _needing_more(sc: Scenario, factors: tuple[str, ...], records: list[TrialRecord],
                   widths: dict | None = None) -> list[Cell]:
     a = sc.adaptive
-    return adaptive.cells_needing_more(records, sc.method, a.rel_width, a.level,
+    return adaptive.cells_needing_more(records, sc.method, factors, a.rel_width, a.level,
                                        a.max_repeat, widths)
 
 
@@ -193,14 +198,15 @@ class AdaptiveRound:
     widths: dict[Cell, float | None]  # every cell, before the round
 
 
-def adaptive_round(rd: RunDir, sc: Scenario, plan: list[TrialKey]) -> AdaptiveRound | None:
+def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
+                   plan: list[TrialKey]) -> AdaptiveRound | None:
     """Plan the next adaptive round: one trial per cell that needs more, in an order
     seeded by the scenario's seed and the round number, appended to `plan` and to
     run.json's plan (with the round's cells and every cell's width) before any of
     them runs. None when no cell needs more."""
     records = rd.records()
-    widths = adaptive.cell_widths(records, sc.method, sc.adaptive.level)
-    cells = _needing_more(sc, records, widths)
+    widths = adaptive.cell_widths(records, sc.method, factors, sc.adaptive.level)
+    cells = _needing_more(sc, factors, records, widths)
     if not cells:
         return None
     meta = rd.meta()
@@ -208,28 +214,26 @@ def adaptive_round(rd: RunDir, sc: Scenario, plan: list[TrialKey]) -> AdaptiveRo
     k = len(rounds) + 1
     next_rep: dict[tuple, int] = {}
     for key in plan:
-        cell = (key.backend, key.rules, key.frame_size)
-        next_rep[cell] = max(next_rep.get(cell, 0), key.repetition + 1)
+        next_rep[key.cell] = max(next_rep.get(key.cell, 0), key.repetition + 1)
     order = list(cells)
     random.Random(f"{sc.seed}:adaptive:{k}").shuffle(order)
-    new = [TrialKey(b, n, f, next_rep.get((b, n, f), 0)) for b, n, f in order]
+    new = [TrialKey(c, next_rep.get(c, 0)) for c in order]
     first = len(plan)
     plan.extend(new)
     rounds = rounds + [{"round": k, "cells": [list(c) for c in order],
                         "widths": {"/".join(map(str, c)): w
                                    for c, w in sorted(widths.items())}}]
-    rd.update_meta(plan=[p.as_dict() for p in plan],
+    rd.update_meta(plan=[p.as_dict(factors) for p in plan],
                    adaptive={**meta.get("adaptive", {}), "rounds": rounds})
     return AdaptiveRound(k, list(range(first, len(plan))), widths)
 
 
 def _round_line(exp: Experiment, r: AdaptiveRound, plan: list[TrialKey],
                 rel_width: float) -> str:
-    keys = sorted((plan[i] for i in r.positions),
-                  key=lambda k: (k.backend, k.rules, k.frame_size))
+    keys = sorted((plan[i] for i in r.positions), key=lambda k: k.cell)
 
     def width(k: TrialKey) -> str:
-        w = r.widths.get((k.backend, k.rules, k.frame_size))
+        w = r.widths.get(k.cell)
         return f"{w * 100:.1f} %" if w is not None else "no interval yet"
     return (f"adaptive round {r.round}: {len(keys)} cell{'s' if len(keys) != 1 else ''} "
             f"above {rel_width * 100:g} % width: " +

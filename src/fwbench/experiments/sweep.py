@@ -109,13 +109,17 @@ class Sweep(Experiment):
     def environment(self, session: dict) -> dict:
         return {"engine_bias": session["engine"]["bias"]} if "engine" in session else {}
 
+    def cell_label(self, key: TrialKey) -> str:
+        b, n, f = key.cell
+        return f"{b} {f}B" if b == "none" else f"{b} N={n} {f}B"
+
     def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         method = self.method_
         if isinstance(method, Method):
             method.on_step = step
-        backend = self._backend(key.backend)
-        rs = _ruleset_for(key.rules, backend, self.sc, self.rulesets)
+        backend = self._backend(key.cell[0])
+        rs = _ruleset_for(key.cell[1], backend, self.sc, self.rulesets)
         return run_trial(tb, backend, rs, key, idx, self.sc, method, self.rulesets)
 
     def line(self, rec: TrialRecord) -> str:
@@ -316,6 +320,7 @@ def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, id
               sc: Scenario, method, policies: dict | None = None) -> TrialRecord:
     started = now()
     t0 = time.perf_counter()
+    _, rules, frame_size = key.cell
     status, reason, load_s, metrics = "ok", None, None, {}
     verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
     phases = Phases()
@@ -330,7 +335,7 @@ def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, id
             status, reason = "failed", f"verification: {v.reason}"
         else:
             metrics = timed("measure_s", lambda: method.run(
-                tb, key.frame_size, sc.duration_s, rules=key.rules,
+                tb, frame_size, sc.duration_s, rules=rules,
                 reload=_reloader(tb, backend, sc, policies if policies is not None else {},
                                  method)))
             trials = metrics.pop("trials", [])
@@ -343,8 +348,8 @@ def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, id
             method.restart(tb)  # the receiver may be what failed
     return TrialRecord(
         schema_version=SCHEMA_VERSION, run_id=tb.topo.run_id, trial=idx,
-        backend=key.backend, rules=key.rules, frame_size=key.frame_size,
-        method=method.name, traffic=method.traffic, repetition=key.repetition,
+        factors=dict(zip(Sweep.factors, key.cell)), method=method.name,
+        traffic=method.traffic, repetition=key.repetition,
         status=status, reason=reason, verification=verification, load_time_s=load_s,
         metrics=metrics, started_at=started, duration_s=time.perf_counter() - t0,
         ruleset_sha256=rs.digest() if backend.filters else None,

@@ -20,9 +20,7 @@ DEFAULT_PAIRS = (("iptables-legacy", "nftables"), ("ipset", "nftset"))
 
 @dataclass(frozen=True)
 class CellSummary:
-    backend: str
-    rules: int
-    frame_size: int
+    cell: Cell            # the factors' values, in the run's factor order
     values: tuple[float, ...]
     mean: float
     sd: float | None
@@ -39,7 +37,7 @@ class CellSummary:
 
 
 def summarize(cell: Cell, values: list[float]) -> CellSummary:
-    return CellSummary(cell[0], cell[1], cell[2], tuple(values), statistics.fmean(values),
+    return CellSummary(tuple(cell), tuple(values), statistics.fmean(values),
                        statistics.stdev(values) if len(values) > 1 else None,
                        statistics.median(values), stats.median_ci(values))
 
@@ -151,14 +149,15 @@ def generator_bound(data: RunData, top: dict[int, float]) -> set[tuple[Cell, int
         return set()
     out = set()
     for r in data.ok:
-        if r.backend == "none":
+        cell = data.cell(r)
+        b, _, f = cell
+        if b == "none":
             continue
-        cell = (r.backend, r.rules, r.frame_size)
         v = head.value(r)
         if r.metrics.get("ndr_generator_limited") or r.metrics.get("pdr_generator_limited"):
             out.add((cell, r.repetition))
-        elif (data.method == "maxrate" and v is not None and r.frame_size in top
-              and v >= GENERATOR_BOUND * top[r.frame_size]):
+        elif (data.method == "maxrate" and v is not None and f in top
+              and v >= GENERATOR_BOUND * top[f]):
             out.add((cell, r.repetition))
     return out
 
@@ -183,13 +182,14 @@ def cost_rows(data: RunData, bound: set[tuple[Cell, int]]) -> list[CostRow]:
     excluded: dict[tuple[str, int], int] = {}
     for r in data.ok:
         v = head.value(r)
-        if r.backend == "none" or v is None or v <= 0:
+        b, n, f = cell = data.cell(r)
+        if b == "none" or v is None or v <= 0:
             continue
-        key = (r.backend, r.frame_size)
-        if ((r.backend, r.rules, r.frame_size), r.repetition) in bound:
+        key = (b, f)
+        if (cell, r.repetition) in bound:
             excluded[key] = excluded.get(key, 0) + 1
             continue
-        pts.setdefault(key, []).append((r.rules, v))
+        pts.setdefault(key, []).append((n, v))
     order = {b: i for i, b in enumerate(data.backends())}
     keys = sorted(set(pts) | set(excluded), key=lambda k: (k[1], order.get(k[0], 99)))
     return [CostRow(b, f, stats.fit_cost(pts.get((b, f), [])), excluded.get((b, f), 0),
@@ -232,8 +232,7 @@ def warnings(data: RunData, bound: set[tuple[Cell, int]],
         if r.status != "ok":
             what = ("failed verification" if (r.reason or "").startswith("verification")
                     else r.status)
-            out.append(f"{r.backend} N={r.rules:,} {r.frame_size} B rep {r.repetition}: "
-                       f"{what}: {r.reason}")
+            out.append(f"{data.label(data.cell(r))} rep {r.repetition}: {what}: {r.reason}")
     cells_bound: dict[Cell, int] = {}
     for cell, _ in bound:
         cells_bound[cell] = cells_bound.get(cell, 0) + 1

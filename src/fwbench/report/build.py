@@ -1,9 +1,10 @@
 """`fwbench report <run dir>`: report.html (self-contained), report.md with its SVG
 figures, and CSV tables with every number at full precision.
 
-Sections: conclusions, environment, warnings, per-metric figures and cell tables,
-seed 000's pair tables with p-values, the cost per rule and crossovers, latency
-percentiles, rate against frame size.
+Sections of a rule-count sweep's report: conclusions, environment, warnings,
+per-metric figures and cell tables, seed 000's pair tables with p-values, the cost per
+rule and crossovers, latency percentiles, rate against frame size. Every other
+experiment's report is report.cells' (droprate's with report.droprate's lead).
 """
 from __future__ import annotations
 
@@ -15,25 +16,13 @@ from pathlib import Path
 
 from fwbench.errors import FwbenchError
 from fwbench.report import analysis as an
+from fwbench.report.cells import CellReport
 from fwbench.report import figures as fg
 from fwbench.metrics import Metric
 from fwbench.report.data import RunData, load
+from fwbench.report.formats import fmt, fmt_pct
 from fwbench.report.document import (Block, Bullets, FigureBlock, Heading, Para, Table,
                                      markdown, to_html)
-
-FORMATS = {"packets/s": "{:,.0f}", "µs": "{:,.1f}", "ns": "{:,.1f}", "%": "{:.2f}",
-           "ms": "{:,.3f}"}
-
-
-def fmt(metric: Metric, v: float | None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return FORMATS.get(metric.unit, "{:.4g}").format(v)
-
-
-def fmt_pct(v: float | None) -> str:
-    return "-" if v is None or math.isnan(v) else f"{100 * v:+.1f} %"
-
 
 def parse_pairs(text: list[str] | None) -> list[tuple[str, str]] | None:
     if not text:
@@ -184,8 +173,19 @@ def cost_table(rows: list[an.CostRow]) -> Table:
                  id="cost-per-rule")
 
 
+def experiment_report(data: RunData) -> CellReport:
+    """The report of a run that is not a rule-count sweep: droprate's with seed
+    002's table in front and each treatment against its group's best; any other
+    experiment's with each cell against its first factor's first level."""
+    if data.method == "droprate":
+        from fwbench.report import droprate
+        return droprate.report(data)
+    return CellReport(data)
+
+
 class Report:
-    """Everything one report says, computed once and written three ways."""
+    """A rule-count sweep's report (backend x rules x frame size): everything it
+    says, computed once and written three ways."""
 
     def __init__(self, data: RunData, pairs: list[tuple[str, str]] | None = None,
                  link_gbps: float = 10.0):
@@ -293,7 +293,7 @@ class Report:
         return FigureBlock(fig, f"figures/{fig.id}.svg")
 
     def csv_tables(self) -> dict[str, tuple[list[str], list[list]]]:
-        cells = [[m.key, s.backend, s.rules, s.frame_size, s.n, s.mean, s.sd, s.median,
+        cells = [[m.key, *s.cell, s.n, s.mean, s.sd, s.median,
                   s.ci.low if s.ci else None, s.ci.high if s.ci else None]
                  for m in self.metrics for s in self.cells[m.key].values()]
         comps = []
@@ -318,7 +318,7 @@ class Report:
         cross = [[c.a, c.b, c.frame_size, c.crossing.rules, c.crossing.interval.low,
                   c.crossing.interval.high, c.crossing.inside, c.cheaper_below]
                  for c in self.crossings]
-        trials = [[r.trial, r.backend, r.rules, r.frame_size, r.repetition, r.status] +
+        trials = [[r.trial, *self.data.cell(r), r.repetition, r.status] +
                   [m.value(r) for m in self.metrics] for r in self.data.records]
         return {
             "cells": (["metric", "backend", "rules", "frame_size", "n", "mean", "sd",
@@ -335,7 +335,7 @@ class Report:
                                "rules_max"], cost),
             "crossovers": (["a", "b", "frame_size", "rules", "ci_low", "ci_high",
                             "inside_measured_range", "cheaper_below"], cross),
-            "trials": (["trial", "backend", "rules", "frame_size", "repetition", "status"] +
+            "trials": (["trial", *self.data.factors, "repetition", "status"] +
                        [m.key for m in self.metrics], trials),
         }
 
@@ -343,15 +343,21 @@ class Report:
 def build(run_dir: str | Path, out: str | Path | None = None,
           pairs: list[tuple[str, str]] | None = None, link_gbps: float = 10.0) -> ReportFiles:
     data = load(run_dir)
-    if data.method == "droprate":
-        raise FwbenchError("a droprate run's report is the table `fwbench run` printed; "
-                           "`fwbench report` reads backend x rules runs")
     if not data.ok:
         raise FwbenchError(f"{run_dir}: no ok trial to report on")
     if link_gbps <= 0:
         raise FwbenchError("--link-gbps must be positive")
-    rep = Report(data, pairs, link_gbps)
-    blocks = rep.blocks()
+    if data.is_sweep:
+        rep = Report(data, pairs, link_gbps)
+        blocks = rep.blocks()
+    else:
+        if pairs:
+            raise FwbenchError(f"--pair compares two backends of a rule-count sweep; "
+                               f"this is a {data.method} run (factors "
+                               f"{', '.join(data.factors)})")
+        rep = experiment_report(data)
+        blocks = rep.blocks(Table(["", "value"], environment_rows(data), id="environment",
+                                  kind="kv"))
     dest = Path(out) if out else data.path
     figdir = dest / "figures"
     try:

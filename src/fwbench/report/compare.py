@@ -1,5 +1,5 @@
-"""`fwbench compare <run A> <run B>`: before/after. Every cell (backend, rules, frame
-size) the two runs share, every metric both recorded, side by side: A's and B's
+"""`fwbench compare <run A> <run B>`: before/after, for runs of any one experiment.
+Every cell (one value of each of the experiment's factors) the two runs share, every metric both recorded, side by side: A's and B's
 medians with intervals, B's change against A with a bootstrap interval, Welch and
 Mann-Whitney p-values, Holm-adjusted across the shared cells of each metric. Plus what
 changed in the conditions (kernel, tool versions, testbed), since that is usually the
@@ -12,16 +12,18 @@ from pathlib import Path
 
 from fwbench.errors import FwbenchError
 from fwbench.report import analysis as an
-from fwbench.report.build import environment_rows, fmt, fmt_pct, write_atomic, write_csv
 from fwbench.metrics import Metric
+from fwbench.plan import Cell
+from fwbench.report.build import environment_rows, write_atomic, write_csv
 from fwbench.report.data import RunData, load
 from fwbench.report.document import Block, Bullets, Heading, Para, Table, markdown, to_html
+from fwbench.report.formats import fmt, fmt_pct
 
 
 @dataclass
 class Row:
     metric: Metric
-    cell: tuple[str, int, int]
+    cell: Cell
     comparison: an.Comparison   # a = run B, b = run A: the change is B against A
 
 
@@ -38,14 +40,12 @@ def rows(a: RunData, b: RunData) -> list[Row]:
     return out
 
 
-def sentence(r: Row, alpha: float = an.ALPHA) -> str | None:
+def sentence(data: RunData, r: Row, alpha: float = an.ALPHA) -> str | None:
     c, m = r.comparison, r.metric
     v = c.verdict(m, alpha)
     if v not in ("better", "worse"):
         return None
-    b, n, f = r.cell
-    where = b if b == "none" else f"{b} at {n:,} rules"
-    return (f"{where}, {f}-byte frames: {m.label} {'better' if v == 'better' else 'worse'} "
+    return (f"{data.label(r.cell)}: {m.label} {'better' if v == 'better' else 'worse'} "
             f"in B, {fmt(m, c.b.median)} -> {fmt(m, c.a.median)} {m.unit} "
             f"({fmt_pct(c.change)}), p = {an.format_p(c.welch_holm)} (Welch, Holm-adjusted).")
 
@@ -59,7 +59,7 @@ def _env_diff(a: RunData, b: RunData) -> list[list[str]]:
 
 def blocks(a: RunData, b: RunData, found: list[Row]) -> list[Block]:
     out: list[Block] = [Heading(1, f"fwbench compare: {a.path.name} (A) vs {b.path.name} (B)")]
-    said = [s for r in found if (s := sentence(r))]
+    said = [s for r in found if (s := sentence(a, r))]
     out.append(Heading(2, "Differences shown"))
     out.append(Bullets(said) if said else Para(
         "No cell differs between A and B at the corrected significance level; the data "
@@ -71,9 +71,9 @@ def blocks(a: RunData, b: RunData, found: list[Row]) -> list[Block]:
         mine = [r for r in found if r.metric is m]
         out.append(Heading(2, f"{m.label} ({m.unit})"))
         out.append(Table(
-            ["backend", "rules", "frame B", "A median [95 %]", "B median [95 %]",
+            [*a.factors, "A median [95 %]", "B median [95 %]",
              "B vs A [95 %]", "p Welch", "p Holm", "p Mann-Whitney", "n A/B"],
-            [[r.cell[0], f"{r.cell[1]:,}", str(r.cell[2]),
+            [[*(f"{v:,}" if isinstance(v, int) else str(v) for v in r.cell),
               _med(m, r.comparison.b), _med(m, r.comparison.a),
               fmt_pct(r.comparison.change) + (
                   f" [{fmt_pct(r.comparison.change_ci.low)}, "
@@ -106,12 +106,12 @@ class CompareFiles:
 def compare_runs(run_a: str | Path, run_b: str | Path,
                  out: str | Path | None = None) -> CompareFiles:
     a, b = load(run_a), load(run_b)
-    if "droprate" in (a.method, b.method):
-        raise FwbenchError("droprate runs are compared by their own table; "
-                           "`fwbench compare` reads backend x rules runs")
+    if a.factors != b.factors:
+        raise FwbenchError(f"{run_a} and {run_b} are runs of different experiments "
+                           f"(factors {', '.join(a.factors)} against {', '.join(b.factors)})")
     found = rows(a, b)
     if not found:
-        raise FwbenchError(f"{run_a} and {run_b} share no cell (backend, rules, frame size) "
+        raise FwbenchError(f"{run_a} and {run_b} share no cell ({', '.join(a.factors)}) "
                            f"with a metric both recorded")
     dest = Path(out) if out else b.path / f"compare-vs-{a.path.name}"
     bl = blocks(a, b, found)
@@ -121,7 +121,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path,
         write_atomic(dest / "compare.html", to_html(f"fwbench compare {a.path.name} vs "
                                               f"{b.path.name}", bl))
         csv_path = write_csv(dest / "compare.csv", [
-            "metric", "backend", "rules", "frame_size", "n_a", "n_b", "median_a",
+            "metric", *a.factors, "n_a", "n_b", "median_a",
             "median_b", "change_b_vs_a", "change_ci_low", "change_ci_high", "welch_t",
             "welch_p", "welch_p_holm", "mwu_p_two_sided", "cliffs_delta_b_vs_a"],
             [[r.metric.key, *r.cell, c.b.n, c.a.n, c.b.median, c.a.median, c.change,
@@ -133,4 +133,4 @@ def compare_runs(run_a: str | Path, run_b: str | Path,
     except OSError as e:
         raise FwbenchError(f"cannot write the comparison to {dest}: {e.strerror}") from None
     return CompareFiles(dest / "compare.html", dest / "compare.md", csv_path,
-                        [s for r in found if (s := sentence(r))])
+                        [s for r in found if (s := sentence(a, r))])

@@ -1,8 +1,10 @@
 """What a report reads: a run directory's records and conditions, and the metrics
 (fwbench.metrics) its ok trials recorded.
 
-A metric is one number per trial. Cells are (backend, rules, frame size); a cell's
-sample is the metric over its ok trials (one per repetition).
+A metric is one number per trial. A cell is one value of each of the run's factors
+(run.json's `factors`: backend, rules, frame_size for the sweeps; treatment,
+set_size, frame_size for droprate); a cell's sample is the metric over its ok trials
+(one per repetition).
 """
 from __future__ import annotations
 
@@ -10,9 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from fwbench.metrics import METRICS, Metric
-from fwbench.results import RunDir, TrialRecord
-
-Cell = tuple[str, int, int]  # backend, rules, frame size
+from fwbench.plan import Cell
+from fwbench.results import SWEEP_FACTORS, RunDir, TrialRecord
 
 
 # Percentiles of a latency histogram, in the order a percentile curve draws them.
@@ -38,6 +39,31 @@ class RunData:
         return self.scenario.get("name", self.path.name)
 
     @property
+    def factors(self) -> tuple[str, ...]:
+        return tuple(self.meta["factors"])
+
+    @property
+    def is_sweep(self) -> bool:
+        """backend x rules x frame size: the report with cost per rule and pairs."""
+        return self.factors == SWEEP_FACTORS
+
+    def cell(self, r: TrialRecord) -> Cell:
+        return r.cell(self.factors)
+
+    def label(self, cell: Cell) -> str:
+        """A cell in a few words: `nftables N=1,000 64 B`, `raw set_size=0 64 B`."""
+        if self.is_sweep:
+            b, n, f = cell
+            return f"{b} {f} B" if b == "none" else f"{b} N={n:,} {f} B"
+        return " ".join(f"{v} B" if name == "frame_size" else
+                        (str(v) if i == 0 else f"{name}={v}")
+                        for i, (name, v) in enumerate(zip(self.factors, cell)))
+
+    def levels(self, factor: str) -> list:
+        """The values `factor` took in the plan, sorted."""
+        return sorted({k[factor] for k in self.meta.get("plan", [])})
+
+    @property
     def ok(self) -> list[TrialRecord]:
         return [r for r in self.records if r.status == "ok"]
 
@@ -55,20 +81,21 @@ class RunData:
         for r in sorted(self.ok, key=lambda r: r.repetition):
             v = metric.value(r)
             if v is not None:
-                out[(r.backend, r.rules, r.frame_size)].append(v)
+                out[self.cell(r)].append(v)
         return dict(out)
 
     def backends(self) -> list[str]:
         """In the order the scenario planned them."""
         planned = self.scenario.get("backends") or []
-        seen = {r.backend for r in self.records}
+        seen = {r.factors["backend"] for r in self.records}
         return [b for b in planned if b in seen] + sorted(seen - set(planned))
 
     def frame_sizes(self) -> list[int]:
-        return sorted({r.frame_size for r in self.records})
+        return sorted({r.factors["frame_size"] for r in self.records})
 
     def rule_counts(self) -> list[int]:
-        return sorted({r.rules for r in self.records if r.backend != "none"})
+        return sorted({r.factors["rules"] for r in self.records
+                       if r.factors["backend"] != "none"})
 
 
 def load(path: str | Path) -> RunData:

@@ -56,12 +56,13 @@ def _svg(fig) -> bytes:
 
 
 def _finish(fig, ax, ident: str, title: str, xlabel: str, ylabel: str,
-            caption: str) -> Figure:
+            caption: str, legend: bool = True) -> Figure:
     """Labels, title and legend, as every figure of the report has them; then SVG."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=7, ncols=2)
+    if legend:
+        ax.legend(fontsize=7, ncols=2)
     return Figure(ident, title, caption, _svg(fig))
 
 
@@ -78,7 +79,7 @@ def metric_vs_rules(data: RunData, metric: Metric, frame: int,
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     all_medians, xs_all = [], []
     for b in data.backends():
-        mine = sorted((s for (bb, _, _), s in here.items() if bb == b), key=lambda s: s.rules)
+        mine = sorted((s for (bb, _, _), s in here.items() if bb == b), key=lambda s: s.cell[1])
         if not mine:
             continue
         all_medians += [s.median for s in mine]
@@ -88,7 +89,7 @@ def metric_vs_rules(data: RunData, metric: Metric, frame: int,
             if s.ci:
                 ax.axhspan(s.ci.low, s.ci.high, color="black", alpha=0.08)
             continue
-        xs = [s.rules for s in mine]
+        xs = [s.cell[1] for s in mine]
         xs_all += xs
         ax.plot(xs, [s.median for s in mine], marker="o", ms=3, lw=1.4, color=colour[b],
                 label=b)
@@ -96,7 +97,7 @@ def metric_vs_rules(data: RunData, metric: Metric, frame: int,
             ax.fill_between(xs, [s.ci.low for s in mine], [s.ci.high for s in mine],
                             color=colour[b], alpha=0.18, lw=0)
         for s in mine:
-            ax.plot([s.rules] * s.n, s.values, ls="none", marker=".", ms=2.5,
+            ax.plot([s.cell[1]] * s.n, s.values, ls="none", marker=".", ms=2.5,
                     color=colour[b], alpha=0.6)
     if xs_all and _spread(xs_all) >= 20:
         ax.set_xscale("log")
@@ -131,11 +132,12 @@ def latency_percentiles(data: RunData, frame: int, colour: dict[str, str]) -> Fi
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     drawn = 0
     for b in data.backends():
-        recs = [r for r in data.ok if r.backend == b and r.frame_size == frame]
+        recs = [(n, r) for r in data.ok for bb, n, f in [data.cell(r)]
+                if bb == b and f == frame]
         if not recs:
             continue
-        top = max(r.rules for r in recs)
-        curves = [p for r in recs if r.rules == top and (p := _percentiles(r, data.method))]
+        top = max(n for n, _ in recs)
+        curves = [p for n, r in recs if n == top and (p := _percentiles(r, data.method))]
         if not curves:
             continue
         ys = [statistics.median(c[k] for c in curves) for k, _ in PERCENTILES]
@@ -172,10 +174,10 @@ def rate_vs_frame(data: RunData, metric: Metric, cells: dict[tuple, CellSummary]
         mine = [s for (bb, _, _), s in cells.items() if bb == b]
         if not mine:
             continue
-        top = max(s.rules for s in mine)
-        line = sorted((s for s in mine if s.rules == top), key=lambda s: s.frame_size)
+        top = max(s.cell[1] for s in mine)
+        line = sorted((s for s in mine if s.cell[1] == top), key=lambda s: s.cell[2])
         label = "none (no firewall)" if b == "none" else f"{b}, N={top:,}"
-        ax.plot([s.frame_size for s in line], [s.median for s in line], marker="o", ms=3,
+        ax.plot([s.cell[2] for s in line], [s.median for s in line], marker="o", ms=3,
                 color="black" if b == "none" else colour[b],
                 ls="--" if b == "none" else "-", label=label)
     fs = list(range(frames[0], frames[-1] + 1, 2))
@@ -207,3 +209,36 @@ def cost_model(rows: list[CostRow], frame: int, colour: dict[str, str]) -> Figur
                    "rules in the rule set (N)", "time per packet, 1/pps (ns)",
                    "Dots: single trials (generator-bound ones left out); lines: weighted "
                    "least-squares fit over the measured range; b is the cost of one rule.")
+
+
+def cell_intervals(metric: Metric, cells: dict[tuple, CellSummary], order: list[tuple],
+                   reference: dict[tuple, tuple], label) -> Figure | None:
+    """Any experiment's cells, one row each in `order`: the median with its 95 %
+    interval as a bar, every trial as a dot, a reference cell's median as a dotted
+    line across its rows. Coloured by the first factor's level."""
+    rows = [c for c in order if c in cells]
+    if not rows:
+        return None
+    levels = list(dict.fromkeys(c[0] for c in rows))
+    colour = colours(levels)
+    fig, ax = plt.subplots(figsize=(7.0, max(2.0, 0.32 * len(rows) + 1.2)))
+    ys = range(len(rows))[::-1]
+    for y, c in zip(ys, rows):
+        s = cells[c]
+        if s.ci:
+            ax.plot([s.ci.low, s.ci.high], [y, y], color=colour[c[0]], lw=3, alpha=0.35)
+        ax.plot([s.median], [y], marker="o", ms=5, color=colour[c[0]], ls="none")
+        ax.plot(s.values, [y] * s.n, ls="none", marker=".", ms=3, color="black", alpha=0.5)
+        ref = reference.get(c)
+        if ref in cells:
+            ax.plot([cells[ref].median] * 2, [y - 0.4, y + 0.4], color="grey", lw=1, ls=":")
+    ax.set_yticks(list(ys), [label(c) for c in rows])
+    spread = _spread([cells[c].median for c in rows])
+    log_x = metric.log_ok and spread >= 30
+    if log_x:
+        ax.set_xscale("log")
+    return _finish(fig, ax, f"fig-{metric.key}-cells", metric.label, f"{metric.label} "
+                   f"({metric.unit})", "", f"Per cell: the median over repetitions (circle), "
+                   f"its bootstrap 95 % interval (bar), single trials (dots); the dotted "
+                   f"line is the median of the cell it is compared with"
+                   f"{'; log scale' if log_x else ''}.", legend=False)
