@@ -234,7 +234,7 @@ def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatc
         assert sorted(map(tuple, rnd["cells"])) == [("iptables-legacy", 20, 64), ("none", 0, 64)]
         assert all(w > 1e-6 for w in rnd["widths"].values())
     # Each record's place in the plan is its trial number.
-    assert all(meta["plan"][r["trial"]] == {f: r[f] for f in meta["plan"][0]}
+    assert all(meta["plan"][r["trial"]] == {**r["factors"], "repetition": r["repetition"]}
                for r in records(d))
     assert "adaptive round 2: 2 cells above 0.0001 % width" in text.getvalue()
     assert len(set(built_testbeds(d))) == 2 and own_netns(d) == []
