@@ -14,11 +14,11 @@ from rich.console import Console
 
 from fwbench import experiments, metrics
 from fwbench.experiments import loop
-from fwbench.experiments.base import Experiment, Planned
+from fwbench.experiments.base import Experiment, Planned, Trial
 from fwbench.metrics import Metric
 from fwbench.plan import TrialKey
 from fwbench.report import build
-from fwbench.results import SCHEMA_VERSION, TrialRecord
+from fwbench.results import TrialRecord
 from fwbench.scenario import from_dict
 from fwbench.testbed.topology import Topology
 
@@ -75,11 +75,11 @@ class Toy(Experiment):
             raise loop.Interrupted("SIGTERM")
         EVENTS.append("trial")
         rng = random.Random(f"{key}")
-        pps = (1e6 if key.cell[0] == "a" else 8e5) * (1 + rng.uniform(-0.01, 0.01))
-        return TrialRecord(SCHEMA_VERSION, tb.topo.run_id, idx,
-                           dict(zip(self.factors, key.cell)), "toy", "none",
-                           key.repetition, "ok", None,
-                           {"ok": True}, 0.001, {"toy_pps": pps}, loop.now(), 0.0, None)
+        t = Trial(self.factors, key, idx)
+        t.load_time_s = 0.001
+        t.metrics = {"toy_pps": (1e6 if key.cell[0] == "a" else 8e5) *
+                     (1 + rng.uniform(-0.01, 0.01))}
+        return t.record(tb.topo.run_id, "toy", "none", None, {})
 
     def line(self, rec: TrialRecord) -> str:
         return f"{rec.metrics['toy_pps']:,.0f} pps"

@@ -24,10 +24,9 @@ from fwbench.droprate import measure
 from fwbench.droprate import report
 from fwbench.droprate.treatments import BPF_OBJECT, Target, Treatment, build, clear, leftovers
 from fwbench.errors import FwbenchError
-from fwbench.experiments.base import Experiment, Planned
-from fwbench.experiments.loop import Phases, now
+from fwbench.experiments.base import Experiment, Planned, Trial
 from fwbench.plan import TrialKey
-from fwbench.results import SCHEMA_VERSION, TrialRecord
+from fwbench.results import TrialRecord
 from fwbench.scenario import Scenario
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
@@ -143,54 +142,37 @@ def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: in
               sc: Scenario) -> TrialRecord:
     d = sc.droprate
     frame_size = key.cell[2]
-    started = now()
-    t0 = time.perf_counter()
-    status, reason, load_s, metrics = "ok", None, None, {}
-    verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
-    phases = Phases()
-    timed = phases.timed
-    attempts: list[dict] = []
+    trial = Trial(DropRate.factors, key, idx)
     files: dict[str, str] = {}
-
     try:
         files = tr.render(t)
-        timed("clear_s", clear, tb, t)
+        trial.timed("clear_s", clear, tb, t)
         if left := leftovers(tb, t):
             raise FwbenchError(f"clearing the firewall left {', '.join(left)}")
-        timed("load_s", tr.load, tb, files)
-        load_s = phases["load_s"]
-        v = timed("verify_s", measure.verify, tb, tr, t, files, frame_size,
-                  d.probe_packets)
-        verification = v.as_dict()
-        if not v.ok:
-            status, reason = "failed", f"verification: {v.reason}"
-        else:
+        trial.timed("load_s", tr.load, tb, files)
+        trial.load_time_s = trial.phases["load_s"]
+        if trial.verified(trial.timed("verify_s", measure.verify, tb, tr, t, files,
+                                      frame_size, d.probe_packets)):
+            attempts = trial.trials
             for n in range(d.attempts):
                 if n:
                     time.sleep(_RETRY_PAUSE_S)
-                m, problems = timed(f"flood_{n}_s", measure.flood, tb, tr, t,
-                                    frame_size, sc.duration_s, d.cpu, d.min_cpu_share)
+                m, problems = trial.timed(f"flood_{n}_s", measure.flood, tb, tr, t,
+                                          frame_size, sc.duration_s, d.cpu, d.min_cpu_share)
                 attempts.append({"attempt": n, "problems": problems, **m})
                 if not any(p.startswith("the path CPU was shared") for p in problems):
                     break
-            metrics = {k: v for k, v in attempts[-1].items() if k not in ("attempt",
-                                                                           "problems")}
+            trial.metrics = {k: v for k, v in attempts[-1].items()
+                             if k not in ("attempt", "problems")}
             if attempts[-1]["problems"]:
-                status, reason = "invalid", "; ".join(attempts[-1]["problems"])
+                trial.fail("; ".join(attempts[-1]["problems"]), "invalid")
     except FwbenchError as e:
-        status, reason = "failed", str(e)
+        trial.fail(str(e))
     finally:
         clear(tb, t)
-    return TrialRecord(
-        schema_version=SCHEMA_VERSION, run_id=tb.topo.run_id, trial=idx,
-        factors=dict(zip(DropRate.factors, (tr.id, tr.size, frame_size))), method=METHOD,
-        traffic="engine", repetition=key.repetition, status=status, reason=reason,
-        verification=verification, load_time_s=load_s, metrics=metrics,
-        started_at=started, duration_s=time.perf_counter() - t0,
-        ruleset_sha256=hashlib.sha256("".join(f"{k}\n{v}" for k, v in sorted(files.items()))
-                                      .encode()).hexdigest(),
-        conditions={"group": tr.group, "label": tr.label(t), "duration_s": sc.duration_s,
-                    "path_cpu": d.cpu, "payload_text": t.text, "dst": t.fw_ip,
-                    "dport": t.port, "phases": phases},
-        trials=attempts,
-    )
+    return trial.record(
+        tb.topo.run_id, METHOD, "engine",
+        hashlib.sha256("".join(f"{k}\n{v}" for k, v in sorted(files.items()))
+                       .encode()).hexdigest(),
+        {"group": tr.group, "label": tr.label(t), "duration_s": sc.duration_s,
+         "path_cpu": d.cpu, "payload_text": t.text, "dst": t.fw_ip, "dport": t.port})

@@ -13,16 +13,74 @@ records and run.json's plan carry them by name (fwbench.results, schema 3).
 from __future__ import annotations
 
 import abc
+import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from rich.console import Console, RenderableType
 
 from fwbench.plan import Cell, TrialKey
-from fwbench.results import TrialRecord
+from fwbench.results import SCHEMA_VERSION, TrialRecord
 from fwbench.scenario import Scenario
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Phases(dict):
+    """Wall time of each phase of a trial, seconds (recorded in its conditions)."""
+
+    def timed(self, name: str, fn, *args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self[name] = round(time.perf_counter() - t, 4)
+
+
+class Trial:
+    """What every trial keeps, whatever it measures: when it started, its status and
+    why, the verification, the load time, the metrics, its sub-trials and the wall
+    time of each phase; `record()` makes them the trial's record."""
+
+    def __init__(self, factors: tuple[str, ...], key: TrialKey, idx: int):
+        self.factors, self.key, self.idx = factors, key, idx
+        self.started, self._t0 = now(), time.perf_counter()
+        self.status, self.reason = "ok", None
+        self.verification: dict = {"ok": False, "rules_loaded": None, "reason": "not reached"}
+        self.load_time_s: float | None = None
+        self.metrics: dict = {}
+        self.trials: list = []
+        self.phases = Phases()
+
+    def timed(self, name: str, fn, *args):
+        return self.phases.timed(name, fn, *args)
+
+    def verified(self, verification) -> bool:
+        """Keep a verification (a backends.base.Verification); a failed one fails
+        the trial with its reason."""
+        self.verification = verification.as_dict()
+        if not verification.ok:
+            self.fail(f"verification: {verification.reason}")
+        return verification.ok
+
+    def fail(self, reason: str, status: str = "failed") -> None:
+        self.status, self.reason = status, reason
+
+    def record(self, run_id: str, method: str, traffic: str, ruleset_sha256: str | None,
+               conditions: dict) -> TrialRecord:
+        return TrialRecord(
+            schema_version=SCHEMA_VERSION, run_id=run_id, trial=self.idx,
+            factors=dict(zip(self.factors, self.key.cell, strict=True)), method=method,
+            traffic=traffic, repetition=self.key.repetition, status=self.status,
+            reason=self.reason, verification=self.verification,
+            load_time_s=self.load_time_s, metrics=self.metrics, started_at=self.started,
+            duration_s=time.perf_counter() - self._t0, ruleset_sha256=ruleset_sha256,
+            conditions={**conditions, "phases": self.phases}, trials=self.trials)
 
 
 @dataclass

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import random
 import signal
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console, RenderableType
@@ -29,7 +28,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from fwbench import adaptive, environment, experiments
 from fwbench.errors import FwbenchError
-from fwbench.experiments.base import Cell, Experiment
+from fwbench.experiments.base import Cell, Experiment, now
 from fwbench.plan import TrialKey, interleave
 from fwbench.results import RunDir, TrialRecord
 from fwbench.scenario import Scenario, from_dict
@@ -48,21 +47,6 @@ def sigterm_raises():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
-
-
-class Phases(dict):
-    """Wall time of each phase of a trial, seconds (recorded in its conditions)."""
-
-    def timed(self, name: str, fn, *args):
-        t = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self[name] = round(time.perf_counter() - t, 4)
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def progress_bar(console: Console) -> Progress:

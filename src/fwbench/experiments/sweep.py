@@ -9,18 +9,14 @@ latency and the sender's ceiling per frame size.
 """
 from __future__ import annotations
 
-import time
-
 from rich.console import Console, RenderableType
-from rich.markup import escape
 
 from fwbench import backends as registry
 from fwbench import proc, summary
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.experiments.base import Experiment, Planned
-from fwbench.experiments.loop import Phases, now
+from fwbench.experiments.base import Experiment, Planned, Trial
 from fwbench.frames import min_frame
 from fwbench.methods.base import Method
 from fwbench.methods.fixedrate import FixedRate
@@ -29,7 +25,7 @@ from fwbench.methods.lossload import LossLoad
 from fwbench.methods.maxrate import MaxRate
 from fwbench.methods.throughput import Throughput, search_config
 from fwbench.plan import TrialKey, sweep_cells
-from fwbench.results import SCHEMA_VERSION, TrialRecord
+from fwbench.results import TrialRecord
 from fwbench.ruleset import flows
 from fwbench.ruleset.evaluate import Evaluator
 from fwbench.ruleset.model import Packet, RuleSet, Unsupported
@@ -318,46 +314,28 @@ def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int],
 
 def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, idx: int,
               sc: Scenario, method, policies: dict | None = None) -> TrialRecord:
-    started = now()
-    t0 = time.perf_counter()
+    t = Trial(Sweep.factors, key, idx)
     _, rules, frame_size = key.cell
-    status, reason, load_s, metrics = "ok", None, None, {}
-    verification = {"ok": False, "rules_loaded": None, "reason": "not reached"}
-    phases = Phases()
-    timed = phases.timed
-    trials: list[dict] = []
-
     try:
-        load_s = timed("apply_s", backend.apply, tb, rs).load_time_s
-        v = timed("verify_s", verify_with_sink_off, tb, backend, rs, method)
-        verification = v.as_dict()
-        if not v.ok:
-            status, reason = "failed", f"verification: {v.reason}"
-        else:
-            metrics = timed("measure_s", lambda: method.run(
+        t.load_time_s = t.timed("apply_s", backend.apply, tb, rs).load_time_s
+        if t.verified(t.timed("verify_s", verify_with_sink_off, tb, backend, rs, method)):
+            t.metrics = t.timed("measure_s", lambda: method.run(
                 tb, frame_size, sc.duration_s, rules=rules,
                 reload=_reloader(tb, backend, sc, policies if policies is not None else {},
                                  method)))
-            trials = metrics.pop("trials", [])
+            t.trials = t.metrics.pop("trials", [])
     except MeasurementInvalid as e:
-        status, reason = "invalid", str(e)
+        t.fail(str(e), "invalid")
         method.restart(tb)  # a broken test can leave iperf3's server busy
     except FwbenchError as e:
-        status, reason = "failed", str(e)
-        if "measure_s" in phases:
+        t.fail(str(e))
+        if "measure_s" in t.phases:
             method.restart(tb)  # the receiver may be what failed
-    return TrialRecord(
-        schema_version=SCHEMA_VERSION, run_id=tb.topo.run_id, trial=idx,
-        factors=dict(zip(Sweep.factors, key.cell)), method=method.name,
-        traffic=method.traffic, repetition=key.repetition,
-        status=status, reason=reason, verification=verification, load_time_s=load_s,
-        metrics=metrics, started_at=started, duration_s=time.perf_counter() - t0,
-        ruleset_sha256=rs.digest() if backend.filters else None,
-        conditions={"duration_s": sc.duration_s, "policy_template": sc.policy.template,
-                    "family": sc.family, "ruleset": rs.name,
-                    "counters": sc.policy.counters, "phases": phases},
-        trials=trials,
-    )
+    return t.record(tb.topo.run_id, method.name, method.traffic,
+                    rs.digest() if backend.filters else None,
+                    {"duration_s": sc.duration_s, "policy_template": sc.policy.template,
+                     "family": sc.family, "ruleset": rs.name,
+                     "counters": sc.policy.counters})
 
 
 def _reloader(tb: NetnsTestbed, backend: Backend, sc: Scenario, cache: dict, method):

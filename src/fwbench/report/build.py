@@ -9,7 +9,6 @@ experiment's report is report.cells' (droprate's with report.droprate's lead).
 from __future__ import annotations
 
 import csv
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
