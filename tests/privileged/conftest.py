@@ -1,9 +1,12 @@
 """Privileged tests: root, real namespaces, real iptables/nft/ipset.
 
-Each test that needs a testbed gets a fresh, uniquely named one, always removed, and
-checks that its own namespaces are gone (`own_netns`): only its own, since another
-fwbench run or test process on the machine may hold namespaces of its own at any
-time. The session checks that it did not change the root namespace's firewall or
+Testbeds come in layers, each always removed or emptied however the test ends:
+`testbed` is a fresh, uniquely named one per test; `module_testbed` one per test
+module, and `firewall` that one with every firewall emptied before and after each
+test (checked empty after); `backend` is a backend by a test's parameter, skipped
+with its reason where this machine cannot run it. Each checks that its own
+namespaces are gone (`own_netns`, `netns_of`): only its own, since another fwbench
+run or test process on the machine may hold namespaces of its own at any time. The session checks that it did not change the root namespace's firewall or
 links: the state is read before the first privileged test and compared after the
 last, whatever order the files run in.
 """
@@ -15,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from fwbench import backends
+from fwbench.backends.kernel import flush_all, ruleset_state
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
 
@@ -103,3 +108,36 @@ def testbed():
     with NetnsTestbed(Topology.new()) as tb:
         yield tb
     assert netns_carrying(tb.topo.run_id) == [], "the testbed left its namespaces"
+
+
+@pytest.fixture(scope="module")
+def module_testbed():
+    """One testbed for a whole test module, removed after its last test."""
+    with NetnsTestbed(Topology.new()) as tb:
+        yield tb
+    assert netns_carrying(tb.topo.run_id) == [], "the testbed left its namespaces"
+
+
+@pytest.fixture
+def firewall(module_testbed):
+    """The module's testbed with every firewall empty: flushed before the test and
+    after it, however it ends, and checked to hold nothing afterwards."""
+    flush_all(module_testbed)
+    yield module_testbed
+    flush_all(module_testbed)
+    left = {k: n for k, n in ruleset_state(module_testbed).items() if n}
+    assert not left, f"the test left rules behind after a flush: {left}"
+
+
+def backend_or_skip(name: str):
+    b = backends.get(name)
+    if why := b.unavailable():
+        pytest.skip(f"{name} cannot run here: {why}")
+    return b
+
+
+@pytest.fixture
+def backend(request):
+    """`@pytest.mark.parametrize("backend", NAMES, indirect=True)`: the backend of
+    that name, or the test skipped with the reason this machine cannot run it."""
+    return backend_or_skip(request.param)

@@ -9,7 +9,9 @@ from fwbench import backends
 from fwbench.backends.base import interfaces
 from fwbench.backends.kernel import flush_all, ruleset_state
 from fwbench.ruleset.model import Match, Ports, Prefix
-from fwbench.ruleset.templates.seed000 import SET_NAME, entry_id, seed000
+from fwbench.ruleset.templates.seed000 import entry_id, seed000
+
+from conftest import backend_or_skip
 
 FILTERING = [n for n in backends.names() if n != "none"]
 SETS = {"ipset", "nftset", "xdp-set", "tc-set"}
@@ -18,11 +20,11 @@ PROBES = 20
 SERVER = "198.19.0.2"
 
 
-def backend_or_skip(name):
-    b = backends.get(name)
-    if why := b.unavailable():
-        pytest.skip(f"{name} cannot run here: {why}")
-    return b
+@pytest.fixture
+def testbed(firewall):
+    """The module's tests share one testbed, every firewall emptied around each test
+    (conftest's `firewall`): building one per test cost more than the tests."""
+    return firewall
 
 
 def rules_for(b, n, **kw):
@@ -49,9 +51,9 @@ def with_entry_replaced(rs, i, daddr, proto, port):
     return replace(rs, tables=(t,), name=rs.name + "-modified")
 
 
-@pytest.mark.parametrize("name", FILTERING)
-def test_loads_1000_and_verifies(testbed, name):
-    b = backend_or_skip(name)
+@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+def test_loads_1000_and_verifies(testbed, backend):
+    b = backend
     rs = rules_for(b, 1000)
     load = b.apply(testbed, rs)
     v = b.verify(testbed, rs)
@@ -67,11 +69,11 @@ def test_loads_1000_and_verifies(testbed, name):
     assert v.details["sample"]["disagreements"] == []
 
 
-@pytest.mark.parametrize("name", FILTERING)
-def test_missing_test_rule_fails_verification(testbed, name):
+@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+def test_missing_test_rule_fails_verification(testbed, backend):
     """The test entry replaced by one more filler: the count is still N, so only the
     probes can catch it, and they must."""
-    b = backend_or_skip(name)
+    b = backend
     good = rules_for(b, 50)
     b.apply(testbed, with_entry_replaced(good, 50, SERVER, "tcp", 39999))
     v = b.verify(testbed, good)
@@ -81,9 +83,9 @@ def test_missing_test_rule_fails_verification(testbed, name):
     assert v.details["probes"]["test flow"]["forwarded"] == 0
 
 
-@pytest.mark.parametrize("name", FILTERING)
-def test_wrong_rule_count_fails_verification(testbed, name):
-    b = backend_or_skip(name)
+@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+def test_wrong_rule_count_fails_verification(testbed, backend):
+    b = backend
     b.apply(testbed, rules_for(b, 999))
     v = b.verify(testbed, rules_for(b, 1000))
     assert not v.ok and "entries in the kernel" in v.reason, v.reason
@@ -156,11 +158,11 @@ def load_tampered(tb, b, name, rs, tamper):
     return b.verify(tb, rs)
 
 
-@pytest.mark.parametrize("name", FILTERING)
-def test_reordered_rule_set_fails_verification(testbed, name):
+@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+def test_reordered_rule_set_fails_verification(testbed, backend):
     """The same rules in another order: right count, every probe still passes (the
     swapped rules are fillers, or the two auxiliary rules after a set's rule)."""
-    b = backend_or_skip(name)
+    b, name = backend, backend.name
     rs = rules_for(b, 50)
 
     def swap(lines, rules):
@@ -175,11 +177,11 @@ def test_reordered_rule_set_fails_verification(testbed, name):
     assert p["ping"]["forwarded"] == PROBES
 
 
-@pytest.mark.parametrize("name", FILTERING)
-def test_one_rule_too_permissive_fails_verification(testbed, name):
+@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+def test_one_rule_too_permissive_fails_verification(testbed, backend):
     """A filler (or set element) replaced by one that lets the disallowed probe's
     flow through: same size; the disallowed probe and the comparison both catch it."""
-    b = backend_or_skip(name)
+    b = backend
     good = rules_for(b, 50)
     b.apply(testbed, with_entry_replaced(good, 4, SERVER, "udp", 5202))
     v = b.verify(testbed, good)
@@ -189,12 +191,12 @@ def test_one_rule_too_permissive_fails_verification(testbed, name):
     assert "5202" in v.reason
 
 
-@pytest.mark.parametrize("name", NETFILTER_LINEAR)
-def test_one_rule_widened_fails_verification(testbed, name):
+@pytest.mark.parametrize("backend", NETFILTER_LINEAR, indirect=True)
+def test_one_rule_widened_fails_verification(testbed, backend):
     """A TCP filler whose port match is gone (every TCP port allowed): no probe can
     see it (they are UDP and ICMP), only the comparison with the rendering and the
     corpus sample, if it holds a TCP packet to another port."""
-    b = backend_or_skip(name)
+    b, name = backend, backend.name
     rs = rules_for(b, 50)
 
     def widen(lines, rules):
@@ -213,11 +215,11 @@ def test_one_rule_widened_fails_verification(testbed, name):
     assert "missing from the kernel" in v.reason and "40005" in v.reason, v.reason
 
 
-@pytest.mark.parametrize("name", FILTERING)
-def test_missing_icmp_rule_fails_verification(testbed, name):
+@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+def test_missing_icmp_rule_fails_verification(testbed, backend):
     """The ICMP echo-request rule left out: the entries are all there; the ping
     probe and the comparison catch it."""
-    b = backend_or_skip(name)
+    b, name = backend, backend.name
     rs = rules_for(b, 50)
 
     def drop_icmp(lines, rules):
@@ -231,11 +233,11 @@ def test_missing_icmp_rule_fails_verification(testbed, name):
     assert v.details["probes"]["test flow"]["forwarded"] == PROBES
 
 
-@pytest.mark.parametrize("name", FILTERING)
-def test_one_element_replaced_fails_verification(testbed, name):
+@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+def test_one_element_replaced_fails_verification(testbed, backend):
     """One set element (or, in a linear chain, one rule) replaced by another that no
     probe sends: same size, every probe passes; the comparison tells."""
-    b = backend_or_skip(name)
+    b, name = backend, backend.name
     good = rules_for(b, 50)
     b.apply(testbed, with_entry_replaced(good, 8, SERVER, "tcp", 39_999))
     v = b.verify(testbed, good)
