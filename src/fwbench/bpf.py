@@ -1,7 +1,8 @@
 """The Python side of `bpf/`: drive fwbench-bpf, the loader of the eBPF firewall.
 
-`load` attaches the filter to an interface inside a namespace; `dump` reads back
-what the kernel holds there (program, settings, rules, set, per-rule counters);
+`load` attaches the filter to an interface of a testbed host (commands go through
+the testbed's executor, so the host may be a namespace or a machine); `dump` reads
+back what the kernel holds there (program, settings, rules, set, per-rule counters);
 `test_run` runs frames through a freshly loaded, unattached copy with
 BPF_PROG_RUN, so verdicts can be checked with no traffic at all.
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from fwbench import __version__, proc
 from fwbench.errors import FwbenchError
+from fwbench.testbed.executor import Executor
 
 HOOKS = ("xdp", "tc")
 DROP_OBJECT = proc.REPO / "bpf" / "build" / "drop.bpf.o"
@@ -48,18 +50,17 @@ def _json(cp: subprocess.CompletedProcess) -> dict:
         raise FwbenchError(f"fwbench-bpf printed no JSON: {cp.stdout[:200]!r}") from None
 
 
-def load(netns: str, hook: str, mode: str, ifname: str, rules: str,
+def load(ex: Executor, host: str, hook: str, mode: str, ifname: str, rules: str,
          local: tuple[str, ...] = (), xdp_mode: str = "native") -> dict:
     argv = [str(binary()), "load", "--hook", hook, "--mode", mode, "--ifname", ifname,
             "--xdp-mode", xdp_mode]
     for a in local:
         argv += ["--local", a]
-    return _json(proc.run(argv, netns=netns, input=rules))
+    return _json(ex.run(host, argv, input=rules))
 
 
-def dump(netns: str, hook: str, ifname: str) -> dict:
-    return _json(proc.run([str(binary()), "dump", "--hook", hook, "--ifname", ifname],
-                          netns=netns))
+def dump(ex: Executor, host: str, hook: str, ifname: str) -> dict:
+    return _json(ex.run(host, [str(binary()), "dump", "--hook", hook, "--ifname", ifname]))
 
 
 def test_run(hook: str, mode: str, rules: str, frames: list[bytes],
@@ -74,22 +75,20 @@ def test_run(hook: str, mode: str, rules: str, frames: list[bytes],
         return _json(proc.run(argv, input="".join(fr.hex() + "\n" for fr in frames)))
 
 
-def detach_all(netns: str, ifname: str) -> None:
+def detach_all(ex: Executor, host: str, ifname: str) -> None:
     """Remove any XDP program and the clsact qdisc (with its tc filters) from ifname."""
-    proc.run(["ip", "link", "set", "dev", ifname, "xdp", "off"], netns=netns)
-    proc.run(["tc", "qdisc", "del", "dev", ifname, "clsact"], netns=netns, check=False)
+    ex.run(host, ["ip", "link", "set", "dev", ifname, "xdp", "off"])
+    ex.run(host, ["tc", "qdisc", "del", "dev", ifname, "clsact"], check=False)
 
 
-def attached(netns: str, ifname: str) -> dict[str, int]:
+def attached(ex: Executor, host: str, ifname: str) -> dict[str, int]:
     """Ids of the XDP program and of tc ingress programs on ifname (empty: none)."""
     out = {}
-    link = json.loads(proc.output(["ip", "-j", "-d", "link", "show", "dev", ifname],
-                                  netns=netns))[0]
+    link = json.loads(ex.output(host, ["ip", "-j", "-d", "link", "show", "dev", ifname]))[0]
     xdp = link.get("xdp", {})
     if xdp.get("prog", {}).get("id"):
         out["xdp"] = xdp["prog"]["id"]
-    cp = proc.run(["tc", "-j", "filter", "show", "dev", ifname, "ingress"], netns=netns,
-                  check=False)
+    cp = ex.run(host, ["tc", "-j", "filter", "show", "dev", ifname, "ingress"], check=False)
     if cp.returncode == 0 and cp.stdout.strip():
         for f in json.loads(cp.stdout):
             prog = f.get("options", {}).get("prog", {})
@@ -112,25 +111,23 @@ def drop_commands(hook: str, ifname: str, obj: str | Path = DROP_OBJECT) -> list
     raise FwbenchError(f"no drop program for hook {hook!r} (known: {', '.join(HOOKS)})")
 
 
-def attach_drop(netns: str, commands: list[list[str]]) -> None:
+def attach_drop(ex: Executor, host: str, commands: list[list[str]]) -> None:
     """Run drop_commands' commands (as rendered, so what ran is what was recorded)."""
     for argv in commands:
         if not argv or argv[0] not in ("ip", "tc"):
             raise FwbenchError(f"not an iproute2 command: {' '.join(argv)!r}")
-        proc.run(argv, netns=netns)
+        ex.run(host, argv)
 
 
-def drop_attachment(netns: str, hook: str, ifname: str) -> dict:
+def drop_attachment(ex: Executor, host: str, hook: str, ifname: str) -> dict:
     """The program attached at `hook` on ifname: {"prog": {id, name, tag, jited, ...},
     "mode": iproute2's XDP mode (1 native, 2 generic, 3 offload)} for XDP,
     {"prog": ..., "direct_action": bool} for tc; {} when none is attached."""
     if hook == "xdp":
-        link = json.loads(proc.output(["ip", "-j", "link", "show", "dev", ifname],
-                                      netns=netns))[0]
+        link = json.loads(ex.output(host, ["ip", "-j", "link", "show", "dev", ifname]))[0]
         xdp = link.get("xdp") or {}
         return {"prog": xdp["prog"], "mode": xdp.get("mode")} if xdp.get("prog") else {}
-    cp = proc.run(["tc", "-j", "filter", "show", "dev", ifname, "ingress"], netns=netns,
-                  check=False)
+    cp = ex.run(host, ["tc", "-j", "filter", "show", "dev", ifname, "ingress"], check=False)
     items = json.loads(cp.stdout) if cp.returncode == 0 and cp.stdout.strip() else []
     for f in items:
         opts = f.get("options") or {}
@@ -139,23 +136,20 @@ def drop_attachment(netns: str, hook: str, ifname: str) -> dict:
     return {}
 
 
-def drop_count(netns: str, prog_id: int) -> int:
+def drop_count(ex: Executor, host: str, prog_id: int) -> int:
     """Packets program `prog_id` has counted in its DROP_MAP, summed over CPUs."""
-    info = json.loads(proc.output(["bpftool", "-j", "prog", "show", "id", str(prog_id)],
-                                  netns=netns))
+    info = json.loads(ex.output(host, ["bpftool", "-j", "prog", "show", "id", str(prog_id)]))
     for m in info.get("map_ids", []):
-        meta = json.loads(proc.output(["bpftool", "-j", "map", "show", "id", str(m)],
-                                      netns=netns))
+        meta = json.loads(ex.output(host, ["bpftool", "-j", "map", "show", "id", str(m)]))
         if meta.get("name") == DROP_MAP:
-            dump = json.loads(proc.output(["bpftool", "-j", "map", "dump", "id", str(m)],
-                                          netns=netns))
+            dump = json.loads(ex.output(host, ["bpftool", "-j", "map", "dump", "id", str(m)]))
             return sum(v["value"] for e in dump for v in e["formatted"]["values"])
     raise FwbenchError(f"BPF program {prog_id} has no {DROP_MAP} map")
 
 
-def has_clsact(netns: str, ifname: str) -> bool:
+def has_clsact(ex: Executor, host: str, ifname: str) -> bool:
     """Whether ifname has a clsact qdisc (tc's attach point), with or without filters."""
-    cp = proc.run(["tc", "-j", "qdisc", "show", "dev", ifname], netns=netns, check=False)
+    cp = ex.run(host, ["tc", "-j", "qdisc", "show", "dev", ifname], check=False)
     if cp.returncode != 0 or not cp.stdout.strip():
         return False
     return any(q.get("kind") == "clsact" for q in json.loads(cp.stdout))

@@ -142,7 +142,7 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
         argv += ["--payload-text", payload_text]
     if seq_start:
         argv += ["--seq-start", str(seq_start)]
-    cp = proc.run(argv, netns=t.netns("client"), check=False, timeout=duration_s + 30)
+    cp = tb.executor.run("client", argv, check=False, timeout=duration_s + 30)
     if cp.returncode != 0:
         raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")
     return _parse(cp.stdout, "engine sender")

@@ -102,24 +102,24 @@ def test_not_judged_by_the_filter(hook, mode):
 
 def test_every_program_loads_in_a_fresh_namespace(testbed):
     """The four filters through fwbench-bpf, and the drop programs through iproute2."""
-    fw, ifname = testbed.topo.netns("fw"), testbed.topo.fw_client_side.ifname
+    fw, ifname = (testbed.executor, "fw"), testbed.topo.fw_client_side.ifname
     for name in EBPF:
         b = backend_or_skip(name)
         rs = seed000(10, layout=b.layout)
         b.apply(testbed, rs)
-        got = bpf.attached(fw, ifname)
+        got = bpf.attached(*fw, ifname)
         assert list(got) == [b.hook], (name, got)
         assert b.differences(testbed, rs) == []
     flush_all(testbed)
-    assert bpf.attached(fw, ifname) == {}
+    assert bpf.attached(*fw, ifname) == {}
     obj = str(proc.REPO / "bpf" / "build" / "drop.bpf.o")
     testbed.exec("fw", ["ip", "link", "set", "dev", ifname, "xdpdrv", "obj", obj, "sec", "xdp"])
     testbed.exec("fw", ["tc", "qdisc", "add", "dev", ifname, "clsact"])
     testbed.exec("fw", ["tc", "filter", "add", "dev", ifname, "ingress", "bpf", "da",
                         "obj", obj, "sec", "tc"])
-    assert set(bpf.attached(fw, ifname)) == {"xdp", "tc"}
+    assert set(bpf.attached(*fw, ifname)) == {"xdp", "tc"}
     flush_all(testbed)
-    assert bpf.attached(fw, ifname) == {}
+    assert bpf.attached(*fw, ifname) == {}
 
 
 # --- real packets: eBPF backends vs the iptables rendering ----------------------

@@ -81,11 +81,11 @@ class _Ebpf(Backend):
 
     def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
         ifs = interfaces(tb)
-        bpf.load(tb.topo.netns("fw"), self.hook, self.mode, ifs.client_side,
+        bpf.load(tb.executor, "fw", self.hook, self.mode, ifs.client_side,
                  files["rules.bpf"], ifs.local4)
 
     def _dump(self, tb: NetnsTestbed) -> dict:
-        return bpf.dump(tb.topo.netns("fw"), self.hook, interfaces(tb).client_side)
+        return bpf.dump(tb.executor, "fw", self.hook, interfaces(tb).client_side)
 
     def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
         """A rule's packets: the sum of its slots (a set rule has one per element)."""

@@ -234,7 +234,7 @@ def flush_all(tb: NetnsTestbed) -> None:
     if proc.have("ipset"):
         tb.exec("fw", ["ipset", "destroy"])
     for port in (tb.topo.fw_client_side, tb.topo.fw_server_side):
-        bpf.detach_all(tb.topo.netns("fw"), port.ifname)
+        bpf.detach_all(tb.executor, "fw", port.ifname)
     flush_conntrack(tb)
 
 
@@ -273,6 +273,6 @@ def ruleset_state(tb: NetnsTestbed) -> dict[str, int]:
                                      if ln.startswith("table "))
     if proc.have("ipset"):
         out["ipsets"] = len(tb.exec("fw", ["ipset", "list", "-n"]).split())
-    out["bpf_programs"] = sum(len(bpf.attached(tb.topo.netns("fw"), port.ifname))
+    out["bpf_programs"] = sum(len(bpf.attached(tb.executor, "fw", port.ifname))
                               for port in (tb.topo.fw_client_side, tb.topo.fw_server_side))
     return out

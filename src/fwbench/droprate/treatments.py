@@ -389,7 +389,7 @@ class _Bpf(Treatment):
         return {"commands": "".join(shlex.join(argv) + "\n" for argv in cmds)}
 
     def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
-        bpf.attach_drop(tb.topo.netns("fw"),
+        bpf.attach_drop(tb.executor, "fw",
                         [shlex.split(line) for line in files["commands"].splitlines()])
 
     def unavailable(self) -> str | None:
@@ -398,14 +398,14 @@ class _Bpf(Treatment):
         return super().unavailable()
 
     def _attached(self, tb: NetnsTestbed, t: Target) -> dict:
-        return bpf.drop_attachment(tb.topo.netns("fw"), self.hook, t.ifname)
+        return bpf.drop_attachment(tb.executor, "fw", self.hook, t.ifname)
 
     def counters(self, tb: NetnsTestbed, t: Target) -> dict[str, int]:
         """The program's map counts the one rule it implements, `flood`."""
         prog = self._attached(tb, t).get("prog")
         if prog is None:
             raise FwbenchError(f"{self.id}: no program attached to {t.ifname}")
-        return {FLOOD_RULE: bpf.drop_count(tb.topo.netns("fw"), prog["id"])}
+        return {FLOOD_RULE: bpf.drop_count(tb.executor, "fw", prog["id"])}
 
     def inspect(self, tb: NetnsTestbed, t: Target, files: dict[str, str]) -> Listing:
         att = self._attached(tb, t)
@@ -480,9 +480,8 @@ def clear(tb: NetnsTestbed, t: Target) -> None:
 def leftovers(tb: NetnsTestbed, t: Target) -> list[str]:
     """What is still loaded in the firewall namespace: empty after clear()."""
     left = [f"{k}: {v}" for k, v in kernel.ruleset_state(tb).items() if v]
-    netns = tb.topo.netns("fw")
-    if "xdp" in bpf.attached(netns, t.ifname):
+    if "xdp" in bpf.attached(tb.executor, "fw", t.ifname):
         left.append("an XDP program")
-    if bpf.has_clsact(netns, t.ifname):
+    if bpf.has_clsact(tb.executor, "fw", t.ifname):
         left.append("a clsact qdisc")
     return left

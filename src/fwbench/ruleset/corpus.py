@@ -20,6 +20,7 @@ import random as _random
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator, Sequence
 
+from fwbench import addresses
 from fwbench.ruleset.evaluate import (FORWARD_HOOKS, CompiledSet, Evaluator,
                                       address_interval, address_text,
                                       complement_ranges, iface_sides, merge_ranges,
@@ -29,28 +30,22 @@ from fwbench.ruleset.model import (Chain, Match, Packet, Ports, Rule, RuleSet,
 
 __all__ = ["build", "sample", "RANGES", "RESERVED"]
 
-RANGES = {4: ipaddress.ip_network("198.18.0.0/15"), 6: ipaddress.ip_network("2001:2::/48")}
+RANGES = addresses.BENCH
 _RANGE = {v: (int(n.network_address), int(n.broadcast_address)) for v, n in RANGES.items()}
 # The firewall's own addresses, and the links' network and broadcast addresses
 # (IPv6: the subnet-router anycast, which a forwarding Linux answers itself).
 RESERVED = {
-    4: frozenset(int(ipaddress.ip_address(a)) for a in (
-        "198.18.0.1", "198.19.0.1", "198.18.0.0", "198.18.0.255", "198.19.0.0",
-        "198.19.0.255")),
-    6: frozenset(int(ipaddress.ip_address(a)) for a in (
-        "2001:2:0:1::1", "2001:2:0:2::1", "2001:2:0:1::", "2001:2:0:2::")),
+    v: frozenset([int(ipaddress.ip_address(addresses.FW_CLIENT_SIDE[v])),
+                  int(ipaddress.ip_address(addresses.FW_SERVER_SIDE[v]))]
+                 + [int(n.network_address) for n in addresses.LINKS[v]]
+                 + [int(n.broadcast_address) for n in addresses.LINKS[v] if v == 4])
+    for v in (4, 6)
 }
 # Where the testbed's routes put each side, and its end hosts there.
-_SIDE_NET = {
-    4: {"client": ipaddress.ip_network("198.18.0.0/16"),
-        "server": ipaddress.ip_network("198.19.0.0/16")},
-    6: {"client": ipaddress.ip_network("2001:2:0:1::/64"),
-        "server": ipaddress.ip_network("2001:2:0:2::/64")},
-}
-_HOST = {4: {"client": int(ipaddress.ip_address("198.18.0.2")),
-             "server": int(ipaddress.ip_address("198.19.0.2"))},
-         6: {"client": int(ipaddress.ip_address("2001:2:0:1::2")),
-             "server": int(ipaddress.ip_address("2001:2:0:2::2"))}}
+_SIDE_NET = {v: {"client": addresses.CLIENT_SIDE[v], "server": addresses.SERVER_SIDE[v]}
+             for v in (4, 6)}
+_HOST = {v: {"client": int(ipaddress.ip_address(addresses.CLIENT[v])),
+             "server": int(ipaddress.ip_address(addresses.SERVER[v]))} for v in (4, 6)}
 _ICMP = {4: "icmp", 6: "icmpv6"}
 _ECHO = {4: (8, 0), 6: (128, 129)}        # request, reply
 _SIDES = ("client", "server")

@@ -47,6 +47,7 @@ from functools import lru_cache
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
+from fwbench import addresses
 from fwbench.ruleset.model import (PROTO_NUMBERS, ROLES, Action, Chain, Iface, Match,
                                    Packet, Ports, Prefix, Rule, RuleSet, RuleSetError, Set,
                                    SetRef, Unsupported)
@@ -58,8 +59,8 @@ __all__ = ["Verdict", "Evaluator", "evaluate", "evaluate_all", "expected_counts"
 
 # The firewall's own addresses in the testbed: masquerade takes the out-interface's.
 DEFAULT_LOCAL: dict[int, dict[str, str]] = {
-    4: {"client": "198.18.0.1", "server": "198.19.0.1"},
-    6: {"client": "2001:2:0:1::1", "server": "2001:2:0:2::1"},
+    v: {"client": addresses.FW_CLIENT_SIDE[v], "server": addresses.FW_SERVER_SIDE[v]}
+    for v in (4, 6)
 }
 FORWARD_HOOKS = ("ingress", "prerouting", "forward", "postrouting")
 _CONNTRACK_PRIORITY = -200

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from fwbench import addresses
 from fwbench.ruleset import corpus as corpora
 from fwbench.ruleset.evaluate import Evaluator, RateLimits
 from fwbench.ruleset.model import Packet, RuleSet, RuleSetError
 
-CLIENT = {4: "198.18.0.2", 6: "2001:2:0:1::2"}
-SERVER = {4: "198.19.0.2", 6: "2001:2:0:2::2"}
+CLIENT = addresses.CLIENT
+SERVER = addresses.SERVER
 SPORT = 40404
 
 

@@ -1,5 +1,6 @@
-"""The `netns` provider: builds a Topology from network namespaces and veth pairs
-on this machine, runs processes inside it, and always takes it down again.
+"""The `netns` provider: builds any Topology from network namespaces (one per host)
+and veth pairs (one per link) on this machine, gives the executor that runs
+commands inside it, and always takes it down again.
 
 Nothing here touches the root namespace: veth pairs are created inside the client
 and firewall namespaces directly (`ip -n NS link add ... peer ... netns PEER`),
@@ -20,12 +21,8 @@ from pathlib import Path
 
 from fwbench import proc
 from fwbench.errors import FwbenchError
+from fwbench.testbed.executor import NetnsExecutor
 from fwbench.testbed.topology import NETNS_RE, Port, Topology
-
-_ROUTES = {  # role -> (IPv4 range, IPv6 range) reached through the firewall
-    "client": ("198.19.0.0/16", "2001:2:0:2::/64"),
-    "server": ("198.18.0.0/16", "2001:2:0:1::/64"),
-}
 
 
 @dataclass(frozen=True)
@@ -38,10 +35,12 @@ class IfStats:
 
 
 class NetnsTestbed:
-    """Build with `with NetnsTestbed(topo) as tb:`; leaving the block removes it all."""
+    """Build with `with NetnsTestbed(topo) as tb:`; leaving the block removes it all.
+    Commands go through `tb.executor` (or the shorthands run/exec/spawn here)."""
 
     def __init__(self, topo: Topology):
         self.topo = topo
+        self.executor = NetnsExecutor(topo)
         self._procs: list[subprocess.Popen] = []
         self._created: list[str] = []
         self._lock = None
@@ -79,22 +78,29 @@ class NetnsTestbed:
             self.ip(a.host, "link", "add", a.ifname, "address", a.mac, "mtu", str(t.settings.mtu),
                     "type", "veth", "peer", "name", b.ifname, "address", b.mac,
                     "mtu", str(t.settings.mtu), "netns", t.netns(b.host))
-        for a, b in t.links:
-            for p in (a, b):
-                self.ip(p.host, "addr", "add", f"{p.ip4}/{p.prefix4}", "dev", p.ifname)
-                # nodad: the address is usable at once, no duplicate detection traffic.
-                self.ip(p.host, "-6", "addr", "add", f"{p.ip6}/{p.prefix6}", "dev", p.ifname,
-                        "nodad")
-                self.ip(p.host, "link", "set", p.ifname, "up")
+        for p in t.ports:
+            self.ip(p.host, "addr", "add", f"{p.ip4}/{p.prefix4}", "dev", p.ifname)
+            # nodad: the address is usable at once, no duplicate detection traffic.
+            self.ip(p.host, "-6", "addr", "add", f"{p.ip6}/{p.prefix6}", "dev", p.ifname,
+                    "nodad")
+            if p.extra4 or p.extra6:
+                # One `ip` for all of them: hundreds of clients' addresses would
+                # otherwise cost a process each.
+                lines = [f"addr add {a}/32 dev {p.ifname}" for a in p.extra4] \
+                    + [f"addr add {a}/128 dev {p.ifname} nodad" for a in p.extra6]
+                proc.run(["ip", "-n", t.netns(p.host), "-batch", "-"],
+                         input="".join(ln + "\n" for ln in lines))
+            self.ip(p.host, "link", "set", p.ifname, "up")
         for port, peer in t.neighbours():
             for addr in (peer.ip4, peer.ip6):
                 self.ip(port.host, "neigh", "replace", addr, "lladdr", peer.mac, "dev",
                         port.ifname, "nud", "permanent")
-        for role, gw in t.gateways.items():
-            v4, v6 = _ROUTES[role]
-            self.ip(role, "route", "add", v4, "via", gw.ip4)
-            self.ip(role, "-6", "route", "add", v6, "via", gw.ip6)
-        self.sysctl("fw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+        for r in t.routes:
+            self.ip(r.host, *(["-6"] if r.version == 6 else []), "route", "add", r.dst,
+                    "via", r.via)
+        for h in t.hosts:
+            if h.kind == "firewall":
+                self.sysctl(h.role, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
         self._set_offloads()
         self._set_rps()
         self._wait_quiet()
@@ -118,10 +124,40 @@ class NetnsTestbed:
             for s, h in old.items():
                 signal.signal(s, h)
 
+    def health(self) -> str | None:
+        """Why this is no longer the testbed that was built, or None: a namespace
+        gone, a port gone, down or without its address, forwarding off. Asked by the
+        run loop after a trial that failed, to tell a broken testbed from a failing
+        treatment."""
+        t = self.topo
+        have = set(leftover_netns())
+        for role in t.roles:
+            if t.netns(role) not in have:
+                return f"namespace {t.netns(role)} is gone"
+        for role in t.roles:
+            cp = proc.run(["ip", "-n", t.netns(role), "-j", "addr", "show"], check=False)
+            if cp.returncode:
+                return f"cannot read the links of {role}: {cp.stderr.strip()}"
+            links = {x["ifname"]: x for x in json.loads(cp.stdout or "[]")}
+            for p in t.ports_of(role):
+                link = links.get(p.ifname)
+                if link is None:
+                    return f"{role}'s port {p.ifname} is gone"
+                if "UP" not in link.get("flags", []) or "LOWER_UP" not in link["flags"]:
+                    return f"{role}'s port {p.ifname} is down"
+                if p.ip4 not in {a.get("local") for a in link.get("addr_info", [])}:
+                    return f"{role}'s port {p.ifname} lost its address {p.ip4}"
+        for h in t.hosts:
+            if h.kind == "firewall":
+                on = self.exec(h.role, ["sysctl", "-n", "net.ipv4.ip_forward"]).strip()
+                if on != "1":
+                    return f"forwarding is off in {h.role}"
+        return None
+
     def _wait_quiet(self, quiet_s: float = 0.5, limit_s: float = 5.0) -> None:
         """Wait until no interface has sent anything for `quiet_s`: links that just
         came up may still announce themselves (multicast reports)."""
-        ports = [p for link in self.topo.links for p in link]
+        ports = self.topo.ports
         last, since, start = None, time.monotonic(), time.monotonic()
         while time.monotonic() - start < limit_s:
             now = [self.stats(p).tx_packets for p in ports]
@@ -136,11 +172,10 @@ class NetnsTestbed:
     def _set_offloads(self) -> None:
         state = "on" if self.topo.settings.offloads else "off"
         got = {}
-        for a, b in self.topo.links:
-            for p in (a, b):
-                self.exec(p.host, ["ethtool", "-K", p.ifname, "gro", state, "gso", state,
-                                   "tso", state])
-                got[p.ifname] = _read_offloads(self.exec(p.host, ["ethtool", "-k", p.ifname]))
+        for p in self.topo.ports:
+            self.exec(p.host, ["ethtool", "-K", p.ifname, "gro", state, "gso", state,
+                               "tso", state])
+            got[p.ifname] = _read_offloads(self.exec(p.host, ["ethtool", "-k", p.ifname]))
         self.recorded["offloads"] = got
 
     def _set_rps(self) -> None:
@@ -149,10 +184,21 @@ class NetnsTestbed:
         for cpu in (s.sender_cpu, s.firewall_cpu, s.server_cpu):
             if not 0 <= cpu < ncpu:
                 raise FwbenchError(f"testbed: CPU {cpu} does not exist (this machine has {ncpu})")
-        # CPU mask per port; 0 turns RPS off explicitly.
-        steer = {self.topo.fw_client_side: 1 << s.firewall_cpu if self.topo.firewall_rps else 0}
-        if self.topo.server_rps:
-            steer[self.topo.server] = 1 << s.server_cpu
+        # CPU mask per port; 0 turns RPS off explicitly. The firewall's ingress from
+        # the clients, and the servers' ingress.
+        t = self.topo
+        kind = {h.role: h.kind for h in t.hosts}
+        cpu = {h.role: h.cpu for h in t.hosts}
+        steer = {}
+        for a, b in t.links:
+            for port, peer in ((a, b), (b, a)):
+                if kind[port.host] == "firewall" and kind[peer.host] == "client":
+                    c = s.firewall_cpu if cpu[port.host] is None else cpu[port.host]
+                    steer[port] = 1 << c if t.firewall_rps else 0
+        for port in t.ports:
+            if kind[port.host] == "server" and t.server_rps:
+                c = s.server_cpu if cpu[port.host] is None else cpu[port.host]
+                steer[port] = 1 << c
         rps = {}
         for port, mask in steer.items():
             path = f"/sys/class/net/{port.ifname}/queues/rx-0/rps_cpus"
@@ -164,13 +210,15 @@ class NetnsTestbed:
     # --- running things inside -------------------------------------------------
 
     def ip(self, role: str, *args: str) -> str:
+        # `ip -n` rather than through the executor: one process less per call, and
+        # the build makes many.
         return proc.output(["ip", "-n", self.topo.netns(role), *args])
 
     def exec(self, role: str, argv: list[str], **kw) -> str:
-        return proc.output(argv, netns=self.topo.netns(role), **kw)
+        return self.executor.output(role, argv, **kw)
 
     def run(self, role: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
-        return proc.run(argv, netns=self.topo.netns(role), **kw)
+        return self.executor.run(role, argv, **kw)
 
     def sysctl(self, role: str, *settings: str) -> None:
         self.exec(role, ["sysctl", "-q", "-w", *settings])
@@ -178,12 +226,7 @@ class NetnsTestbed:
     def spawn(self, role: str, argv: list[str], cpu: int | None = None,
               **popen_kw) -> subprocess.Popen:
         """Start a process in a namespace; it is stopped when the testbed goes."""
-        if cpu is not None:
-            argv = ["taskset", "-c", str(cpu), *argv]
-        # Own session: a Ctrl-C at the terminal reaches fwbench, which stops
-        # the children itself, in order.
-        p = subprocess.Popen(proc.in_netns(self.topo.netns(role), argv),
-                             start_new_session=True, **popen_kw)
+        p = self.executor.spawn(role, argv, cpu=cpu, **popen_kw)
         self._procs.append(p)
         return p
 

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fwbench import addresses
 from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.ruleset.model import PROTO_NUMBERS, Packet
 
@@ -45,7 +46,7 @@ MARKER_LEN = len(MAGIC) + 4 + 4   # magic, nonce, index
 # in from the client side use 101, from the server side 102.
 TABLE = {"client": 101, "server": 102}
 SINK_TABLE = "fwb_packets_sink"
-ALLOWED = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:2::/48"))
+ALLOWED = (addresses.BENCH[4], addresses.BENCH[6])
 TTL = 64
 
 _ETH_P_ALL = 0x0003

@@ -42,12 +42,13 @@ import socket
 from dataclasses import replace
 from typing import Iterable
 
+from fwbench import addresses
 from fwbench.ruleset.model import (CLIENT, SERVER, Action, Iface, Match, Packet, Prefix,
                                    Probe, RuleSet, RuleSetError, Table, evolve)
 
-BENCH = {4: ipaddress.ip_network("198.18.0.0/15"), 6: ipaddress.ip_network("2001:2::/48")}
+BENCH = addresses.BENCH
 # The testbed's own links; nothing is mapped onto them.
-LINKS = {4: ("198.18.0.0/24", "198.19.0.0/24"), 6: ("2001:2:0:1::/64", "2001:2:0:2::/64")}
+LINKS = {v: tuple(str(n) for n in nets) for v, nets in addresses.LINKS.items()}
 ROLES = {"client": CLIENT, "server": SERVER, CLIENT: CLIENT, SERVER: SERVER}
 _WIDTH = {4: 32, 6: 128}
 _AF = {4: socket.AF_INET, 6: socket.AF_INET6}

@@ -23,14 +23,12 @@ match bpf/drop.bpf.c implements, which iproute2 attaches at XDP or tc ingress
 """
 from __future__ import annotations
 
-import functools
-import ipaddress
-
+from fwbench import addresses
 from fwbench.ruleset.model import (CLIENT, DROP, Action, Chain, HashLimit, Iface, Match,
                                    Packet, Prefix, Probe, Rule, RuleSet, RuleSetError, Set,
                                    SetRef, StringMatch, Table, validate)
 
-CLIENT4, FW_CLIENT_SIDE4 = "198.18.0.2", "198.18.0.1"
+CLIENT4, FW_CLIENT_SIDE4 = addresses.CLIENT[4], addresses.FW_CLIENT_SIDE[4]
 FLOOD_PORT = 9
 FLOOD_SPORT = 10000             # the engine's first source port
 FLOOD_RULE = "flood"
@@ -40,11 +38,11 @@ HASHLIMIT_NAME = "udp"          # rendered fwb_udp
 HASHLIMIT_BURST = 5             # hashlimit's default
 HASHLIMIT_SRC_PREFIX = 16       # seed 002's: each /16 of sources has one budget
 
-# Set fillers: addresses of the benchmarking range the testbed does not use (its
-# two link subnets are 198.18.0.0/24 and 198.19.0.0/24), in treatments.py's order.
-BENCH_V4 = ipaddress.ip_network("198.18.0.0/15")
-TESTBED_V4 = (ipaddress.ip_network("198.18.0.0/24"), ipaddress.ip_network("198.19.0.0/24"))
-FILLER_CAPACITY = BENCH_V4.num_addresses - sum(n.num_addresses for n in TESTBED_V4)
+# Set fillers: addresses of the benchmarking range the testbed's links do not use
+# (fwbench.addresses.filler_addresses), in treatments.py's order.
+BENCH_V4 = addresses.BENCH[4]
+TESTBED_V4 = addresses.LINKS[4]
+FILLER_CAPACITY = addresses.FILLER_CAPACITY
 MAX_SET_SIZE = FILLER_CAPACITY + 1  # every filler plus the client's own address
 
 # In seed 002's table order; the accept group first.
@@ -53,23 +51,12 @@ TREATMENTS = ("notrack", "conntrack", "xdp", "tc", "nft-ingress", "raw", "raw-af
 ACCEPT_GROUP = ("notrack", "conntrack")
 
 
-@functools.lru_cache(maxsize=4)
 def filler_addresses(n: int) -> tuple[str, ...]:
     """The first `n` addresses of 198.18.0.0/15 outside the testbed's subnets."""
     if not 0 <= n <= FILLER_CAPACITY:
         raise RuleSetError(f"{n:,} filler addresses asked; 198.18.0.0/15 has "
                            f"{FILLER_CAPACITY:,} the testbed does not use")
-    skip = [(int(s.network_address), int(s.broadcast_address)) for s in TESTBED_V4]
-    out: list[str] = []
-    a = int(BENCH_V4.network_address)
-    while len(out) < n:
-        hole = next((hi for lo, hi in skip if lo <= a <= hi), None)
-        if hole is not None:
-            a = hole + 1
-            continue
-        out.append(str(ipaddress.IPv4Address(a)))
-        a += 1
-    return tuple(out)
+    return addresses.filler_addresses(n)
 
 
 def _raw(rules: list[Rule], sets: tuple[Set, ...] = ()) -> Table:

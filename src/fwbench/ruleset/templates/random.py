@@ -27,6 +27,7 @@ import ipaddress
 import random
 from dataclasses import replace
 
+from fwbench import addresses
 from fwbench.ruleset.model import (ACCEPT, CLIENT, SERVER, Action, Chain, Iface, Match,
                                    Packet, Ports, Prefix, Probe, Rule, RuleSet, RuleSetError,
                                    Set, SetRef, Table, validate)
@@ -45,22 +46,32 @@ class _Space:
 
     def __init__(self, version: int):
         self.version = version
+        self.client, self.server = addresses.CLIENT[version], addresses.SERVER[version]
+        self.base = addresses.BENCH[version]
+        self.bits = self.base.max_prefixlen
+        self.block_len = 24 if version == 4 else 64
+        client_link, server_link = addresses.LINKS[version]
+        # Nested prefixes around the testbed's hosts, of lengths that make them
+        # overlap in every way: the client's own small block and its neighbour, the
+        # link, a block holding it, each side, the whole range.
+        small = 30 if version == 4 else 126
+        own = ipaddress.ip_network((self.client, small), strict=False)
+        next_to = ipaddress.ip_network((int(own.network_address) + own.num_addresses, small))
+        holding = client_link.supernet(new_prefix=23 if version == 4 else 62)
+        server_small = ipaddress.ip_network((self.server, 28 if version == 4 else 124),
+                                            strict=False)
+        stranger = ipaddress.ip_network(addresses.STRANGER[version])
         if version == 4:
-            self.client, self.server = "198.18.0.2", "198.19.0.2"
-            self.fixed = ("198.18.0.2/32", "198.19.0.2/32", "198.18.0.0/24",
-                          "198.19.0.0/24", "198.18.0.0/16", "198.19.0.0/16",
-                          "198.18.0.0/15", "198.18.0.0/23", "198.18.0.0/30",
-                          "198.18.0.4/30", "198.19.0.0/28", "198.18.0.3/32")
-            self.base, self.bits = ipaddress.IPv4Network("198.18.0.0/15"), 32
-            self.block_len = 24
+            self.fixed = tuple(str(n) for n in (
+                ipaddress.ip_network(self.client), ipaddress.ip_network(self.server),
+                client_link, server_link, addresses.CLIENT_SIDE[4],
+                addresses.SERVER_SIDE[4], self.base, holding, own, next_to, server_small,
+                stranger))
         else:
-            self.client, self.server = "2001:2:0:1::2", "2001:2:0:2::2"
-            self.fixed = ("2001:2:0:1::2/128", "2001:2:0:2::2/128", "2001:2:0:1::/64",
-                          "2001:2:0:2::/64", "2001:2::/48", "2001:2::/62",
-                          "2001:2:0:1::/126", "2001:2:0:1::4/126", "2001:2:0:2::/124",
-                          "2001:2:0:1::3/128")
-            self.base, self.bits = ipaddress.IPv6Network("2001:2::/48"), 128
-            self.block_len = 64
+            self.fixed = tuple(str(n) for n in (
+                ipaddress.ip_network(self.client), ipaddress.ip_network(self.server),
+                client_link, server_link, self.base, holding, own, next_to, server_small,
+                stranger))
         self.flow_sources = (self.client, self.fixed[2], str(self.base))
         self.icmp = "icmp" if version == 4 else "icmpv6"
         self.icmp_types = (0, 3, 8, 11) if version == 4 else (1, 3, 128, 129)

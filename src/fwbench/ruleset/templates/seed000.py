@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from fwbench import addresses
 from fwbench.ruleset.model import (ACCEPT, CLIENT, SERVER, Chain, Iface, Match, Packet,
                                    Ports, Prefix, Probe, Rule, RuleSet, RuleSetError, Set,
                                    SetRef, Table, jump, validate)
@@ -22,12 +23,12 @@ FILLER_BASE_PORT = 40000
 _PORTS_PER_ADDRESS = 65536 - FILLER_BASE_PORT
 # Past 25,536 fillers the ports run out; later blocks use other, unassigned
 # destination addresses from the benchmarking range, one /24 of them.
-_FILLER_SPILL_NET = ipaddress.IPv4Network("198.19.255.0/24")
-_FILLER_SPILL_NET6 = ipaddress.IPv6Network("2001:2:0:ff::/64")
+_FILLER_SPILL_NET = addresses.FILLER_SPILL[4]
+_FILLER_SPILL_NET6 = addresses.FILLER_SPILL[6]
 MAX_ENTRIES = 1 + _PORTS_PER_ADDRESS * (1 + _FILLER_SPILL_NET.num_addresses - 2)
 
-SERVER4, CLIENT4 = "198.19.0.2", "198.18.0.2"
-SERVER6, CLIENT6 = "2001:2:0:2::2", "2001:2:0:1::2"
+SERVER4, CLIENT4 = addresses.SERVER[4], addresses.CLIENT[4]
+SERVER6, CLIENT6 = addresses.SERVER[6], addresses.CLIENT[6]
 TABLE = "fwbench"
 SET_NAME = "allowed"
 # Rule ids: entries are allow-1 .. allow-N in order; in the set layout one rule,

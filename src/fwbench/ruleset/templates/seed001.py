@@ -15,46 +15,43 @@ is inserted as it connects, so its rules follow the previous client's. The
 testbed's client has one address and sends the measured flow from it, so the
 LAST client is the testbed's client (every measured packet traverses the rules of
 all other clients first, as seed000's test entry is last); the others are
-distinct addresses of the benchmarking range outside the two link subnets.
+the testbed's further clients (fwbench.addresses), outside the two link subnets.
 """
 from __future__ import annotations
 
-import ipaddress
-
+from fwbench import addresses
 from fwbench.ruleset.model import (ACCEPT, Action, Chain, Match, Packet, Prefix, Probe,
                                    Rule, RuleSet, RuleSetError, Table, validate)
 
-SERVER4, CLIENT4 = "198.19.0.2", "198.18.0.2"
-SERVER6, CLIENT6 = "2001:2:0:2::2", "2001:2:0:1::2"
+SERVER4, CLIENT4 = addresses.SERVER[4], addresses.CLIENT[4]
+SERVER6, CLIENT6 = addresses.SERVER[6], addresses.CLIENT[6]
 # On the client's link, but nobody's: no rule allows it (strict reverse-path
 # filtering would still accept it from the client side).
-STRANGER4, STRANGER6 = "198.18.0.3", "2001:2:0:1::3"
-# The other clients: 198.18.16.0 onwards (past the client link's /24 and a
-# margin), 2001:2:0:10:: onwards.
-_SPARE4 = int(ipaddress.IPv4Address("198.18.16.0"))
-_SPARE4_END = int(ipaddress.IPv4Address("198.18.255.255"))
-_SPARE6 = int(ipaddress.IPv6Address("2001:2:0:10::"))
-MAX_SPARE = _SPARE4_END - _SPARE4 + 1
-MAX_CLIENTS = MAX_SPARE + 1
+STRANGER4, STRANGER6 = addresses.STRANGER[4], addresses.STRANGER[6]
+MAX_SPARE = addresses.MAX_SPARE
+# The other clients are the testbed's further clients (addresses.client_addresses),
+# so a many-clients topology holds exactly the addresses the rules name.
+MAX_CLIENTS = addresses.MAX_FURTHER_CLIENTS + 1
 SETTINGS_F = (0, 2, 4)
 PROBE_SPORT = 40404
 
 
 def spare_address(i: int, version: int = 4) -> str:
-    """The i-th (0-based) address of the benchmarking range that no link of the
-    testbed uses; templates give them to clients and filler entries."""
+    """The i-th (0-based) address of the benchmarking range that no host of the
+    testbed holds; templates give them to filler entries."""
     if not 0 <= i < MAX_SPARE:
         raise RuleSetError(f"spare address {i} out of 0..{MAX_SPARE - 1}")
-    if version == 4:
-        return str(ipaddress.IPv4Address(_SPARE4 + i))
-    return str(ipaddress.IPv6Address(_SPARE6 + i))
+    return addresses.spare_address(i, version)
 
 
 def client_address(i: int, n_clients: int, version: int = 4) -> str:
-    """Client i's address (1-based); client n_clients is the testbed's client."""
+    """Client i's address (1-based); client n_clients is the testbed's client, the
+    others are its further clients in order."""
     if i == n_clients:
         return CLIENT4 if version == 4 else CLIENT6
-    return spare_address(i - 1, version)
+    if not 1 <= i < n_clients:
+        raise RuleSetError(f"client {i} out of 1..{n_clients}")
+    return addresses.client_link(i - 1, version).client
 
 
 def up_id(i: int) -> str:

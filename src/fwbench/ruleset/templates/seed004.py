@@ -35,17 +35,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from fwbench import addresses
 from fwbench.ruleset.model import (ACCEPT, CLIENT, SERVER, Action, Chain, Iface, Match,
                                    Packet, Ports, Prefix, Probe, Rule, RuleSet, RuleSetError,
                                    Table, jump, validate)
 from fwbench.ruleset.templates.seed001 import MAX_SPARE, PROBE_SPORT, spare_address
 
-SERVER4, CLIENT4 = "198.19.0.2", "198.18.0.2"
-FW_EXTERNAL4 = "198.18.0.1"     # the seed's 192.168.2.1
+SERVER4, CLIENT4 = addresses.SERVER[4], addresses.CLIENT[4]
+FW_EXTERNAL4 = addresses.FW_CLIENT_SIDE[4]     # the seed's 192.168.2.1
 # The port-forwarded service: an address on the server side that nobody holds,
 # so the client's packets are routed to the firewall and DNAT gives them the
 # server's address.
-SERVICE4 = "198.19.0.100"
+SERVICE4 = addresses.SERVICE4
 SERVICE_PORT = 5001             # iperf 2's port
 SSH_PORT = 22
 ECHO_REQUEST, ECHO_REPLY = 8, 0
