@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from fwbench import experiments, metrics
+from fwbench.errors import FwbenchError
 from fwbench.experiments import loop
 from fwbench.experiments.base import Experiment, Planned, Trial
 from fwbench.metrics import Metric
@@ -24,6 +25,8 @@ from fwbench.testbed.topology import Topology
 
 EVENTS: list[str] = []
 STOP_AT: list[int] = []      # trial counts at which the toy raises Interrupted
+BREAK_AT: list[tuple[int, int]] = []   # (trial count, testbeds) at which a trial breaks it
+BROKEN: list[bool] = []      # the current stand-in testbed is broken
 
 
 class Bed:
@@ -34,10 +37,14 @@ class Bed:
 
     def __enter__(self):
         EVENTS.append(f"built {self.topo.run_id}")
+        BROKEN.clear()
         return self
 
     def __exit__(self, *exc):
         EVENTS.append(f"removed {self.topo.run_id}")
+
+    def health(self) -> str | None:
+        return "the toy link is gone" if BROKEN else None
 
 
 class Toy(Experiment):
@@ -76,6 +83,11 @@ class Toy(Experiment):
         EVENTS.append("trial")
         rng = random.Random(f"{key}")
         t = Trial(self.factors, key, idx)
+        built = sum(e.startswith("built") for e in EVENTS)
+        if any(n == at and built in beds for at, *beds in BREAK_AT):
+            BROKEN.append(True)
+            t.fail("the probe got no answer")
+            return t.record(tb.topo.run_id, "toy", "none", None, {})
         t.load_time_s = 0.001
         t.metrics = {"toy_pps": (1e6 if key.cell[0] == "a" else 8e5) *
                      (1 + rng.uniform(-0.01, 0.01))}
@@ -97,10 +109,11 @@ def toy(monkeypatch):
         Metric("load_time_ms", "load time", "ms", False, lambda r: 1e3 * r.load_time_s,
                column="load ms")))
     monkeypatch.setitem(metrics.TITLES, "toy", "toy rate")
-    EVENTS.clear()
-    STOP_AT.clear()
+    for state in (EVENTS, STOP_AT, BREAK_AT, BROKEN):
+        state.clear()
     yield
     STOP_AT.clear()
+    BREAK_AT.clear()
 
 
 def records(d) -> list[dict]:
@@ -155,3 +168,37 @@ def test_adaptive_rounds_for_a_toy(toy, tmp_path):
     meta = json.loads((d / "run.json").read_text())
     assert [r["round"] for r in meta["adaptive"]["rounds"]] == [1, 2]
     assert EVENTS.count("open") == 1     # one session for planned and adaptive trials
+
+
+def test_a_broken_testbed_is_rebuilt_and_the_trial_runs_again(toy, tmp_path):
+    """The 3rd trial breaks the first testbed: it is not recorded, a new testbed is
+    built and runs it again. The 6th trial overall breaks the second testbed and, run
+    again, the third too: the treatment, not chance, so it is recorded as failed with
+    both reasons and the run finishes on a fourth."""
+    sc = from_dict({"name": "toy", "method": "toy", "repeat": 2, "seed": 5})
+    BREAK_AT.extend([(2, 1), (5, 2), (6, 3)])
+    out = io.StringIO()
+    outcome = loop.start(sc, tmp_path / "run", Console(file=out, width=200))
+    recs = records(tmp_path / "run")
+    assert outcome.planned == len(recs) == 8       # every planned trial exactly once
+    assert sorted(r["trial"] for r in recs) == list(range(8))
+    failed = [r for r in recs if r["status"] != "ok"]
+    assert len(failed) == 1 and "broke the testbed twice" in failed[0]["reason"]
+    assert "the probe got no answer" in failed[0]["reason"]
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    sessions = meta["sessions"]
+    assert len(sessions) == 4 and "rebuilt_after" not in sessions[0]
+    assert all("the toy link is gone" in s["rebuilt_after"] for s in sessions[1:])
+    built = [e for e in EVENTS if e.startswith("built")]
+    removed = [e for e in EVENTS if e.startswith("removed")]
+    assert len(built) == len(removed) == 4 and EVENTS.count("close") == 4
+    assert out.getvalue().count("the testbed broke") == 3
+
+
+def test_a_testbed_that_keeps_breaking_ends_the_run(toy, tmp_path):
+    sc = from_dict({"name": "toy", "method": "toy", "repeat": 2, "seed": 5})
+    BREAK_AT.extend([(n, b) for n in range(8) for b in range(1, 9)])
+    with pytest.raises(FwbenchError, match="the testbed broke 4 times"):
+        loop.start(sc, tmp_path / "run", Console(file=io.StringIO()))
+    built = [e for e in EVENTS if e.startswith("built")]
+    assert len(built) == 4 and len([e for e in EVENTS if e.startswith("removed")]) == 4

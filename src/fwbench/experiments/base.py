@@ -128,7 +128,10 @@ class Experiment(abc.ABC):
         """The testbed this experiment needs."""
 
     def testbed(self) -> AbstractContextManager:
-        """The testbed, built on entry and removed on exit, however the run ends."""
+        """The testbed, built on entry and removed on exit, however the run ends. What
+        it yields has `topo`, `recorded` (what the build measured, for the session
+        record) and `health()` (why it is no longer the testbed built, or None): the
+        loop asks after every trial that is not ok, and builds a new one if need be."""
         return NetnsTestbed(self.topology())
 
     @abc.abstractmethod

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import signal
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -113,47 +113,96 @@ def execute(rd: RunDir, console: Console, exp: Experiment | None = None) -> RunO
     todo = [(i, k) for i, k in enumerate(plan) if k not in done]
     more = bool(sc.adaptive.max_repeat) and bool(_needing_more(sc, names, records))
     if todo or more:
-        _session(rd, exp, plan, todo, console)
+        _sessions(rd, exp, plan, console)
     records = rd.records()
     return RunOutcome(rd.path, records, len(rd.meta()["plan"]),
                       meta.get("skipped_backends", {}), sc.method,
                       exp.summary(records, rd.meta()))
 
 
+# A testbed that breaks (fwbench.testbed's health(): a namespace or link gone, a link
+# down, forwarding off) is taken down and a new one built, at most this many times a run.
+MAX_REBUILDS = 3
+
+
+class TestbedBroken(Exception):
+    """The testbed is no longer the one built: the session ends, a new one starts."""
+
+
+def _todo(rd: RunDir, plan: list[TrialKey], factors: tuple[str, ...]) -> list[tuple[int, TrialKey]]:
+    done = {r.key(factors) for r in rd.records()}
+    return [(i, k) for i, k in enumerate(plan) if k not in done]
+
+
+def _sessions(rd: RunDir, exp: Experiment, plan: list[TrialKey], console: Console) -> None:
+    """Testbed sessions until the plan, and the adaptive rounds after it, are done.
+
+    After a trial that is not ok the testbed's health is checked; if it broke, the
+    trial is not recorded, the session ends and a new testbed runs it again. A trial
+    that breaks the new testbed too is recorded as failed with both reasons (the
+    treatment, not chance, broke it) and the run goes on on a third."""
+    broke: dict[int, str] = {}      # plan position -> how its trial broke a testbed
+    rebuilt: str | None = None
+    with sigterm_raises(), progress_bar(console) as progress:
+        task = progress.add_task("trials", total=len(plan))
+        for attempt in range(MAX_REBUILDS + 1):
+            todo = _todo(rd, plan, exp.factors)
+            progress.update(task, total=len(plan), completed=len(plan) - len(todo))
+            try:
+                _session(rd, exp, plan, todo, progress, task, broke, rebuilt)
+                return
+            except TestbedBroken as e:
+                rebuilt = str(e)
+                progress.console.print(f"[yellow]the testbed broke: {escape(rebuilt)}; "
+                                       f"building a new one[/]")
+        raise FwbenchError(f"the testbed broke {MAX_REBUILDS + 1} times; the last: {rebuilt}")
+
+
 def _session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
-             todo: list[tuple[int, TrialKey]], console: Console) -> None:
+             todo: list[tuple[int, TrialKey]], progress: Progress, task,
+             broke: dict[int, str], rebuilt: str | None) -> None:
     """One testbed for the trials still to run, and the adaptive rounds after them."""
     sc = exp.sc
-    with sigterm_raises(), exp.testbed() as tb:
+    with exp.testbed() as tb:
         try:
             session = {"testbed_id": tb.topo.run_id, "started_at": now(),
                        "testbed": {**tb.topo.record(), **tb.recorded},
                        "trials_left": len(todo)}
-            session.update(exp.open(tb, plan, console))
+            if rebuilt:
+                session["rebuilt_after"] = rebuilt
+            session.update(exp.open(tb, plan, progress.console))
             meta = rd.meta()
             rd.update_meta(sessions=meta["sessions"] + [session],
                            environment={**meta["environment"], **exp.environment(session)})
-            with progress_bar(console) as progress:
-                task = progress.add_task("trials", total=len(plan),
-                                         completed=len(plan) - len(todo))
 
-                def run(idx: int, key: TrialKey) -> None:
-                    cell = exp.cell_label(key)
-                    progress.update(task, description=cell)
-                    rec = exp.run_trial(tb, key, idx, step=lambda line: progress.update(
-                        task, description=f"{cell} {line}"))
-                    rd.append(rec)
-                    progress.advance(task)
-                    progress.console.print(_trial_line(exp, idx + 1, len(plan), key, rec))
+            def run(idx: int, key: TrialKey) -> None:
+                cell = exp.cell_label(key)
+                progress.update(task, description=cell)
+                rec = exp.run_trial(tb, key, idx, step=lambda line: progress.update(
+                    task, description=f"{cell} {line}"))
+                why = tb.health() if rec.status != "ok" else None
+                if why and idx not in broke:
+                    broke[idx] = why
+                    raise TestbedBroken(f"{why} (after trial {idx + 1}, {cell}: "
+                                        f"{rec.reason}; it runs again on the new testbed)")
+                if why:
+                    rec = replace(rec, status="failed", reason=(
+                        f"the trial broke the testbed twice ({broke[idx]}; then {why}): "
+                        f"{rec.reason}"))
+                rd.append(rec)
+                progress.advance(task)
+                progress.console.print(_trial_line(exp, idx + 1, len(plan), key, rec))
+                if why:
+                    raise TestbedBroken(why)
 
-                for idx, key in todo:
-                    run(idx, key)
-                while sc.adaptive.max_repeat and \
-                        (r := adaptive_round(rd, sc, exp.factors, plan)) is not None:
-                    progress.update(task, total=len(plan))
-                    progress.console.print(_round_line(exp, r, plan, sc.adaptive.rel_width))
-                    for idx in r.positions:
-                        run(idx, plan[idx])
+            for idx, key in todo:
+                run(idx, key)
+            while sc.adaptive.max_repeat and \
+                    (r := adaptive_round(rd, sc, exp.factors, plan)) is not None:
+                progress.update(task, total=len(plan))
+                progress.console.print(_round_line(exp, r, plan, sc.adaptive.rel_width))
+                for idx in r.positions:
+                    run(idx, plan[idx])
         finally:
             exp.close(tb)
 
