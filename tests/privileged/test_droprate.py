@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -197,7 +198,9 @@ def test_run_records_prints_the_table_and_the_acceptance(tmp_path, own_netns):
     assert own_netns(d) == []
 
 
-def test_ctrl_c_keeps_finished_trials_then_resume_finishes(tmp_path, own_netns):
+def test_sigkill_then_clean_then_resume_runs_each_planned_trial_once(tmp_path, own_netns):
+    """SIGKILL mid-run: nothing cleans up, so `fwbench clean` removes the testbed and
+    `--resume` runs exactly what the plan still lacks, on a new testbed."""
     sc = tmp_path / "s.toml"
     sc.write_text(SMALL % '["raw", "xdp", "tc"]')
     d = tmp_path / "run"
@@ -209,14 +212,13 @@ def test_ctrl_c_keeps_finished_trials_then_resume_finishes(tmp_path, own_netns):
             break
         assert p.poll() is None, p.communicate()
         time.sleep(0.05)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 130
-    assert err.strip().splitlines()[-1].startswith("fwbench: interrupted;")
-    assert "Traceback" not in err
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
     done = records(d)
     assert 1 <= len(done) < 6
-    assert own_netns(d) == []
+    assert own_netns(d), "a SIGKILLed run leaves its namespaces"
+    cp = fwbench("clean")
+    assert cp.returncode == 0 and own_netns(d) == [], cp.stdout + cp.stderr
     cp = fwbench("run", "--resume", str(d))
     recs = records(d)
     keys = [(r["factors"]["treatment"], r["repetition"]) for r in recs]
@@ -226,6 +228,7 @@ def test_ctrl_c_keeps_finished_trials_then_resume_finishes(tmp_path, own_netns):
     for r in recs:
         check_flood_attempts(r, droprate)
     assert cp.returncode == (0 if all(r["status"] == "ok" for r in recs) else 1), cp.stderr
+    assert len(json.loads((d / "run.json").read_text())["sessions"]) == 2
     assert own_netns(d) == []
 
 
@@ -247,3 +250,13 @@ def test_max_repeat_adds_rounds_for_noisy_treatments(tmp_path, own_netns):
     assert sorted(map(tuple, rnd["cells"])) == [("raw", 1, 128), ("xdp", 1, 128)]
     assert "adaptive round 1: 2 cells" in cp.stderr
     assert own_netns(d) == []
+    # The run ends with its report (seed 002's table, figures, p-values), and it
+    # compares with another droprate run: the stored schema-2 one shares raw and xdp.
+    md = (d / "report.md").read_text()
+    assert "Where to drop (seed 002's table)" in md and "p Holm" in md
+    assert (d / "figures" / "fig-disposed_pps-cells.svg").exists()
+    stored = Path(__file__).parent.parent / "data" / "runs" / "schema2-droprate"
+    cp = fwbench("compare", str(stored), str(d), "--out", str(tmp_path / "cmp"))
+    assert cp.returncode == 0, cp.stderr
+    cmp = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| raw | 1 | 128 |" in cmp and "| xdp | 1 | 128 |" in cmp
