@@ -11,4 +11,5 @@ EXPERIMENTS: dict[str, str] = {
     "lossload": "fwbench.experiments.sweep:Sweep",
     "fixedrate": "fwbench.experiments.sweep:Sweep",
     "droprate": "fwbench.droprate.experiment:DropRate",
+    "loadlatency": "fwbench.loadlatency.experiment:LoadLatency",
 }

@@ -97,6 +97,22 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("softirq_ns_per_pkt", "softirq CPU per packet", "ns", False,
                _m("softirq_ns_per_pkt")),
         _LOAD_TIME),
+    "loadlatency": (
+        Metric("rtt_us_mean", "ping RTT, mean", "µs", False, _m("ping", "mean"),
+               column="RTT mean us"),
+        Metric("probe_p50_us", "one-way latency p50 (engine probes)", "µs", False,
+               _m("probes", "p50"), column="one-way p50 us"),
+        Metric("rtt_us_median", "ping RTT, median", "µs", False, _m("ping", "median")),
+        Metric("rtt_us_p99", "ping RTT, p99", "µs", False, _m("ping", "p99")),
+        Metric("probe_p99_us", "one-way latency p99 (engine probes)", "µs", False,
+               _m("probes", "p99")),
+        Metric("load_up_gbps", "TCP load client to server", "Gbit/s", True,
+               lambda r: r.metrics["load"]["up_bps"] / 1e9),
+        Metric("load_down_gbps", "TCP load server to client", "Gbit/s", True,
+               lambda r: r.metrics["load"]["down_bps"] / 1e9),
+        Metric("conntrack_entries", "connection-table entries", "entries", False,
+               _m("conntrack", "count"), log_ok=False),
+        _LOAD_TIME),
 }
 
 # What each method's headline means, for the title of the table that ends a run.
@@ -107,6 +123,7 @@ TITLES: dict[str, str] = {
     "lossload": "highest offered load without loss (RFC 2544 frame loss rate)",
     "fixedrate": "seed 003 flows: 128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s",
     "droprate": "a UDP flood disposed of per second, sender and firewall on one CPU",
+    "loadlatency": "ping RTT through the firewall, with and without TCP load both ways",
 }
 
 

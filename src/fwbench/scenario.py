@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fwbench import backends
 from fwbench.catalog import EXPERIMENTS
+from fwbench.ruleset.templates import TEMPLATES
 from fwbench.ruleset.templates import droprate as drop
 from fwbench.errors import FwbenchError
 from fwbench.frames import check_frame
@@ -164,6 +165,49 @@ class DropRateSettings(BaseModel):
         return v
 
 
+LOADS = ("none", "tcp-bidir")
+
+
+class LoadLatencySettings(BaseModel):
+    """Seed 004's experiment: latency through the firewall with and without
+    bidirectional TCP load, for forwarding and NAT rule sets."""
+    model_config = _STRICT
+    rulesets: Annotated[list[str], Field(min_length=1)] = Field(
+        ["seed004-forward", "seed004-nat"], description="rule-set templates to compare")
+    loads: Annotated[list[Literal["none", "tcp-bidir"]], Field(min_length=1)] = Field(
+        list(LOADS), description="none, or TCP bulk transfer both ways (iperf3 --bidir)")
+    conntrack_entries: Annotated[list[Annotated[int, Field(ge=0, le=1_000_000)]],
+                                 Field(min_length=1)] = Field(
+        [0], description="background connection-tracking entries held during the trial")
+    streams: Annotated[int, Field(ge=1, le=64)] = Field(
+        4, description="parallel TCP streams each way")
+    ping_interval_s: Annotated[float, Field(ge=0.002, le=1)] = 0.01
+    probe_pps: Annotated[float, Field(gt=0, le=100_000)] = Field(
+        1000.0, description="the engine's stamped probes, packets per second")
+    warmup_s: Annotated[float, Field(ge=0, le=60)] = Field(
+        1.0, description="load running before the probes start")
+    min_load_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.5, description="a trial whose load, both ways together, is below this "
+                         "fraction of the no-firewall load is flagged (a stateful, "
+                         "NATing firewall lowers it by itself: 0.55-0.7 measured)")
+
+    @field_validator("rulesets", "loads", "conntrack_entries")
+    @classmethod
+    def _distinct(cls, v: list) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError("a value is listed twice")
+        return v
+
+    @field_validator("rulesets")
+    @classmethod
+    def _known_rulesets(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in TEMPLATES:
+                raise ValueError(f"unknown rule set {name!r} (templates: "
+                                 f"{', '.join(TEMPLATES)})")
+        return v
+
+
 class Scenario(BaseModel):
     model_config = _STRICT
     name: str = "custom"
@@ -188,6 +232,7 @@ class Scenario(BaseModel):
     lossload: LossLoadSettings = LossLoadSettings()
     fixedrate: FixedRateSettings = FixedRateSettings()
     droprate: DropRateSettings = DropRateSettings()
+    loadlatency: LoadLatencySettings = LoadLatencySettings()
     adaptive: AdaptiveSettings = AdaptiveSettings()
 
     @property

@@ -179,6 +179,9 @@ def experiment_report(data: RunData) -> CellReport:
     if data.method == "droprate":
         from fwbench.report import droprate
         return droprate.report(data)
+    if data.method == "loadlatency":
+        from fwbench.report import loadlatency
+        return loadlatency.report(data)
     return CellReport(data)
 
 

@@ -242,3 +242,35 @@ def cell_intervals(metric: Metric, cells: dict[tuple, CellSummary], order: list[
                    f"its bootstrap 95 % interval (bar), single trials (dots); the dotted "
                    f"line is the median of the cell it is compared with"
                    f"{'; log scale' if log_x else ''}.", legend=False)
+
+
+def distributions(ident: str, title: str, samples: dict[str, list[float]],
+                  unit: str = "µs") -> Figure | None:
+    """The empirical distribution (CDF) of each labelled sample: every value kept."""
+    drawn = {k: sorted(v) for k, v in samples.items() if v}
+    if not drawn:
+        return None
+    colour = colours(list(drawn))
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for label, xs in drawn.items():
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", color=colour[label], lw=1.2, label=label)
+    if _spread([x for v in drawn.values() for x in v]) >= 30:
+        ax.set_xscale("log")
+    return _finish(fig, ax, ident, title, f"round-trip time ({unit})",
+                   "fraction of replies at or below",
+                   "Every ping reply of the configuration's ok trials, pooled.")
+
+
+def time_series(ident: str, title: str, series: dict[str, list[tuple[float, float]]],
+                ylabel: str, caption: str) -> Figure | None:
+    """One line per label: (seconds into the trial, value) points."""
+    drawn = {k: v for k, v in series.items() if v}
+    if not drawn:
+        return None
+    colour = colours(list(drawn))
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for label, pts in drawn.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", ms=3, lw=1,
+                color=colour[label], label=label)
+    return _finish(fig, ax, ident, title, "seconds into the trial", ylabel, caption)

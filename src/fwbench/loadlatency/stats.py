@@ -1,0 +1,233 @@
+"""Seed 004's statistics from a run's records: per configuration the mean, median,
+standard deviation and the range holding 95 % of the ping replies (the seed's
+Figures 6.1-6.3, whose error bars were that range); Mann-Whitney U one- and
+two-tailed between backends for each rule set and load (its Tables 2 and 3), with
+Cliff's delta and Holm's correction; the load / no-load ratio with its interval;
+NAT against forwarding.
+
+The unit of replication is the trial: each trial's mean RTT is one value (the seed
+reported averages; under load it is the tail that grows, and a mean sees the tail
+where a median does not: on a VM the median RTT can even fall under load, because a
+busy CPU wakes faster than an idle one), so n is the number of trials per
+configuration. Medians are reported beside it. The seed instead pooled every ping reply of
+its ten runs into one sample; replies within a run are not independent (they share
+the run's machine state), so pooled p-values overstate certainty. Both are given:
+the per-trial tests decide the conclusions, the pooled ones show what the seed's
+method would say on the same data.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import numpy as np
+from rich.table import Table
+
+from fwbench import stats
+from fwbench.results import TrialRecord
+
+FACTORS = ("ruleset", "backend", "load", "entries")
+ALPHA = 0.05
+# Seed 004's published figures (µs): (rule set, backend, load) -> (mean, median, sd).
+# Its text labels every median "NFtables forwarding"; the order of the paragraphs
+# says which configuration each belongs to.
+SEED004 = {
+    ("seed004-forward", "nftables", "none"): (379.92, 370.00, 25.19),
+    ("seed004-nat", "nftables", "none"): (380.71, 371.00, 24.55),
+    ("seed004-forward", "iptables-legacy", "none"): (380.61, 371.00, 24.90),
+    ("seed004-nat", "iptables-legacy", "none"): (381.35, 372.00, 25.35),
+    ("seed004-forward", "nftables", "tcp-bidir"): (1109.05, 1110.00, 99.89),
+    ("seed004-nat", "nftables", "tcp-bidir"): (1106.56, 1105.00, 100.72),
+    ("seed004-forward", "iptables-legacy", "tcp-bidir"): (1111.90, 1107.00, 100.42),
+    ("seed004-nat", "iptables-legacy", "tcp-bidir"): (1108.42, 1105.00, 100.16),
+}
+# Its Tables 2 and 3: (rule set, load) -> (one-tailed significant, two-tailed), nftables
+# against iptables.
+SEED004_TESTS = {
+    ("seed004-forward", "none"): (True, True), ("seed004-nat", "none"): (True, True),
+    ("seed004-forward", "tcp-bidir"): (True, False), ("seed004-nat", "tcp-bidir"): (True, True),
+}
+
+Config = tuple  # (ruleset, backend, load, entries)
+
+
+@dataclass
+class ConfigSummary:
+    config: Config
+    trial_values: list[float]                  # each ok trial's mean RTT, µs
+    trial_medians: list[float]                 # each ok trial's median RTT, µs
+    replies: np.ndarray                        # every ping RTT of the ok trials, µs
+    lost: int
+    probe_p50: list[float] = field(default_factory=list)   # engine one-way, per trial
+    probe_p99: list[float] = field(default_factory=list)
+    load_up: list[float] = field(default_factory=list)     # bits/s per trial
+    load_down: list[float] = field(default_factory=list)
+    short: int = 0                                          # trials whose load fell short
+
+    @property
+    def n(self) -> int:
+        return len(self.trial_values)
+
+    def pooled(self) -> dict:
+        r = self.replies
+        if not len(r):
+            return {}
+        return {"mean": float(r.mean()), "median": float(np.median(r)),
+                "sd": float(r.std(ddof=1)) if len(r) > 1 else None,
+                "p2_5": float(np.percentile(r, 2.5)), "p97_5": float(np.percentile(r, 97.5)),
+                "replies": int(len(r))}
+
+    def value_ci(self) -> stats.Interval | None:
+        """Bootstrap 95 % interval of the median of the trials' mean RTTs."""
+        return stats.median_ci(self.trial_values) if self.n >= 2 else None
+
+
+def configs(records: list[TrialRecord]) -> dict[Config, ConfigSummary]:
+    out: dict[Config, ConfigSummary] = {}
+    replies: dict[Config, list[float]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: r.repetition):
+        c = r.cell(FACTORS)
+        s = out.setdefault(c, ConfigSummary(c, [], [], np.empty(0), 0))
+        if r.status != "ok":
+            continue
+        m = r.metrics
+        s.trial_values.append(m["ping"]["mean"])
+        s.trial_medians.append(m["ping"]["median"])
+        s.lost += m["ping"].get("lost", 0)
+        replies[c] += [x[2] for x in m.get("ping_replies") or []]
+        if m.get("probes"):
+            s.probe_p50.append(m["probes"]["p50"])
+            s.probe_p99.append(m["probes"]["p99"])
+        if m.get("load"):
+            s.load_up.append(m["load"]["up_bps"])
+            s.load_down.append(m["load"]["down_bps"])
+        s.short += bool(m.get("load_short"))
+    for c, v in replies.items():
+        out[c].replies = np.asarray(v, float)
+    return out
+
+
+@dataclass
+class Test:
+    """a against b on one statistic: per-trial medians, and the seed's pooled replies."""
+    what: str                   # e.g. "nftables vs iptables-legacy, seed004-nat, tcp-bidir"
+    a: Config
+    b: Config
+    less: stats.TestResult | None        # one-tailed: a lower (faster) than b
+    greater: stats.TestResult | None     # one-tailed: a higher than b
+    two: stats.TestResult | None
+    delta: float | None                  # Cliff's delta of a against b
+    change: float | None                 # median of a's trial means / b's - 1
+    change_ci: stats.Interval | None
+    pooled_two: stats.TestResult | None  # the seed's way: every reply pooled
+    pooled_less: stats.TestResult | None
+    n: tuple[int, int] = (0, 0)          # trials a side
+    # The test that decides: "two-sided", or "greater" where the hypothesis has a
+    # direction before any data (latency under load is higher).
+    decides: str = "two-sided"
+    holm: float | None = None            # the deciding p, Holm-adjusted in its family
+
+    @property
+    def deciding(self) -> stats.TestResult | None:
+        return self.two if self.decides == "two-sided" else self.greater
+
+    def verdict(self) -> str:
+        """lower / higher (a against b) / no difference shown / untestable."""
+        if self.deciding is None or self.holm is None:
+            return "untestable"
+        if self.holm >= ALPHA:
+            return "no difference shown"
+        return "lower" if self.change is not None and self.change < 0 else "higher"
+
+
+def test(what: str, a: ConfigSummary, b: ConfigSummary, decides: str = "two-sided") -> Test:
+    x, y = a.trial_values, b.trial_values
+    ma, mb = (statistics.median(x) if x else None), (statistics.median(y) if y else None)
+    ra, rb = a.replies, b.replies
+    return Test(what, a.config, b.config, stats.mann_whitney(x, y, "less"),
+                stats.mann_whitney(x, y, "greater"), stats.mann_whitney(x, y),
+                stats.cliffs_delta(x, y), ma / mb - 1 if ma and mb else None,
+                stats.ratio_interval(x, y),
+                stats.mann_whitney(ra, rb) if len(ra) and len(rb) else None,
+                stats.mann_whitney(ra, rb, "less") if len(ra) and len(rb) else None,
+                (len(x), len(y)), decides)
+
+
+def _holm(tests: list[Test]) -> list[Test]:
+    for t, p in zip(tests, stats.holm([t.deciding.p if t.deciding else None
+                                       for t in tests])):
+        t.holm = p
+    return tests
+
+
+def _levels(cs: dict[Config, ConfigSummary], i: int) -> list:
+    return list(dict.fromkeys(c[i] for c in cs))
+
+
+def backend_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
+    """Every pair of backends, per rule set, load and entries (the seed's Tables 2 and
+    3 are nftables against iptables-legacy); one Holm family."""
+    out = []
+    for r in _levels(cs, 0):
+        for load in _levels(cs, 2):
+            for n in _levels(cs, 3):
+                bs = [b for b in _levels(cs, 1) if (r, b, load, n) in cs]
+                for b1, b2 in combinations(sorted(bs, key=_backend_order), 2):
+                    # nftables first, as the seed put it
+                    a, b = (b2, b1) if b2 == "nftables" else (b1, b2)
+                    out.append(test(f"{a} vs {b}, {r}, {load}" + (f", {n:,} conns" if n else ""),
+                                    cs[(r, a, load, n)], cs[(r, b, load, n)]))
+    return _holm(out)
+
+
+def _backend_order(b: str) -> int:
+    order = ("nftables", "iptables-legacy", "iptables-nft")
+    return order.index(b) if b in order else len(order)
+
+
+def load_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
+    """Under load against no load, per rule set, backend and entries: one-tailed,
+    the seed's finding (and any queueing model's) says which way."""
+    out = []
+    for (r, b, load, n), s in cs.items():
+        if load != "none" and (r, b, "none", n) in cs:
+            out.append(test(f"{b}, {r}: {load} vs none" + (f", {n:,} conns" if n else ""),
+                            s, cs[(r, b, "none", n)], "greater"))
+    return _holm(out)
+
+
+def nat_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
+    """NAT against forwarding, per backend, load and entries."""
+    out = []
+    for (r, b, load, n), s in cs.items():
+        if r == "seed004-nat" and ("seed004-forward", b, load, n) in cs:
+            out.append(test(f"{b}, {load}: NAT vs forwarding" + (f", {n:,} conns" if n else ""),
+                            s, cs[("seed004-forward", b, load, n)]))
+    return _holm(out)
+
+
+def table(records: list[TrialRecord]) -> Table:
+    """The table that ends a run: per configuration the trials' median RTT, the
+    pooled mean / median / sd and the engine's one-way p50, the load achieved."""
+    cs = configs(records)
+    t = Table(title="loadlatency: ping RTT through the firewall, µs (trial means: their "
+                    "median over trials; pooled replies as seed 004 reported them)")
+    for col in ("rule set", "backend", "load", "conns", "n ok", "trial mean [95 %]",
+                "pooled mean", "median", "sd", "one-way p50", "load up/down Gbit/s"):
+        t.add_column(col, justify="left" if col in ("rule set", "backend", "load")
+                     else "right")
+    for c, s in sorted(cs.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3],
+                                                   _backend_order(kv[0][1]))):
+        p = s.pooled()
+        ci = s.value_ci()
+        med = (f"{statistics.median(s.trial_values):,.0f}" +
+               (f" [{ci.low:,.0f}, {ci.high:,.0f}]" if ci else "")) if s.n else "-"
+        load = (f"{statistics.median(s.load_up) / 1e9:.2f} / "
+                f"{statistics.median(s.load_down) / 1e9:.2f}" if s.load_up else "-")
+        t.add_row(c[0], c[1], c[2], f"{c[3]:,}", str(s.n), med,
+                  f"{p['mean']:,.0f}" if p else "-", f"{p['median']:,.0f}" if p else "-",
+                  f"{p['sd']:,.0f}" if p and p["sd"] is not None else "-",
+                  f"{statistics.median(s.probe_p50):,.1f}" if s.probe_p50 else "-", load)
+    return t
