@@ -34,10 +34,10 @@ def now() -> str:
 class Phases(dict):
     """Wall time of each phase of a trial, seconds (recorded in its conditions)."""
 
-    def timed(self, name: str, fn, *args):
+    def timed(self, name: str, fn, *args, **kw):
         t = time.perf_counter()
         try:
-            return fn(*args)
+            return fn(*args, **kw)
         finally:
             self[name] = round(time.perf_counter() - t, 4)
 
@@ -57,8 +57,8 @@ class Trial:
         self.trials: list = []
         self.phases = Phases()
 
-    def timed(self, name: str, fn, *args):
-        return self.phases.timed(name, fn, *args)
+    def timed(self, name: str, fn, *args, **kw):
+        return self.phases.timed(name, fn, *args, **kw)
 
     def verified(self, verification) -> bool:
         """Keep a verification (a backends.base.Verification); a failed one fails
