@@ -98,3 +98,14 @@ def test_nat_against_forwarding_pairs_the_same_backend_and_load():
     assert {(t.a[1], t.a[2]) for t in tests} == {
         (b, load) for b in ("iptables-legacy", "nftables") for load in ("none", "tcp-bidir")}
     assert all(t.a[0] == "seed004-nat" and t.b[0] == "seed004-forward" for t in tests)
+
+
+def test_background_connections_are_tested_against_the_fewest():
+    recs = [rec(("seed004-nat", "nftables", "none", n), i, 60.0 + (20.0 if n == 100_000
+                                                                  else 0.0) + i % 3)
+            for n in (1, 1_000, 100_000) for i in range(6)]
+    tests = ll.entries_tests(ll.configs(recs))
+    assert [t.what for t in tests] == ["nftables, seed004-nat, none: 1,000 vs 1 conns",
+                                       "nftables, seed004-nat, none: 100,000 vs 1 conns"]
+    assert tests[0].verdict() == "no difference shown" and tests[1].verdict() == "higher"
+    assert ll.entries_tests(ll.configs(design(n=2))) == []   # one level: nothing to test

@@ -208,6 +208,18 @@ def nat_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
     return _holm(out)
 
 
+def entries_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
+    """Each number of background connections against the fewest, per rule set,
+    backend and load (beyond the seed: what a fuller table costs)."""
+    levels = sorted(_levels(cs, 3))
+    out = []
+    for (r, b, load, n), s in cs.items():
+        if n != levels[0] and (r, b, load, levels[0]) in cs:
+            out.append(test(f"{b}, {r}, {load}: {n:,} vs {levels[0]:,} conns", s,
+                            cs[(r, b, load, levels[0])]))
+    return _holm(sorted(out, key=lambda t: t.what))
+
+
 def table(records: list[TrialRecord]) -> Table:
     """The table that ends a run: per configuration the trials' median RTT, the
     pooled mean / median / sd and the engine's one-way p50, the load achieved."""

@@ -137,6 +137,14 @@ def lead(data: RunData) -> tuple[list[Block], list[fg.Figure]]:
                         Heading(3, "NAT against forwarding"),
                         tests_table(nats, "nat-vs-forward",
                                     "Per backend and load; Holm across this table.")]
+    if entries := ll.entries_tests(cs):
+        out += [Heading(3, "Background connections (beyond the seed)"),
+                tests_table(entries, "conntrack-entries",
+                            "Each number of background connections held in the "
+                            "firewall's table against the fewest, per backend and load; "
+                            "Holm across this table. The table's count and memory are in "
+                            "each trial's record (conntrack)."),
+                Bullets([sentence(t, t.what) for t in entries])]
     figs: list[fg.Figure | None] = []
     for load in dict.fromkeys(c[2] for c in cs):
         figs.append(fg.distributions(
