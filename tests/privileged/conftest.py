@@ -136,6 +136,13 @@ def backend_or_skip(name: str):
     return b
 
 
+@pytest.fixture(scope="session")
+def backend_named():
+    """`backend_named(name)`: the backend, or the test skipped with the reason this
+    machine cannot run it (conftest modules are not imported by tests)."""
+    return backend_or_skip
+
+
 @pytest.fixture
 def backend(request):
     """`@pytest.mark.parametrize("backend", NAMES, indirect=True)`: the backend of

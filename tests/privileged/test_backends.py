@@ -11,7 +11,6 @@ from fwbench.backends.kernel import flush_all, ruleset_state
 from fwbench.ruleset.model import Match, Ports, Prefix
 from fwbench.ruleset.templates.seed000 import entry_id, seed000
 
-from conftest import backend_or_skip
 
 FILTERING = [n for n in backends.names() if n != "none"]
 SETS = {"ipset", "nftset", "xdp-set", "tc-set"}
@@ -91,8 +90,8 @@ def test_wrong_rule_count_fails_verification(testbed, backend):
     assert not v.ok and "entries in the kernel" in v.reason, v.reason
 
 
-def test_none_forwards_everything(testbed):
-    b = backend_or_skip("none")
+def test_none_forwards_everything(testbed, backend_named):
+    b = backend_named("none")
     rs = seed000(1)
     b.apply(testbed, rs)
     v = b.verify(testbed, rs)
@@ -101,20 +100,20 @@ def test_none_forwards_everything(testbed):
     assert v.details["probes"]["disallowed"]["forwarded"] == PROBES
 
 
-def test_backends_do_not_stack(testbed):
+def test_backends_do_not_stack(testbed, backend_named):
     """Loading one backend after another leaves only the last: legacy and nft rules
     would otherwise both apply, and an XDP or tc filter would sit under either."""
     for name in ("iptables-legacy", "xdp-set", "tc-linear"):
-        b = backend_or_skip(name)
+        b = backend_named(name)
         b.apply(testbed, rules_for(b, 100))
-    nft = backend_or_skip("nftables")
+    nft = backend_named("nftables")
     rs = rules_for(nft, 100)
     nft.apply(testbed, rs)
     state = ruleset_state(testbed)
     assert state["iptables-legacy"] == 0 and state["nftables_tables"] == 1
     assert state["bpf_programs"] == 0
     assert nft.verify(testbed, rs).ok
-    tc = backend_or_skip("tc-set")
+    tc = backend_named("tc-set")
     tc.apply(testbed, rules_for(tc, 100))
     assert ruleset_state(testbed)["bpf_programs"] == 1
     flush_all(testbed)

@@ -12,7 +12,6 @@ from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.ruleset.model import validate
 from fwbench.ruleset.templates.seed004 import SERVICE4, seed004_forward, seed004_nat
 
-from conftest import backend_or_skip
 
 NETFILTER = ["iptables-legacy", "iptables-nft", "nftables"]
 SERVER, CLIENT = "198.19.0.2", "198.18.0.2"
@@ -111,11 +110,11 @@ def test_forward_is_proven(testbed, backend):
 
 
 @pytest.fixture
-def forwarding(testbed):
+def forwarding(testbed, backend_named):
     """seed004-forward loaded by nftables (the fill goes through it)."""
     if engine.version() is None:
         pytest.skip("the traffic engine is not built (./scripts/setup.sh)")
-    b = backend_or_skip("nftables")
+    b = backend_named("nftables")
     b.apply(testbed, seed004_forward())
     return testbed
 
