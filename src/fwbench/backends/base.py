@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from fwbench import proc
+from fwbench.errors import MeasurementInvalid
 from fwbench.backends import kernel
 from fwbench.ruleset import corpus as corpora
 from fwbench.ruleset.evaluate import Evaluator, RateLimits
@@ -260,25 +261,42 @@ def _rounds(rs: RuleSet, pkts: list[Packet]) -> list[list[int]]:
     return [members for _, _, members in rounds]
 
 
+# Whole exchanges tried when the instrument itself lost a packet (a veth handover or
+# a capture socket dropped it under a busy machine: nothing the firewall did).
+EXCHANGE_ATTEMPTS = 3
+
+
 def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
              pkts: list[Packet]) -> Exchange:
     """Send `pkts` through the firewall as it is loaded, in rounds connection
-    tracking cannot link (emptied before each), reading the counters around."""
-    seen: list[Packet | None] = [None] * len(pkts)
+    tracking cannot link (emptied before each), reading the counters around. When
+    the instrument loses a packet the whole exchange is repeated, counters read
+    afresh, up to EXCHANGE_ATTEMPTS times."""
     packets.prepare(tb)
     try:
-        before = backend.counters(tb, rs)
-        for members in _rounds(rs, pkts):
-            kernel.flush_conntrack(tb)
-            # The injector crafts new, unmarked packets; their conntrack state is
-            # the kernel's own (as_tracked), which only the evaluator is told.
-            got = packets.exchange(tb, [replace(pkts[i], ct_state="new", mark=0)
-                                        for i in members])
-            for i, o in zip(members, got):
-                seen[i] = o.packet if o else None
-        after = backend.counters(tb, rs)
+        for attempt in range(EXCHANGE_ATTEMPTS):
+            try:
+                return _exchange_once(backend, tb, rs, pkts)
+            except MeasurementInvalid:
+                if attempt == EXCHANGE_ATTEMPTS - 1:
+                    raise
     finally:
         packets.restore(tb)
+
+
+def _exchange_once(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
+                   pkts: list[Packet]) -> Exchange:
+    seen: list[Packet | None] = [None] * len(pkts)
+    before = backend.counters(tb, rs)
+    for members in _rounds(rs, pkts):
+        kernel.flush_conntrack(tb)
+        # The injector crafts new, unmarked packets; their conntrack state is
+        # the kernel's own (as_tracked), which only the evaluator is told.
+        got = packets.exchange(tb, [replace(pkts[i], ct_state="new", mark=0)
+                                    for i in members])
+        for i, o in zip(members, got):
+            seen[i] = o.packet if o else None
+    after = backend.counters(tb, rs)
     counts = {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
     return Exchange(pkts, seen, counts)
 
