@@ -208,6 +208,84 @@ class LoadLatencySettings(BaseModel):
         return v
 
 
+ECHO_PROTOCOLS = ("tcp", "udp", "sctp")
+ECHO_SERVERS = ("threads", "epoll")
+ECHO_TRANSACTIONS = ("echo", "crr")
+_FRAME = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def echo_frame(v: int | str) -> str:
+    """A frame of the echo experiment as text: "64" (fixed) or "64-1024" (a size drawn
+    per cycle from the range)."""
+    m = _FRAME.match(str(v))
+    if not m or (m.group(2) and int(m.group(2)) <= int(m.group(1))):
+        raise ValueError(f"frame {v!r}: a size (64) or a range LO-HI (64-1024)")
+    return str(v)
+
+
+class EchoDesign(BaseModel):
+    """One cross product of the echo experiment's factors; a list left out takes the
+    [echo] section's (backends: the scenario's)."""
+    model_config = _STRICT
+    name: str
+    clients: list[Annotated[int, Field(ge=1, le=4096)]] | None = None
+    protocols: list[Literal["tcp", "udp", "sctp"]] | None = None
+    families: list[Literal["ipv4", "ipv6"]] | None = None
+    frames: list[int | str] | None = None
+    servers: list[Literal["threads", "epoll"]] | None = None
+    rules_per_client: list[Literal[0, 2, 4]] | None = None
+    backends: list[str] | None = None
+    transactions: list[Literal["echo", "crr"]] | None = None
+    conntrack_entries: list[Annotated[int, Field(ge=0, le=1_000_000)]] | None = None
+
+    @field_validator("frames")
+    @classmethod
+    def _frames(cls, v):
+        return None if v is None else [echo_frame(x) for x in v]
+
+
+class EchoSettings(BaseModel):
+    """Seed 001's experiment: n clients echoing messages through the firewall. The
+    lists are the seed's full design; `designs` (cross products of subsets) are what
+    a run plans unless `full` is set."""
+    model_config = _STRICT
+    clients: list[Annotated[int, Field(ge=1, le=4096)]] = [5, 10, 20, 40, 80, 160, 320]
+    protocols: list[Literal["tcp", "udp", "sctp"]] = list(ECHO_PROTOCOLS)
+    families: list[Literal["ipv4", "ipv6"]] = ["ipv4", "ipv6"]
+    frames: list[int | str] = Field(
+        ["64", "128", "256", "512", "1024", "64-1024"],
+        description="message sizes in bytes: fixed, or LO-HI drawn per cycle")
+    servers: list[Literal["threads", "epoll"]] = list(ECHO_SERVERS)
+    rules_per_client: list[Literal[0, 2, 4]] = Field(
+        [0, 2, 4], description="seed 001's F: 0 plain forwarding, 2 up/down accept, "
+                               "4 plus MARK")
+    transactions: list[Literal["echo", "crr"]] = Field(
+        ["echo"], description="echo: one connection per client; crr: a new TCP "
+                              "connection per message through a stateful firewall")
+    conntrack_entries: list[Annotated[int, Field(ge=0, le=1_000_000)]] = Field(
+        [0], description="background connection-tracking entries (crr cells only)")
+    designs: list[EchoDesign] = Field([], description="the default subset; empty: all")
+    full: bool = Field(False, description="run the full cross product, not `designs`")
+    warmup_s: Annotated[float, Field(ge=0, le=60)] = 0.5
+    client_threads: Annotated[int, Field(ge=1, le=64)] = 2
+    verify_cycles: Annotated[int, Field(ge=1, le=1000)] = 3
+    send_timeout_ms: Annotated[int, Field(ge=1, le=60_000)] = 500
+    echo_timeout_ms: Annotated[int, Field(ge=1, le=60_000)] = 500
+    port: Annotated[int, Field(ge=1024, le=65535)] = 7007
+
+    @field_validator("frames")
+    @classmethod
+    def _frames(cls, v):
+        return [echo_frame(x) for x in v]
+
+    @model_validator(mode="after")
+    def _distinct_designs(self) -> "EchoSettings":
+        names = [d.name for d in self.designs]
+        if len(set(names)) != len(names):
+            raise ValueError("two designs share a name")
+        return self
+
+
 class Scenario(BaseModel):
     model_config = _STRICT
     name: str = "custom"
@@ -233,6 +311,7 @@ class Scenario(BaseModel):
     fixedrate: FixedRateSettings = FixedRateSettings()
     droprate: DropRateSettings = DropRateSettings()
     loadlatency: LoadLatencySettings = LoadLatencySettings()
+    echo: EchoSettings = EchoSettings()
     adaptive: AdaptiveSettings = AdaptiveSettings()
 
     @property
@@ -296,6 +375,8 @@ class Scenario(BaseModel):
                     raise ValueError(f"droprate.payload_text: {len(self.droprate.payload_text)}"
                                      f" characters do not fit a {self.frame_sizes[0]}-byte "
                                      f"frame after the stamp (room for {max(room, 0)})")
+        if self.echo.full and self.method != "echo":
+            raise ValueError("echo.full (--full) applies to method echo only")
         a = self.adaptive
         if a.max_repeat and a.max_repeat <= self.repeat:
             raise ValueError(f"adaptive.max_repeat ({a.max_repeat}) must be above repeat "

@@ -9,6 +9,14 @@ The gateway inserted rules per client thread, as the F setting said:
 - F = 4: F = 2 plus per client and direction `iptables -t mangle -A PREROUTING -s
   <client> -d <server> -p <protocol> -j MARK --set-mark <QoS mark>`; 4n rules.
 
+`stateful` is fwbench's addition for the connection-rate measurement (issue 14,
+beyond the seed): FORWARD first accepts packets of tracked connections (`ct state
+established,related accept`, which also registers connection tracking in the
+namespace), so only a connection's first packet walks the per-client rules, as in any
+stateful firewall; and, last in FORWARD, it accepts the connection-table fill's UDP
+flows (fwbench.statecheck.fill: from the stranger address to port FILL_PORT), so
+background entries can be made without shortening any client's walk.
+
 One model table per iptables table, named as iptables names them ("filter",
 "mangle", chains "FORWARD", "PREROUTING"), mangle at its priority (-150). A client
 is inserted as it connects, so its rules follow the previous client's. The
@@ -20,8 +28,8 @@ the testbed's further clients (fwbench.addresses), outside the two link subnets.
 from __future__ import annotations
 
 from fwbench import addresses
-from fwbench.ruleset.model import (ACCEPT, Action, Chain, Match, Packet, Prefix, Probe,
-                                   Rule, RuleSet, RuleSetError, Table, validate)
+from fwbench.ruleset.model import (ACCEPT, Action, Chain, Match, Packet, Ports, Prefix,
+                                   Probe, Rule, RuleSet, RuleSetError, Table, validate)
 
 SERVER4, CLIENT4 = addresses.SERVER[4], addresses.CLIENT[4]
 SERVER6, CLIENT6 = addresses.SERVER[6], addresses.CLIENT[6]
@@ -34,6 +42,9 @@ MAX_SPARE = addresses.MAX_SPARE
 MAX_CLIENTS = addresses.MAX_FURTHER_CLIENTS + 1
 SETTINGS_F = (0, 2, 4)
 PROBE_SPORT = 40404
+ESTABLISHED_ID = "established"
+FILL_ID = "fill"
+FILL_PORT = 5001                # fwbench.statecheck.FILL_PORT (it imports the testbed)
 
 
 def spare_address(i: int, version: int = 4) -> str:
@@ -77,9 +88,10 @@ def qos_mark(i: int) -> int:
 
 
 def seed001(n_clients: int, f: int, *, version: int = 4, proto: str = "udp",
-            test_port: int = 5201) -> RuleSet:
+            test_port: int = 5201, stateful: bool = False) -> RuleSet:
     """n_clients clients under setting F (0, 2 or 4); `proto` is the protocol the
-    rules allow (seed 001 ran TCP, UDP and SCTP; this kernel has no SCTP)."""
+    rules allow (seed 001 ran TCP, UDP and SCTP; this kernel has no SCTP);
+    `stateful` adds the connection-tracking rules of the module's docstring."""
     if f not in SETTINGS_F:
         raise RuleSetError(f"F must be 0, 2 or 4, got {f}")
     if not 1 <= n_clients <= MAX_CLIENTS:
@@ -110,6 +122,12 @@ def seed001(n_clients: int, f: int, *, version: int = 4, proto: str = "udp",
             mangle += [Rule(mark_up_id(i), up(addr), mark),
                        Rule(mark_down_id(i), down(addr), mark)]
 
+    if stateful:
+        est = Rule(ESTABLISHED_ID, Match(ct_state=frozenset({"established", "related"})),
+                   ACCEPT)
+        fill = Rule(FILL_ID, Match(src=Prefix.of(stranger), proto="udp",
+                                   dport=Ports.of(FILL_PORT)), ACCEPT)
+        forward = [est, *forward, fill]
     tables = []
     if mangle:
         tables.append(Table(family, "mangle", (
@@ -123,15 +141,17 @@ def seed001(n_clients: int, f: int, *, version: int = 4, proto: str = "udp",
     reply = Packet(version, "server", server, client, proto, test_port, PROBE_SPORT)
     stranger_flow = Packet(version, "client", stranger, server, proto, PROBE_SPORT,
                            test_port)
+    unknown_ok = f == 0
     # Under F = 4 the flow is counted by mark-up-N too; a probe names one rule, so
     # the mark rule is checked by the equivalence runs (mark set, then forwarded).
     flow_rule = up_id(n_clients) if f >= 2 else None
     probes = (
         Probe("test flow", flow, True, flow_rule),
         Probe("return path", reply, True, down_id(n_clients) if f >= 2 else None),
-        Probe("unknown client", stranger_flow, f == 0),
+        Probe("unknown client", stranger_flow, unknown_ok),
     )
-    return validate(RuleSet(f"seed001-f{f}", tuple(tables), probes, flow=flow,
-                            flow_rule=flow_rule, size=n_clients * f, ipt_prefix="fwb_",
+    name = f"seed001-f{f}" + ("-stateful" if stateful else "")
+    return validate(RuleSet(name, tuple(tables), probes, flow=flow,
+                            flow_rule=flow_rule, size=n_clients * f + 2 * stateful, ipt_prefix="fwb_",
                             notes=(f"F={f}: {n_clients} client(s), the last is the "
                                    f"testbed's client {client}",)))

@@ -1,0 +1,1 @@
+"""Seed 001: many clients echoing messages through the firewall."""
