@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The engine's user-space parts: histograms, the receivers' control loop and
- * the three modes. Options, addresses, errors and JSON come from ../lib.
+ * the modes. Options, addresses, errors and JSON come from ../lib.
  */
 #ifndef FWB_ENGINE_H
 #define FWB_ENGINE_H
@@ -14,6 +14,8 @@
 /* Histogram summaries (hist.c). */
 double hist_bucket_mid(uint32_t idx);
 double hist_bucket_low(uint32_t idx);
+double hist_percentile(const uint64_t *hist, uint64_t count, double q,
+		       uint64_t min, uint64_t max);
 void json_latency(struct json *j, const char *key, const uint64_t *hist,
 		  uint64_t count, uint64_t sum, uint64_t min, uint64_t max);
 void json_hist(struct json *j, const char *key, const uint64_t *hist);
@@ -36,5 +38,7 @@ void control_loop(const struct rx_ops *ops);
 int cmd_send(int argc, char **argv);
 int cmd_recv(int argc, char **argv);
 int cmd_sink(int argc, char **argv);
+int cmd_echo(int argc, char **argv);		/* echo_client.c */
+int cmd_echo_server(int argc, char **argv);	/* echo_server.c */
 
 #endif

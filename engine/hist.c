@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* Reading the log-linear latency histogram: bucket edges, percentiles, reports. */
+#include <math.h>
 #include "engine.h"
 
 double hist_bucket_low(uint32_t idx)
@@ -21,13 +22,15 @@ double hist_bucket_mid(uint32_t idx)
 }
 
 /* The value below which a share q of the samples lie, at its bucket's midpoint,
- * clamped to the exact extremes. */
-static double percentile(const uint64_t *hist, uint64_t count, double q,
-			 uint64_t min, uint64_t max)
+ * clamped to the exact extremes; NaN (JSON null) for no samples. */
+double hist_percentile(const uint64_t *hist, uint64_t count, double q,
+		       uint64_t min, uint64_t max)
 {
 	uint64_t rank = (uint64_t)(q * count + 0.999999), seen = 0;
 	double v;
 
+	if (!count)
+		return NAN;
 	if (rank < 1)
 		rank = 1;
 	for (uint32_t i = 0; i < FWB_HIST_BUCKETS; i++) {
@@ -59,7 +62,7 @@ void json_latency(struct json *j, const char *key, const uint64_t *hist,
 		json_num(j, "mean", (double)sum / count);
 		for (unsigned int i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
 			json_num(j, qs[i].name,
-				 percentile(hist, count, qs[i].q, min, max));
+				 hist_percentile(hist, count, qs[i].q, min, max));
 		json_num(j, "max", max);
 	}
 	json_close_obj(j);

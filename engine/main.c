@@ -4,15 +4,19 @@
 #include "engine.h"
 
 static const char usage[] =
-"usage: fwbench-engine {send|sink|recv} [options]   (each takes --help)\n"
+"usage: fwbench-engine {send|sink|recv|echo|echo-server} [options]\n"
+"       (each takes --help)\n"
 "  send  paced or open-throttle UDP frames with sequence numbers and send times\n"
 "  sink  count, time-stamp and drop them in XDP on the receiving interface\n"
-"  recv  the same in user space (and --reflect them back for round trips)\n";
+"  recv  the same in user space (and --reflect them back for round trips)\n"
+"  echo  n clients, a socket each, each sending a message, awaiting its echo\n"
+"  echo-server  echoes them (--server threads or epoll), validating each\n";
 
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		usage_error("no mode given (send, sink or recv; --help for more)");
+		usage_error("no mode given (send, sink, recv, echo or echo-server; "
+			    "--help for more)");
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fputs(usage, stdout);
 		return 0;
@@ -23,5 +27,10 @@ int main(int argc, char **argv)
 		return cmd_sink(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "recv"))
 		return cmd_recv(argc - 1, argv + 1);
-	usage_error("unknown mode %s (send, sink or recv)", argv[1]);
+	if (!strcmp(argv[1], "echo"))
+		return cmd_echo(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "echo-server"))
+		return cmd_echo_server(argc - 1, argv + 1);
+	usage_error("unknown mode %s (send, sink, recv, echo or echo-server)",
+		    argv[1]);
 }

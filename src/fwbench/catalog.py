@@ -12,4 +12,5 @@ EXPERIMENTS: dict[str, str] = {
     "fixedrate": "fwbench.experiments.sweep:Sweep",
     "droprate": "fwbench.droprate.experiment:DropRate",
     "loadlatency": "fwbench.loadlatency.experiment:LoadLatency",
+    "echo": "fwbench.echo.experiment:Echo",
 }

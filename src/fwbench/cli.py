@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "of the median), up to N trials per cell; 0: off")
     r.add_argument("--family", help="ipv4 (default) or ipv6: the rule set's and the "
                    "measured flow's IP version")
+    r.add_argument("--full", action="store_true", default=None,
+                   help="echo: run the seed's full design (every combination of the "
+                        "scenario's [echo] lists) instead of its default designs; the "
+                        "estimated time is printed before it starts")
     r.add_argument("--ruleset", metavar="FILE",
                    help="benchmark this rule set (iptables-save text, nft JSON or nft "
                         "text) on every backend that can hold it, instead of seed 000's")
@@ -147,7 +151,8 @@ def cmd_run(args, out: Console, err: Console) -> int:
                      "method": args.method, "traffic": args.traffic,
                      "adaptive.max_repeat": args.max_repeat, "family": args.family,
                      "policy.file": args.ruleset, "policy.iface": args.iface,
-                     "policy.ipsets": args.ipsets, "policy.flow": args.flow}
+                     "policy.ipsets": args.ipsets, "policy.flow": args.flow,
+                     "echo.full": args.full}
     if args.resume:
         if args.scenario or args.out or args.no_report or any(v is not None for v in scenario_opts.values()):
             raise FwbenchError("--resume finishes a run as it was planned; "

@@ -113,6 +113,24 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("conntrack_entries", "connection-table entries", "entries", False,
                _m("conntrack", "count"), log_ok=False),
         _LOAD_TIME),
+    # Seed 001's echo: cells are (clients, protocol, family, frame, server, F, backend,
+    # transaction, entries); throughput is message bytes one way.
+    "echo": (
+        Metric("client_mean_mbps", "throughput per client, mean", "Mbit/s", True,
+               lambda r: r.metrics["throughput"]["client_mean_bps"] / 1e6,
+               column="per client Mbit/s"),
+        Metric("rtt_us_p50", "round trip p50", "µs", False, _m("rtt_us", "p50"),
+               column="RTT p50 us"),
+        Metric("client_p5_mbps", "throughput per client, 5th percentile", "Mbit/s", True,
+               lambda r: r.metrics["throughput"]["client_p5_bps"] / 1e6),
+        Metric("aggregate_mbps", "throughput, all clients", "Mbit/s", True,
+               lambda r: r.metrics["throughput"]["aggregate_bps"] / 1e6),
+        Metric("jain", "fairness (Jain's index)", "", True, _m("throughput", "jain"),
+               log_ok=False),
+        Metric("rtt_us_p99", "round trip p99", "µs", False, _m("rtt_us", "p99")),
+        Metric("server_cs_per_msg", "server context switches per message", "", False,
+               _m("context_switches", "server_per_msg"), log_ok=False),
+        _LOAD_TIME),
 }
 
 # What each method's headline means, for the title of the table that ends a run.
@@ -124,6 +142,7 @@ TITLES: dict[str, str] = {
     "fixedrate": "seed 003 flows: 128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s",
     "droprate": "a UDP flood disposed of per second, sender and firewall on one CPU",
     "loadlatency": "ping RTT through the firewall, with and without TCP load both ways",
+    "echo": "seed 001: n clients echoing messages through the firewall, bytes one way",
 }
 
 

@@ -182,6 +182,9 @@ def experiment_report(data: RunData) -> CellReport:
     if data.method == "loadlatency":
         from fwbench.report import loadlatency
         return loadlatency.report(data)
+    if data.method == "echo":
+        from fwbench.report import echo
+        return echo.report(data)
     return CellReport(data)
 
 

@@ -1,0 +1,252 @@
+"""`fwbench report` of an echo run (seed 001): the seed's findings, each beside ours
+and said to hold or not; the decrease against plain forwarding per cell; the loss per
+rule for IPv4 and IPv6; threads against epoll by the number of clients with the
+turning point; TCP against UDP and IPv4 against IPv6; what was left out and why. Then
+every metric as any experiment has it (report.cells), each cell with rules against
+the same cell without (F = 0).
+"""
+from __future__ import annotations
+
+from fwbench.echo import stats as es
+from fwbench.echo.design import FACTORS
+from fwbench.report import analysis as an
+from fwbench.report import figures as fg
+from fwbench.report.cells import CellReport, References
+from fwbench.report.data import RunData
+from fwbench.report.document import Block, Bullets, FigureBlock, Heading, Para, Table
+
+
+def without_rules(data: RunData, cells: dict) -> References:
+    return {c: es.reference(c) for c in cells
+            if c[es.F_INDEX] and es.reference(c) in cells}
+
+
+def _iv(iv, digits: int = 2, unit: str = "") -> str:
+    return f" [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]{unit}" if iv else ""
+
+
+def _within(x: float, iv) -> bool:
+    return bool(iv) and iv[0] <= x <= iv[1]
+
+
+# --- the findings ----------------------------------------------------------------------
+
+def _slope_row(sl: es.Slope | None, family: str) -> list[str]:
+    seed = es.SEED001["per_rule_pct"][family]
+    claim = f"throughput loss grows linearly with the rules, about {seed} % per {family} rule"
+    if sl is None:
+        return [claim, f"{seed} %/rule", "-", "not shown", "no cell of this family with "
+                "rules and its F = 0 reference"]
+    ours = f"{sl.pct_per_rule:.4f} %/rule{_iv(sl.interval, 4)}"
+    if sl.interval is None:
+        return [claim, f"{seed} %/rule", ours, "not shown", "too few trials for an interval"]
+    if _within(seed, sl.interval) and _within(0.0, sl.interval):
+        return [claim, f"{seed} %/rule", ours, "not shown", "our interval holds both the "
+                "seed's figure and no loss at all: too wide to decide"]
+    if _within(seed, sl.interval):
+        return [claim, f"{seed} %/rule", ours, "holds", "the seed's figure is inside our "
+                "95 % interval, which excludes no loss"]
+    lo_hi = "below" if sl.interval[1] < seed else "above"
+    return [claim, f"{seed} %/rule", ours, "does not hold",
+            f"ours is {lo_hi} it: the interval excludes {seed} "
+            f"(fitted over {sl.cells} cells, up to {sl.max_rules:,} rules)"]
+
+
+def _server_row(tests: list[es.ServerTest], turn: float | None) -> list[str]:
+    seed = es.SEED001["turning_point_clients"]
+    claim = f"threads beat epoll below about {seed} clients and lose above"
+    if not tests:
+        return [claim, f"turning point ~{seed}", "-", "not shown",
+                "no cell measured with both server models"]
+    below = [t for t in tests if t.clients < seed and t.verdict != "untestable"]
+    above = [t for t in tests if t.clients > seed and t.verdict != "untestable"]
+    th_below = any(t.verdict == "threads faster" for t in below)
+    ep_above = any(t.verdict == "epoll faster" for t in above)
+    ours = f"turning point {turn:.0f} clients" if turn else "no sign change"
+    if th_below and ep_above:
+        return [claim, f"turning point ~{seed}", ours, "holds",
+                "threads significantly faster below it and epoll above (Holm)"]
+    if any(t.verdict == "epoll faster" for t in below) or \
+            any(t.verdict == "threads faster" for t in above):
+        return [claim, f"turning point ~{seed}", ours, "does not hold",
+                "a significant difference in the opposite direction (Holm)"]
+    return [claim, f"turning point ~{seed}", ours, "not shown",
+            "no significant difference on one side at least (Holm)"]
+
+
+def _average_row(avg: es.Average | None, claim: str, seed: tuple) -> list[str]:
+    seed_text = f"{seed[0]} % ({seed[1]}..{seed[2]})"
+    if avg is None:
+        return [claim, seed_text, "-", "not shown", "no matched pair of cells"]
+    ours = (f"{avg.slower_pct:.2f} %{_iv(avg.interval)} ({avg.low:.2f}..{avg.high:.2f}, "
+            f"{avg.pairs} pairs)")
+    if avg.p is None or avg.p >= es.ALPHA:
+        return [claim, seed_text, ours, "not shown",
+                f"no significant difference (Wilcoxon p = {an.format_p(avg.p)})"]
+    if avg.slower_pct < 0:
+        return [claim, seed_text, ours, "does not hold",
+                f"the other way round (Wilcoxon p = {an.format_p(avg.p)})"]
+    size = "and the seed's size is inside our interval" if _within(seed[0], avg.interval) \
+        else "but of another size than the seed's"
+    return [claim, seed_text, ours, "holds", f"slower, p = {an.format_p(avg.p)} "
+            f"(Wilcoxon), {size}"]
+
+
+def findings(data: RunData, s: dict, slopes: dict, tests: list, turn: float | None,
+             tcp_udp, v6_v4) -> Table:
+    rows = [_slope_row(slopes.get("ipv4"), "ipv4"), _slope_row(slopes.get("ipv6"), "ipv6"),
+            _server_row(tests, turn),
+            _average_row(tcp_udp, "TCP is slower than UDP", es.SEED001["tcp_slower_than_udp_pct"]),
+            _average_row(v6_v4, "IPv6 is slower than IPv4",
+                         es.SEED001["ipv6_slower_than_ipv4_pct"])]
+    left = data.meta.get("left_out") or {}
+    sctp = next((why for why in left if why.startswith("sctp")), None)
+    seed = es.SEED001["sctp_slower_than_tcp_pct"]
+    rows.append(["SCTP is slower than TCP", f"{seed[0]} % ({seed[1]}..{seed[2]})", "-",
+                 "not shown", sctp or "no SCTP cell planned"])
+    return Table(["seed 001's finding", "seed's figure", "ours [95 %]", "verdict", "why"],
+                 rows, "Each of the seed's headline findings tested on this run's trials "
+                 "(unit of replication: the trial's mean throughput per client). Seed "
+                 "001: 2015, three 8-core hosts, 1 GbE, 100 s per test, 3 runs each.",
+                 id="seed001-findings")
+
+
+def decrease_table(decs: list[es.Decrease]) -> Table:
+    rows = []
+    for d in sorted(decs, key=lambda d: (d.cell[2], d.cell[1], d.cell[0], d.cell[es.F_INDEX],
+                                         d.cell[4], d.cell[6])):
+        c = dict(zip(FACTORS, d.cell))
+        rows.append([c["family"], c["protocol"], str(c["clients"]), c["frame"], c["server"],
+                     c["backend"] + ("" if c["transaction"] == "echo" else f" {c['transaction']}"),
+                     str(c["rules_per_client"]), f"{d.rules:,}",
+                     f"{d.decrease_pct:.2f} %{_iv(d.interval, 2, ' %')}",
+                     f"{d.decrease_pct / d.rules:.4f}", an.format_p(d.p_holm), f"{d.n}/{d.n_ref}"])
+    return Table(["family", "protocol", "clients", "frame", "server", "backend", "F", "rules",
+                  "decrease vs F = 0 [95 %]", "% per rule", "p Holm", "trials"], rows,
+                 "Mean throughput per client against the same cell without rules: "
+                 "100 x (1 - mean / mean at F = 0), bootstrap interval of the ratio of means; "
+                 "Welch two-tailed, Holm across this table. A negative decrease: faster "
+                 "with rules (noise, or a cache effect).", id="decrease")
+
+
+def slope_table(slopes: dict) -> Table:
+    rows = []
+    for fam, sl in slopes.items():
+        if sl is None:
+            continue
+        seed = es.SEED001["per_rule_pct"][fam]
+        rows.append([fam, f"{sl.pct_per_rule:.4f}{_iv(sl.interval, 4)}", f"{seed}",
+                     str(sl.cells), f"{sl.max_rules:,}"])
+    return Table(["family", "% per rule [95 %]", "seed", "cells", "most rules"], rows,
+                 "Decrease (%) = slope x rules, least squares through the origin over every "
+                 "trial of every cell with rules, against its F = 0 cell; the interval "
+                 "resamples each cell's trials and its reference's (bootstrap, 2,000).",
+                 id="per-rule")
+
+
+def server_table(tests: list[es.ServerTest]) -> Table:
+    rows = []
+    for t in tests:
+        g = dict(zip([f for f in FACTORS if f != "server"], t.group))
+        rows.append([g["protocol"], g["family"], str(t.clients), g["frame"],
+                     str(g["rules_per_client"]), g["backend"],
+                     f"{t.diff_pct:+.2f} %{_iv(t.interval, 2, ' %')}", an.format_p(t.p),
+                     an.format_p(t.p_holm), an.format_p(t.mwu_p), t.verdict,
+                     f"{t.n_threads}/{t.n_epoll}"])
+    return Table(["protocol", "family", "clients", "frame", "F", "backend",
+                  "threads vs epoll [95 %]", "p Welch", "p Holm", "p Mann-Whitney",
+                  "verdict", "trials"], rows,
+                 "Mean throughput per client with a thread per client against one epoll "
+                 "loop; positive: threads faster (the seed's Figure 7). Holm across this "
+                 "table.", id="threads-epoll", kind="pvalues")
+
+
+def averages_table(avgs: list) -> Table:
+    rows = []
+    for a, seed in avgs:
+        if a is None:
+            continue
+        rows.append([a.what, f"{a.slower_pct:.2f} %{_iv(a.interval, 2, ' %')}",
+                     f"{a.low:.2f} .. {a.high:.2f} %", str(a.pairs), an.format_p(a.p),
+                     f"{seed[0]} % ({seed[1]} .. {seed[2]})"])
+    return Table(["", "mean [95 %]", "min .. max", "pairs", "p Wilcoxon", "seed"], rows,
+                 "Over every pair of cells equal but for the factor (epoll server on both "
+                 "sides), how much slower the one side's mean throughput per client is.",
+                 id="averages")
+
+
+def left_out_table(data: RunData) -> Table | None:
+    left = data.meta.get("left_out") or {}
+    if not left:
+        return None
+    return Table(["left out", "cells"], [[why, f"{n:,}"] for why, n in left.items()],
+                 "Combinations of the design this run did not measure, and why.",
+                 id="left-out")
+
+
+def _figures(s: dict, decs: list[es.Decrease], tests: list[es.ServerTest]) -> list[fg.Figure]:
+    out = []
+    series: dict[str, list[tuple[float, float]]] = {}
+    for d in decs:
+        c = dict(zip(FACTORS, d.cell))
+        series.setdefault(f"{c['protocol']}/{c['family']}", []).append(
+            (d.rules, d.decrease_pct))
+    fig = fg.points(
+        "fig-decrease-vs-rules", "throughput decrease against plain forwarding",
+        {k: sorted(v) for k, v in series.items()}, "rules (clients x F)",
+        "decrease of mean per-client throughput (%)",
+        "Every cell with rules against the same cell without; the seed fitted the "
+        "gradient of this per protocol and family.", log_x=True)
+    if fig:
+        out.append(fig)
+    diff: dict[str, list[tuple[float, float]]] = {}
+    for t in tests:
+        g = dict(zip([f for f in FACTORS if f != "server"], t.group))
+        diff.setdefault(f"{g['protocol']}/{g['family']} F={g['rules_per_client']}",
+                        []).append((t.clients, t.diff_pct))
+    fig = fg.points("fig-threads-epoll", "threads against epoll",
+                    {k: sorted(v) for k, v in diff.items()}, "clients",
+                    "threads vs epoll, mean per-client throughput (%)",
+                    "Positive: a thread per client is faster than one epoll loop (the "
+                    "seed's Figure 7).", log_x=True, zero_line=True)
+    if fig:
+        out.append(fig)
+    return out
+
+
+def lead(data: RunData) -> tuple[list[Block], list[fg.Figure]]:
+    s = es.samples(data.records)
+    decs = es.decreases(s)
+    slopes = {fam: es.per_rule_slope(s, fam) for fam in ("ipv4", "ipv6")}
+    tests = es.server_tests(s)
+    turn = es.turning_point(tests)
+    tcp_udp = es.paired_average(s, "protocol", "tcp", "udp", "TCP slower than UDP")
+    v6_v4 = es.paired_average(s, "family", "ipv6", "ipv4", "IPv6 slower than IPv4")
+    figs = _figures(s, decs, tests)
+    out: list[Block] = [Heading(2, "Seed 001's findings", "seed001"),
+                        findings(data, s, slopes, tests, turn, tcp_udp, v6_v4)]
+    out += [FigureBlock(f, f"figures/{f.id}.svg") for f in figs]
+    out += [Heading(3, "Loss per rule"), slope_table(slopes),
+            Heading(3, "Decrease against plain forwarding (F = 0)"), decrease_table(decs),
+            Heading(3, "Threads against epoll"),
+            server_table(tests) if tests else Para("No cell was measured with both "
+                                                   "server models.", "note"),
+            Para(f"Turning point (threads faster below, epoll above): "
+                 f"{f'{turn:.0f} clients' if turn else 'none in this run'}; the seed: about "
+                 f"{es.SEED001['turning_point_clients']}.", "note"),
+            Heading(3, "TCP against UDP, IPv4 against IPv6"),
+            averages_table([(tcp_udp, es.SEED001["tcp_slower_than_udp_pct"]),
+                            (v6_v4, es.SEED001["ipv6_slower_than_ipv4_pct"])])]
+    if (t := left_out_table(data)) is not None:
+        out += [Heading(3, "Left out"), t]
+    return out, figs
+
+
+def report(data: RunData) -> CellReport:
+    blocks, figs = lead(data)
+    rep = CellReport(data, without_rules, blocks, tests_note=(
+        "Tests in the metric sections below: each cell with rules against the same cell "
+        "without (F = 0), Welch's two-tailed t-test with Holm's correction."),
+        labels={c: es.label(c) for c in {data.cell(r) for r in data.records}})
+    rep.figures.extend(figs)
+    return rep
