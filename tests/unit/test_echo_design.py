@@ -122,10 +122,11 @@ def made_up(per_rule=None, noise=0.002, reps=5, seed=1):
 def test_the_per_rule_slope_recovers_the_made_up_gradient_with_an_interval():
     s = es.samples(made_up())
     for fam, want in (("ipv4", 0.05), ("ipv6", 0.03)):
-        sl = es.per_rule_slope(s, fam)
+        sl = es.per_rule_slope(s, fam, "iptables-legacy")
         assert sl.pct_per_rule == pytest.approx(want, rel=0.05)
         assert sl.interval[0] < want < sl.interval[1]
-        assert sl.max_rules == 320 and sl.cells == 2 * 2 * 3
+        assert sl.max_rules == 320 and sl.cells == 2 * 2 * 3 and sl.r2 > 0.99
+    assert es.per_rule_slope(s, "ipv4", "nftables") is None
 
 
 def test_decreases_are_against_the_same_cell_without_rules_and_holm_adjusted():
@@ -176,3 +177,47 @@ def test_jain_index_and_percentile():
     assert es.jain([5.0] * 10) == pytest.approx(1.0)
     assert es.jain([1.0] + [0.0] * 9) == pytest.approx(0.1)
     assert es.percentile([1, 2, 3, 4, 5], 0.5) == 3 and es.percentile([1, 2], 0.05) == 1.05
+
+
+# --- bad input through the command line -------------------------------------------------
+
+@pytest.mark.parametrize("echo, says", [
+    ('clients = [0]', "echo.clients.0: Input should be greater than or equal to 1"),
+    ('frames = [16]', "echo frame 16: 16 is below the minimum 32 for tcp/ipv4 (the message "
+                      "header)"),
+    ('protocols = ["sctp"]', "echo: no cell can run here: sctp: this kernel has no SCTP"),
+    ('servers = ["fork"]', "echo.servers.0: Input should be 'threads' or 'epoll'"),
+])
+def test_bad_echo_input_is_one_line_and_a_nonzero_exit(tmp_path, echo, says):
+    import subprocess
+    import sys
+    if "sctp" in echo and design.engine_echo.sctp_missing() is None:
+        pytest.skip("this kernel has SCTP")
+    base = {"clients": "[2]", "protocols": '["tcp"]', "families": '["ipv4"]',
+            "frames": "[64]", "servers": '["epoll"]', "rules_per_client": "[0]"}
+    key, _, value = echo.partition(" = ")
+    base[key] = value
+    sc = tmp_path / "s.toml"
+    sc.write_text('method = "echo"\nbackends = ["nftables"]\n[echo]\n' +
+                  "".join(f"{k} = {v}\n" for k, v in base.items()))
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "run", str(sc), "--out",
+                         str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+    assert cp.returncode != 0
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], cp.stderr
+    assert "Traceback" not in cp.stderr and not (tmp_path / "run").exists()
+
+
+def test_connection_rates_compare_with_no_rules_and_no_entries():
+    def crr(f, entries, rep, rate):
+        t = Trial(FACTORS, TrialKey((40, "tcp", "ipv4", "64", "epoll", f, "iptables-legacy",
+                                     "crr", entries), rep), rep)
+        t.metrics = {"throughput": {"client_mean_bps": 1.0, "msgs_per_s": rate}}
+        return t.record("r", "echo", "engine-echo", None, {})
+    recs = [crr(f, e, i, base * (1 + 0.001 * i)) for f, e, base in
+            ((0, 0, 10000.0), (4, 0, 9000.0), (4, 50000, 8000.0)) for i in range(4)]
+    rates = {(x.cell[es.F_INDEX], x.cell[-1]): x for x in es.conn_rates(recs)}
+    assert rates[(0, 0)].change_pct is None and rates[(0, 0)].rate == pytest.approx(10015)
+    assert rates[(4, 0)].change_pct == pytest.approx(-10.0, abs=0.01)
+    assert rates[(4, 50000)].change_pct == pytest.approx(-20.0, abs=0.01)
+    assert rates[(4, 50000)].p_holm < 0.05 and rates[(4, 50000)].interval[1] < 0

@@ -131,6 +131,18 @@ def test_seed001_tcp_rules_match_tcp():
     _probes_agree(rs)
 
 
+@pytest.mark.parametrize("f", [0, 2, 4])
+def test_seed001_stateful_accepts_established_first_and_the_fill_last(f):
+    rs = seed001(3, f, proto="tcp", stateful=True)
+    fwd = [r for t, c, r in rs.rules() if c.name == "FORWARD"]
+    assert fwd[0].id == "established" and fwd[0].match.ct_state == {"established", "related"}
+    assert fwd[-1].id == "fill" and fwd[-1].match.proto == "udp"
+    assert [r.id for r in fwd[1:-1]] == [r.id for t, c, r in seed001(3, f, proto="tcp").rules()
+                                         if c.name == "FORWARD"]
+    assert rs.name == f"seed001-f{f}-stateful" and rs.digest() != seed001(3, f).digest()
+    _probes_agree(rs)
+
+
 # --- seed004 ------------------------------------------------------------------------
 
 APPENDIX_D_E = """\

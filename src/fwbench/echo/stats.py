@@ -71,12 +71,16 @@ def value(rec: TrialRecord) -> float | None:
 
 
 def samples(records: list[TrialRecord]) -> dict[Cell, list[float]]:
-    """Each cell's ok trials' mean per-client throughput (bit/s)."""
+    """Each echo cell's ok trials' mean per-client throughput (bit/s): seed 001's
+    transaction, without background connection-table entries (crr cells are
+    conn_rates()'s)."""
+    tr, ent = FACTORS.index("transaction"), FACTORS.index("entries")
     out: dict[Cell, list[float]] = defaultdict(list)
     for r in records:
         v = value(r)
-        if r.status == "ok" and v is not None:
-            out[r.cell(FACTORS)].append(v)
+        c = r.cell(FACTORS)
+        if r.status == "ok" and v is not None and c[tr] == "echo" and not c[ent]:
+            out[c].append(v)
     return dict(out)
 
 
@@ -142,19 +146,22 @@ def decreases(s: dict[Cell, list[float]]) -> list[Decrease]:
 @dataclass(frozen=True)
 class Slope:
     family: str
+    backend: str
     pct_per_rule: float
     interval: tuple[float, float] | None
     cells: int                  # cells with rules that went into it
     max_rules: int
+    r2: float                   # of the cell means about the line (through the origin)
 
 
-def per_rule_slope(s: dict[Cell, list[float]], family: str, seed: int = 1,
+def per_rule_slope(s: dict[Cell, list[float]], family: str, backend: str, seed: int = 1,
                    resamples: int = 2000) -> Slope | None:
     """Decrease (%) = slope x rules, least squares through the origin, over every cell of
-    the family that has rules and its F = 0 reference."""
-    fam = FACTORS.index("family")
+    the family and backend that has rules and its F = 0 reference."""
+    fam, be = FACTORS.index("family"), FACTORS.index("backend")
     pairs = [(c, xs, s[reference(c)]) for c, xs in s.items()
-             if c[fam] == family and c[F_INDEX] and s.get(reference(c))]
+             if c[fam] == family and c[be] == backend and c[F_INDEX]
+             and s.get(reference(c))]
     if not pairs:
         return None
 
@@ -179,7 +186,14 @@ def per_rule_slope(s: dict[Cell, list[float]], family: str, seed: int = 1,
                                np.asarray(ref)[rng.integers(0, len(ref), len(ref))])
                               for c, xs, ref in pairs]))
         iv = (float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975)))
-    return Slope(family, point, iv, len(pairs), max(c[0] * c[F_INDEX] for c, _, _ in pairs))
+    # How well a line through the origin holds the cells' mean decreases (uncentred
+    # R², as for any fit without an intercept): 1 is a straight line.
+    pts = [(c[0] * c[F_INDEX], 100 * (1 - float(np.mean(xs)) / float(np.mean(ref))))
+           for c, xs, ref in pairs]
+    ss_res = sum((y - point * x) ** 2 for x, y in pts)
+    ss_tot = sum(y * y for _, y in pts) or 1.0
+    return Slope(family, backend, point, iv, len(pairs), max(x for x, _ in pts),
+                 1 - ss_res / ss_tot)
 
 
 # --- threads against epoll ----------------------------------------------------------------
@@ -280,6 +294,44 @@ def paired_average(s: dict[Cell, list[float]], factor: str, slow: str, fast: str
     if len(diffs) >= 2 and any(diffs):
         p = float(sps.wilcoxon(diffs).pvalue)
     return Average(what, statistics.fmean(diffs), min(diffs), max(diffs), iv, len(diffs), p)
+
+
+# --- connections per second (crr, beyond the seed) ------------------------------------------
+
+@dataclass(frozen=True)
+class ConnRate:
+    cell: Cell
+    base: Cell                  # the same cell with F = 0 and no background entries
+    rate: float                 # mean connections (transactions) per second, all clients
+    change_pct: float | None    # against base, means
+    interval: tuple[float, float] | None
+    p_holm: float | None
+    n: int
+
+
+def conn_rates(records: list[TrialRecord]) -> list[ConnRate]:
+    """Every crr cell's connection rate, and its change against the same cell with
+    no rules and no background connection-table entries."""
+    tr, ent = FACTORS.index("transaction"), FACTORS.index("entries")
+    rates: dict[Cell, list[float]] = defaultdict(list)
+    for r in records:
+        c = r.cell(FACTORS)
+        if r.status == "ok" and c[tr] == "crr":
+            rates[c].append(float(r.metrics["throughput"]["msgs_per_s"]))
+    out = []
+    for c, xs in sorted(rates.items(), key=lambda kv: (kv[0][F_INDEX], kv[0][ent])):
+        base = reference(c)[:ent] + (0,)
+        ref = rates.get(base) if base != c else None
+        iv = _mean_ratio_interval(xs, ref) if ref else None
+        w = stats.welch(xs, ref) if ref else None
+        out.append(ConnRate(c, base, statistics.fmean(xs),
+                            100 * (statistics.fmean(xs) / statistics.fmean(ref) - 1)
+                            if ref else None,
+                            (100 * (iv[0] - 1), 100 * (iv[1] - 1)) if iv else None,
+                            w.p if w else None, len(xs)))
+    adj = stats.holm([x.p_holm for x in out])
+    return [ConnRate(x.cell, x.base, x.rate, x.change_pct, x.interval, p, x.n)
+            for x, p in zip(out, adj)]
 
 
 # --- the table that ends a run --------------------------------------------------------

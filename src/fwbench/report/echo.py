@@ -33,11 +33,12 @@ def _within(x: float, iv) -> bool:
 
 def _slope_row(sl: es.Slope | None, family: str) -> list[str]:
     seed = es.SEED001["per_rule_pct"][family]
-    claim = f"throughput loss grows linearly with the rules, about {seed} % per {family} rule"
+    claim = (f"throughput loss grows linearly with the rules, about {seed} % per {family} "
+             f"rule" + (f" ({sl.backend})" if sl else ""))
     if sl is None:
         return [claim, f"{seed} %/rule", "-", "not shown", "no cell of this family with "
                 "rules and its F = 0 reference"]
-    ours = f"{sl.pct_per_rule:.4f} %/rule{_iv(sl.interval, 4)}"
+    ours = f"{sl.pct_per_rule:.4f} %/rule{_iv(sl.interval, 4)}, R² {sl.r2:.2f}"
     if sl.interval is None:
         return [claim, f"{seed} %/rule", ours, "not shown", "too few trials for an interval"]
     if _within(seed, sl.interval) and _within(0.0, sl.interval):
@@ -92,9 +93,17 @@ def _average_row(avg: es.Average | None, claim: str, seed: tuple) -> list[str]:
             f"(Wilcoxon), {size}"]
 
 
+def _seed_slope(slopes: dict, family: str) -> es.Slope | None:
+    """The slope the seed's figure is compared with: iptables (legacy, the seed's
+    2015 iptables) where measured, else the first backend's."""
+    mine = [sl for (fam, _), sl in slopes.items() if fam == family and sl]
+    return next((sl for sl in mine if sl.backend == "iptables-legacy"), mine[0] if mine else None)
+
+
 def findings(data: RunData, s: dict, slopes: dict, tests: list, turn: float | None,
              tcp_udp, v6_v4) -> Table:
-    rows = [_slope_row(slopes.get("ipv4"), "ipv4"), _slope_row(slopes.get("ipv6"), "ipv6"),
+    rows = [_slope_row(_seed_slope(slopes, "ipv4"), "ipv4"),
+            _slope_row(_seed_slope(slopes, "ipv6"), "ipv6"),
             _server_row(tests, turn),
             _average_row(tcp_udp, "TCP is slower than UDP", es.SEED001["tcp_slower_than_udp_pct"]),
             _average_row(v6_v4, "IPv6 is slower than IPv4",
@@ -131,17 +140,19 @@ def decrease_table(decs: list[es.Decrease]) -> Table:
 
 def slope_table(slopes: dict) -> Table:
     rows = []
-    for fam, sl in slopes.items():
+    for (fam, backend), sl in slopes.items():
         if sl is None:
             continue
         seed = es.SEED001["per_rule_pct"][fam]
-        rows.append([fam, f"{sl.pct_per_rule:.4f}{_iv(sl.interval, 4)}", f"{seed}",
-                     str(sl.cells), f"{sl.max_rules:,}"])
-    return Table(["family", "% per rule [95 %]", "seed", "cells", "most rules"], rows,
+        rows.append([fam, backend, f"{sl.pct_per_rule:.4f}{_iv(sl.interval, 4)}",
+                     f"{sl.r2:.2f}", f"{seed}", str(sl.cells), f"{sl.max_rules:,}"])
+    return Table(["family", "backend", "% per rule [95 %]", "R²", "seed", "cells",
+                  "most rules"], rows,
                  "Decrease (%) = slope x rules, least squares through the origin over every "
                  "trial of every cell with rules, against its F = 0 cell; the interval "
-                 "resamples each cell's trials and its reference's (bootstrap, 2,000).",
-                 id="per-rule")
+                 "resamples each cell's trials and its reference's (bootstrap, 2,000). R²: "
+                 "of the cells' mean decreases about the line (1: straight). The seed's "
+                 "figures are for iptables (2015, the legacy one).", id="per-rule")
 
 
 def server_table(tests: list[es.ServerTest]) -> Table:
@@ -173,6 +184,26 @@ def averages_table(avgs: list) -> Table:
                  "Over every pair of cells equal but for the factor (epoll server on both "
                  "sides), how much slower the one side's mean throughput per client is.",
                  id="averages")
+
+
+def conn_rate_table(rates: list[es.ConnRate]) -> Table:
+    rows = []
+    for x in rates:
+        c = dict(zip(FACTORS, x.cell))
+        rows.append([f"{c['clients']}", f"{c['protocol']}/{c['family']}", c["server"],
+                     c["backend"], str(c["rules_per_client"]), f"{c['entries']:,}",
+                     f"{x.rate:,.0f}",
+                     "reference" if x.change_pct is None else
+                     f"{x.change_pct:+.2f} %{_iv(x.interval, 2, ' %')}",
+                     an.format_p(x.p_holm), str(x.n)])
+    return Table(["clients", "protocol", "server", "backend", "F", "background entries",
+                  "connections/s", "vs F = 0, no entries [95 %]", "p Holm", "trials"], rows,
+                 "A new TCP connection per message (connect, send, echo, close with RST), "
+                 "as netperf's TCP_CRR, through the stateful variant of the rule set: "
+                 "connection tracking accepts a connection's later packets, its first walks "
+                 "the per-client rules. Background entries: UDP flows held in the "
+                 "connection table during the trial. Welch two-tailed, Holm across this "
+                 "table.", id="crr")
 
 
 def left_out_table(data: RunData) -> Table | None:
@@ -217,7 +248,9 @@ def _figures(s: dict, decs: list[es.Decrease], tests: list[es.ServerTest]) -> li
 def lead(data: RunData) -> tuple[list[Block], list[fg.Figure]]:
     s = es.samples(data.records)
     decs = es.decreases(s)
-    slopes = {fam: es.per_rule_slope(s, fam) for fam in ("ipv4", "ipv6")}
+    backends = list(dict.fromkeys(c[FACTORS.index("backend")] for c in s))
+    slopes = {(fam, b): es.per_rule_slope(s, fam, b) for fam in ("ipv4", "ipv6")
+              for b in backends}
     tests = es.server_tests(s)
     turn = es.turning_point(tests)
     tcp_udp = es.paired_average(s, "protocol", "tcp", "udp", "TCP slower than UDP")
@@ -237,6 +270,8 @@ def lead(data: RunData) -> tuple[list[Block], list[fg.Figure]]:
             Heading(3, "TCP against UDP, IPv4 against IPv6"),
             averages_table([(tcp_udp, es.SEED001["tcp_slower_than_udp_pct"]),
                             (v6_v4, es.SEED001["ipv6_slower_than_ipv4_pct"])])]
+    if rates := es.conn_rates(data.records):
+        out += [Heading(3, "Connections per second (beyond the seed)"), conn_rate_table(rates)]
     if (t := left_out_table(data)) is not None:
         out += [Heading(3, "Left out"), t]
     return out, figs
