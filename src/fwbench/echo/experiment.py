@@ -57,7 +57,24 @@ EBPF = ("xdp-linear", "xdp-set", "tc-linear", "tc-set")
 # measurements (a busy machine can stall an echo past its timeout).
 INVALID = ("foreign", "wrong_size", "bad_seq", "corrupt", "connect_failed", "broken")
 SERVER_INVALID = ("foreign", "wrong_size", "corrupt", "reordered")
-REQUIRED_TOOLS = {"ip": "iproute2", "conntrack": "conntrack"}
+REQUIRED_TOOLS = {"ip": "iproute2", "ss": "iproute2", "conntrack": "conntrack"}
+# How long a trial waits for its TCP connections to finish closing at both ends.
+SETTLE_S = 5.0
+
+
+def settle(tb: NetnsTestbed) -> int:
+    """Wait until no TCP connection of the trial is still closing at either end (a
+    FIN retransmitted seconds later would be counted by the next trial's rules while
+    it verifies them); TIME-WAIT sends nothing unprompted. Returns how many were left
+    after SETTLE_S (0: all gone)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        left = sum(len(tb.run(role, ["ss", "-Htan", "exclude", "listening", "exclude",
+                                     "time-wait"], check=False).stdout.splitlines())
+                   for role in ("client", "server"))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 def _ctxt() -> int:
@@ -277,6 +294,7 @@ class Echo(Experiment):
             rep = run_clients(tb, spec, self.sources(n, spec.version), count=m,
                               threads=self.s.client_threads)
             srv_rep = srv.stop()
+        settle(tb)
         short = [p["id"] for p in rep["per_client"] if p["msgs"] != m]
         if short:
             return {"ok": False, "reason": f"{len(short)} of {n} clients did not complete "
@@ -344,8 +362,10 @@ class Echo(Experiment):
                               warmup_s=self.s.warmup_s, threads=self.s.client_threads)
             cpu1, ctxt1, wall = CpuSample.now(), _ctxt(), time.monotonic() - t0
             srv_rep = srv.stop()
-        return summarise(rep, srv_rep, cpu0, cpu1, ctxt1 - ctxt0, wall, mem,
-                         self.baseline_mem)
+        out = summarise(rep, srv_rep, cpu0, cpu1, ctxt1 - ctxt0, wall, mem,
+                        self.baseline_mem)
+        out["tcp_still_closing"] = settle(tb)
+        return out
 
     def line(self, rec: TrialRecord) -> str:
         m = rec.metrics
