@@ -236,7 +236,6 @@ class Echo(Experiment):
         spec = self.spec(key.cell)
         t = Trial(self.factors, key, idx)
         say = step or (lambda line: None)
-        filled = None
         try:
             flush_conntrack(tb)
             say("loading")
@@ -252,11 +251,7 @@ class Echo(Experiment):
                 else:
                     if c["entries"]:
                         say(f"filling the connection table to {c['entries']:,}")
-                        filled = t.timed("fill_s", statecheck.fill, tb, c["entries"])
-                        t.metrics["conntrack_fill"] = filled.as_dict()
-                        if not filled.reached:
-                            raise FwbenchError(f"the connection table reached "
-                                               f"{filled.created:,} of {c['entries']:,}")
+                        t.fill_conntrack(tb, c["entries"])
                     say("measuring")
                     t.metrics.update(t.timed("measure_s", self._measure, tb, spec))
                     if c["transaction"] == "crr":
@@ -268,11 +263,7 @@ class Echo(Experiment):
         except FwbenchError as e:
             t.fail(str(e))
         finally:
-            if filled is not None:
-                try:
-                    statecheck.release(tb, filled)
-                except FwbenchError as e:
-                    t.fail(f"releasing the background connections: {e}")
+            t.release_conntrack(tb)
             flush_conntrack(tb)
         return t.record(tb.topo.run_id, METHOD, "engine-echo", rs.digest(),
                         {"duration_s": self.sc.duration_s, "warmup_s": self.s.warmup_s,

@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 
 from rich.console import Console, RenderableType
 
+from fwbench import statecheck
+from fwbench.errors import FwbenchError
 from fwbench.plan import Cell, TrialKey
 from fwbench.results import SCHEMA_VERSION, TrialRecord
 from fwbench.scenario import Scenario
@@ -56,6 +58,7 @@ class Trial:
         self.metrics: dict = {}
         self.trials: list = []
         self.phases = Phases()
+        self._filled = None         # statecheck.FillResult while background entries stand
 
     def timed(self, name: str, fn, *args, **kw):
         return self.phases.timed(name, fn, *args, **kw)
@@ -70,6 +73,29 @@ class Trial:
 
     def fail(self, reason: str, status: str = "failed") -> None:
         self.status, self.reason = status, reason
+
+    def fill_conntrack(self, tb: NetnsTestbed, entries: int, **kw) -> None:
+        """Fill the firewall's connection table with `entries` background entries
+        (statecheck.fill, its keywords), kept in the metrics; short of them is an
+        error. release_conntrack() undoes it, whatever happened in between."""
+        self._filled = self.timed("fill_s", statecheck.fill, tb, entries, **kw)
+        self.metrics["conntrack_fill"] = self._filled.as_dict()
+        if not self._filled.reached:
+            raise FwbenchError(f"the connection table reached {self._filled.created:,} "
+                               f"of {entries:,} entries")
+
+    def release_conntrack(self, tb: NetnsTestbed) -> None:
+        """Release what fill_conntrack() made, if anything. A failed release fails the
+        trial with its reason: the next trial's flush empties the table anyway, so it
+        must not end the run with a traceback."""
+        if self._filled is None:
+            return
+        try:
+            statecheck.release(tb, self._filled)
+        except FwbenchError as e:
+            self.fail(f"releasing the background connections: {e}")
+        finally:
+            self._filled = None
 
     def record(self, run_id: str, method: str, traffic: str, ruleset_sha256: str | None,
                conditions: dict) -> TrialRecord:

@@ -172,7 +172,6 @@ class LoadLatency(Experiment):
         rs, backend = self.rulesets[name], self._backend(bname)
         t = Trial(self.factors, key, idx)
         say = step or (lambda line: None)
-        filled = None
         try:
             flush_conntrack(tb)
             # The probes' XDP sink on the server's port would take the verification's
@@ -196,12 +195,7 @@ class LoadLatency(Experiment):
                         self.load.start_server(tb)
                     if entries:
                         say(f"filling the connection table to {entries:,}")
-                        filled = t.timed("fill_s", statecheck.fill, tb, entries,
-                                         dst=rs.flow.daddr)
-                        t.metrics["conntrack_fill"] = filled.as_dict()
-                        if not filled.reached:
-                            raise FwbenchError(f"the connection table reached "
-                                               f"{filled.created:,} of {entries:,} entries")
+                        t.fill_conntrack(tb, entries, dst=rs.flow.daddr)
                     say(f"{load}, measuring")
                     t.metrics.update(t.timed("measure_s", self._measure, tb, rs, load))
                     t.metrics["conntrack"] = statecheck.table_state(tb)
@@ -210,13 +204,7 @@ class LoadLatency(Experiment):
         except FwbenchError as e:
             t.fail(str(e))
         finally:
-            if filled is not None:
-                try:
-                    statecheck.release(tb, filled)
-                except FwbenchError as e:
-                    # The next trial's flush empties the table anyway; a failed
-                    # release must not end the run with a traceback.
-                    t.fail(f"releasing the background connections: {e}")
+            t.release_conntrack(tb)
             flush_conntrack(tb)
         return t.record(tb.topo.run_id, METHOD, "iperf3+ping+engine" if load != "none"
                         else "ping+engine", rs.digest(),

@@ -13,7 +13,7 @@ from fwbench.report import analysis as an
 from fwbench.report import figures as fg
 from fwbench.report.cells import CellReport, References
 from fwbench.report.data import RunData
-from fwbench.report.document import Block, Bullets, FigureBlock, Heading, Para, Table
+from fwbench.report.document import Block, FigureBlock, Heading, Para, Table
 
 
 def without_rules(data: RunData, cells: dict) -> References:

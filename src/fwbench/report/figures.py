@@ -265,20 +265,13 @@ def distributions(ident: str, title: str, samples: dict[str, list[float]],
 def time_series(ident: str, title: str, series: dict[str, list[tuple[float, float]]],
                 ylabel: str, caption: str) -> Figure | None:
     """One line per label: (seconds into the trial, value) points."""
-    drawn = {k: v for k, v in series.items() if v}
-    if not drawn:
-        return None
-    colour = colours(list(drawn))
-    fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    for label, pts in drawn.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", ms=3, lw=1,
-                color=colour[label], label=label)
-    return _finish(fig, ax, ident, title, "seconds into the trial", ylabel, caption)
+    return points(ident, title, series, "seconds into the trial", ylabel, caption,
+                  marker=".", ms=3)
 
 
 def points(ident: str, title: str, series: dict[str, list[tuple[float, float]]],
            xlabel: str, ylabel: str, caption: str, log_x: bool = False,
-           zero_line: bool = False) -> Figure | None:
+           zero_line: bool = False, marker: str = "o", ms: float = 4) -> Figure | None:
     """One line with markers per label through its (x, y) points."""
     drawn = {k: v for k, v in series.items() if v}
     if not drawn:
@@ -286,7 +279,7 @@ def points(ident: str, title: str, series: dict[str, list[tuple[float, float]]],
     colour = colours(list(drawn))
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     for label, pts in drawn.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=4, lw=1,
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, ms=ms, lw=1,
                 color=colour[label], label=label)
     if log_x and all(p[0] > 0 for v in drawn.values() for p in v):
         ax.set_xscale("log")
