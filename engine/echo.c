@@ -216,25 +216,6 @@ void echo_json_rusage(struct json *j)
 	json_close_obj(j);
 }
 
-void echo_json_rtt(struct json *j, const char *key, const uint64_t *hist,
-		   uint64_t count, uint64_t sum, uint64_t min, uint64_t max)
-{
-	static const struct { const char *name; double q; } qs[] = {
-		{ "p50", 0.50 }, { "p90", 0.90 }, { "p99", 0.99 },
-		{ "p999", 0.999 },
-	};
-
-	json_obj(j, key);
-	json_u64(j, "count", count);
-	json_num(j, "mean", count ? (double)sum / count : NAN);
-	json_num(j, "min", count ? (double)min : NAN);
-	json_num(j, "max", count ? (double)max : NAN);
-	for (unsigned int i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
-		json_num(j, qs[i].name,
-			 hist_percentile(hist, count, qs[i].q, min, max));
-	json_close_obj(j);
-}
-
 void echo_json_null(struct json *j, const char *key)
 {
 	json_num(j, key, NAN);	/* the writer prints non-finite as null */

@@ -151,8 +151,6 @@ void echo_pin(const int *cpus, int n);
 /* Reports. */
 void echo_json_rusage(struct json *j);
 
-void echo_json_rtt(struct json *j, const char *key, const uint64_t *hist,
-		   uint64_t count, uint64_t sum, uint64_t min, uint64_t max);
 /* JSON null, for a field that has no value. */
 void echo_json_null(struct json *j, const char *key);
 

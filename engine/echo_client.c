@@ -295,6 +295,15 @@ static void try_send(struct worker *w, struct cli *c, uint64_t now)
 	set_events(w, c, EPOLLIN);
 }
 
+/* A client that is done with a connection attempt: its END, or its next cycle. */
+static void cli_onward(struct worker *w, struct cli *c, uint64_t now)
+{
+	if (c->end)
+		cli_finish(w, c);
+	else
+		next_cycle(w, c, now);
+}
+
 static void connect_done(struct worker *w, struct cli *c, uint64_t now)
 {
 	int err = 0;
@@ -308,10 +317,7 @@ static void connect_done(struct worker *w, struct cli *c, uint64_t now)
 			return;
 		}
 		cli_close(c);
-		if (c->end)
-			cli_finish(w, c);
-		else
-			next_cycle(w, c, now);
+		cli_onward(w, c, now);
 		return;
 	}
 	c->connects++;
@@ -534,10 +540,7 @@ static void expire(struct worker *w, struct cli *c, uint64_t now)
 	switch (c->state) {
 	case C_CONNECT:
 		if (c->fd < 0) {	/* next_cycle() counted it */
-			if (c->end)
-				cli_finish(w, c);
-			else
-				next_cycle(w, c, now);
+			cli_onward(w, c, now);
 			return;
 		}
 		c->connect_failed++;
@@ -547,10 +550,7 @@ static void expire(struct worker *w, struct cli *c, uint64_t now)
 			return;
 		}
 		cli_close(c);
-		if (c->end)
-			cli_finish(w, c);
-		else
-			next_cycle(w, c, now);
+		cli_onward(w, c, now);
 		return;
 	case C_SEND:
 		/* A stream finishes a begun message, or loses its framing. */
@@ -887,7 +887,7 @@ static void client_report(const struct client_cfg *g, const struct cli *cl,
 	}
 	json_u64(&j, "broken", broken);
 	json_close_obj(&j);
-	echo_json_rtt(&j, "rtt_ns", hist, n, sum, min, max);
+	json_latency(&j, "rtt_ns", hist, n, sum, min, max);
 	json_arr(&j, "per_client");
 	for (uint32_t i = 0; i < g->clients; i++) {
 		const struct cli *c = &cl[i];

@@ -315,6 +315,25 @@ static void *conn_main(void *arg)
 	return NULL;
 }
 
+/* An accepted connection's state (NULL and the descriptor closed when out of
+ * memory); TCP without Nagle, so an echo leaves as soon as it is written. */
+static struct conn *conn_new(struct server *s, int fd)
+{
+	struct conn *cn;
+	int one = 1;
+
+	if (s->proto == ECHO_TCP)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	cn = calloc(1, sizeof(*cn));
+	if (!cn) {
+		close(fd);
+		return NULL;
+	}
+	cn->s = s;
+	cn->fd = fd;
+	return cn;
+}
+
 static void *accept_main(void *arg)
 {
 	struct server *s = arg;
@@ -324,7 +343,7 @@ static void *accept_main(void *arg)
 	pthread_attr_setstacksize(&attr, CONN_STACK);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	for (;;) {
-		int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC), one = 1;
+		int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
 		struct conn *cn;
 		pthread_t tid;
 
@@ -337,16 +356,9 @@ static void *accept_main(void *arg)
 			usleep(10000);	/* out of descriptors: no busy loop */
 			continue;
 		}
-		if (s->proto == ECHO_TCP)
-			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
-				   sizeof(one));
-		cn = calloc(1, sizeof(*cn));
-		if (!cn) {
-			close(fd);
+		cn = conn_new(s, fd);
+		if (!cn)
 			continue;
-		}
-		cn->s = s;
-		cn->fd = fd;
 		pthread_mutex_lock(&s->lock);
 		s->connections++;
 		conn_link(s, cn);
@@ -505,7 +517,7 @@ static void stream_accept(struct server *s, int ep)
 {
 	for (;;) {
 		int fd = accept4(s->fd, NULL, NULL,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct epoll_event ev = { .events = EPOLLIN };
 		struct conn *cn;
 
@@ -517,16 +529,9 @@ static void stream_accept(struct server *s, int ep)
 				     strerror(errno));
 			return;
 		}
-		if (s->proto == ECHO_TCP)
-			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
-				   sizeof(one));
-		cn = calloc(1, sizeof(*cn));
-		if (!cn) {
-			close(fd);
+		cn = conn_new(s, fd);
+		if (!cn)
 			continue;
-		}
-		cn->s = s;
-		cn->fd = fd;
 		ev.data.ptr = cn;
 		if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) {
 			close(fd);

@@ -94,6 +94,10 @@ def test_count_gives_exactly_m_echoes_of_the_sizes_python_computes(tb, proto, ve
 # so that cycle also ends in the echo timeout (lost); a delayed echo arrives just
 # before the next one (late), the last at message 101's.
 M, EVERY, VICTIM, FAULTY = 105, 10, 3, 10
+# Long enough that no healthy echo misses it on a busy shared machine (40 ms did,
+# once, under load: a client that is not the victim counted a loss and a late echo);
+# every faulted cycle waits it out, ten per test.
+TIMEOUT_MS = 100
 FAULT_COUNTS = {
     "drop": {"lost": FAULTY},
     "foreign": {"foreign": FAULTY, "lost": FAULTY},
@@ -112,7 +116,7 @@ FAULT_CELLS = [(f, p, m) for f in FAULT_COUNTS
 def test_injected_faults_are_counted_exactly(tb, fault, proto, model):
     n = 8
     spec = EchoSpec(proto, 4, n, (64, 512), server_model=model, seed=5,
-                    echo_timeout_ms=40)
+                    echo_timeout_ms=TIMEOUT_MS)
     rep, srv = run(tb, spec, faults=(f"{fault}:{EVERY}:{VICTIM}",), count=M)
     for c in rep["per_client"]:
         got = {k: c[k] for k in CLIENT_COUNTS if c[k] and k not in ("msgs", "sent")}
@@ -148,7 +152,7 @@ def test_a_netfilter_rule_dropping_every_10th_packet_shows_as_gaps_and_losses(tb
     the 100th packet and gets through, so the server sees every gap (a dropped END
     would hide the gaps of the messages after the last one it saw)."""
     n, m = 6, 99
-    spec = EchoSpec("udp", version, n, (64, 64), echo_timeout_ms=40)
+    spec = EchoSpec("udp", version, n, (64, 64), echo_timeout_ms=TIMEOUT_MS)
     victim = 2
     src = sources(tb, n, version)[victim - 1]
     ip = "ip" if version == 4 else "ip6"
