@@ -58,6 +58,15 @@ def have(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
+def require(tools: dict[str, str]) -> None:
+    """One line naming the first missing tool and its Debian package, if any is
+    missing: {tool: package}."""
+    for tool, package in tools.items():
+        if not have(tool):
+            raise FwbenchError(f"{tool} not found: install the Debian package {package} "
+                               f"(./scripts/setup.sh installs everything)")
+
+
 def version_line(argv: list[str]) -> str | None:
     """First line a tool prints about its version, or None when it is missing."""
     try:

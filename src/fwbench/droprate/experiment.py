@@ -58,10 +58,7 @@ def check(trs: list[Treatment], path_cpu: int) -> None:
     if path_cpu >= ncpu:
         raise FwbenchError(f"droprate.cpu: CPU {path_cpu} does not exist "
                            f"(this machine has {ncpu})")
-    for tool, package in REQUIRED_TOOLS.items():
-        if not proc.have(tool):
-            raise FwbenchError(f"{tool} not found: install the Debian package {package} "
-                               f"(./scripts/setup.sh installs everything)")
+    proc.require(REQUIRED_TOOLS)
     engine.binary()
     for tr in trs:
         if why := tr.unavailable():

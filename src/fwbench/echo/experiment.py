@@ -131,10 +131,7 @@ class Echo(Experiment):
     # --- before any testbed ----------------------------------------------------------
 
     def check(self) -> None:
-        for tool, package in REQUIRED_TOOLS.items():
-            if not proc.have(tool):
-                raise FwbenchError(f"{tool} not found: install the Debian package "
-                                   f"{package} (./scripts/setup.sh installs everything)")
+        proc.require(REQUIRED_TOOLS)
         engine.binary()
 
     def _backend_names(self) -> list[str]:

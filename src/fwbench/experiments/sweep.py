@@ -270,10 +270,7 @@ REQUIRED_TOOLS = {"ip": "iproute2", "ss": "iproute2", "ethtool": "ethtool",
 
 
 def check_tools() -> None:
-    for tool, package in REQUIRED_TOOLS.items():
-        if not proc.have(tool):
-            raise FwbenchError(f"{tool} not found: install the Debian package {package} "
-                               f"(./scripts/setup.sh installs everything)")
+    proc.require(REQUIRED_TOOLS)
 
 
 def verify_with_sink_off(tb: NetnsTestbed, backend: Backend, rs: RuleSet, method):

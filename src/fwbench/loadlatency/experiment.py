@@ -68,10 +68,7 @@ class LoadLatency(Experiment):
     # --- before any testbed ----------------------------------------------------------
 
     def check(self) -> None:
-        for tool, package in REQUIRED_TOOLS.items():
-            if not proc.have(tool):
-                raise FwbenchError(f"{tool} not found: install the Debian package "
-                                   f"{package} (./scripts/setup.sh installs everything)")
+        proc.require(REQUIRED_TOOLS)
         if "tcp-bidir" in self.s.loads:
             self.load.check()
         engine.binary()
