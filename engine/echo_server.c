@@ -545,17 +545,28 @@ static void stream_accept(struct server *s, int ep)
 	}
 }
 
-static void *stream_epoll_main(void *arg)
+/* An epoll set holding the server's socket and its wake-up descriptor, each
+ * event carrying the address of the descriptor's field in `s`. */
+static int server_epoll(struct server *s)
 {
-	struct server *s = arg;
-	struct epoll_event evs[EPOLL_EVENTS];
 	struct epoll_event ev = { .events = EPOLLIN };
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 
+	if (ep < 0)
+		runtime_error("echo-server: epoll: %s", strerror(errno));
 	ev.data.ptr = &s->fd;
 	epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
 	ev.data.ptr = &s->wake;
 	epoll_ctl(ep, EPOLL_CTL_ADD, s->wake, &ev);
+	return ep;
+}
+
+static void *stream_epoll_main(void *arg)
+{
+	struct server *s = arg;
+	struct epoll_event evs[EPOLL_EVENTS];
+	int ep = server_epoll(s);
+
 	while (!s->stop) {
 		int n = epoll_wait(ep, evs, EPOLL_EVENTS, -1);
 
@@ -628,13 +639,9 @@ static void *udp_epoll_main(void *arg)
 	struct mmsghdr in[UDP_BATCH], out[2 * UDP_BATCH];
 	struct iovec iv[UDP_BATCH], ov[2 * UDP_BATCH];
 	uint8_t *held[UDP_BATCH];
-	struct epoll_event evs[2], ev = { .events = EPOLLIN };
-	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event evs[2];
+	int ep = server_epoll(s);
 
-	ev.data.ptr = &s->fd;
-	epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
-	ev.data.ptr = &s->wake;
-	epoll_ctl(ep, EPOLL_CTL_ADD, s->wake, &ev);
 	while (!s->stop) {
 		int n = epoll_wait(ep, evs, 2, -1);
 

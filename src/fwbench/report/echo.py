@@ -63,7 +63,8 @@ def _server_row(tests: list[es.ServerTest], turn: float | None) -> list[str]:
     above = [t for t in tests if t.clients > seed and t.verdict != "untestable"]
     th_below = any(t.verdict == "threads faster" for t in below)
     ep_above = any(t.verdict == "epoll faster" for t in above)
-    ours = f"turning point {turn:.0f} clients" if turn else "no sign change"
+    ours = (f"the means change sign at ~{turn:.0f} clients" if turn
+            else "the means do not change sign")
     if th_below and ep_above:
         return [claim, f"turning point ~{seed}", ours, "holds",
                 "threads significantly faster below it and epoll above (Holm)"]
