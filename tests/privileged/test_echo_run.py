@@ -18,7 +18,7 @@ seed = 3
 [echo]
 clients = [4]
 protocols = ["udp", "sctp"]
-families = ["ipv4", "ipv6"]
+families = ["ipv4"]
 frames = [64]
 servers = ["epoll"]
 rules_per_client = [0, 4]
@@ -42,7 +42,7 @@ def test_a_small_run_proves_every_clients_rules_and_reports(tmp_path, own_netns)
                         capture_output=True, text=True, timeout=300)
     assert "left out" in cp.stderr and "SCTP" in cp.stderr, cp.stderr
     recs = [json.loads(x) for x in (d / "trials.jsonl").read_text().splitlines()]
-    assert len(recs) == 4 + 1, cp.stderr
+    assert len(recs) == 2 + 1, cp.stderr
     for r in recs:
         assert r["status"] == "ok", r["reason"]
         f = r["factors"]
