@@ -101,7 +101,7 @@ def _seed_slope(slopes: dict, family: str) -> es.Slope | None:
     return next((sl for sl in mine if sl.backend == "iptables-legacy"), mine[0] if mine else None)
 
 
-def findings(data: RunData, s: dict, slopes: dict, tests: list, turn: float | None,
+def findings(data: RunData, slopes: dict, tests: list, turn: float | None,
              tcp_udp, v6_v4) -> Table:
     rows = [_slope_row(_seed_slope(slopes, "ipv4"), "ipv4"),
             _slope_row(_seed_slope(slopes, "ipv6"), "ipv6"),
@@ -216,7 +216,7 @@ def left_out_table(data: RunData) -> Table | None:
                  id="left-out")
 
 
-def _figures(s: dict, decs: list[es.Decrease], tests: list[es.ServerTest]) -> list[fg.Figure]:
+def _figures(decs: list[es.Decrease], tests: list[es.ServerTest]) -> list[fg.Figure]:
     out = []
     series: dict[str, list[tuple[float, float]]] = {}
     for d in decs:
@@ -256,9 +256,9 @@ def lead(data: RunData) -> tuple[list[Block], list[fg.Figure]]:
     turn = es.turning_point(tests)
     tcp_udp = es.paired_average(s, "protocol", "tcp", "udp", "TCP slower than UDP")
     v6_v4 = es.paired_average(s, "family", "ipv6", "ipv4", "IPv6 slower than IPv4")
-    figs = _figures(s, decs, tests)
+    figs = _figures(decs, tests)
     out: list[Block] = [Heading(2, "Seed 001's findings", "seed001"),
-                        findings(data, s, slopes, tests, turn, tcp_udp, v6_v4)]
+                        findings(data, slopes, tests, turn, tcp_udp, v6_v4)]
     out += [FigureBlock(f, f"figures/{f.id}.svg") for f in figs]
     out += [Heading(3, "Loss per rule"), slope_table(slopes),
             Heading(3, "Decrease against plain forwarding (F = 0)"), decrease_table(decs),
