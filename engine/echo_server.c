@@ -631,6 +631,18 @@ static uint32_t *src_binding(struct server *s,
 	return &s->unbindable;
 }
 
+/* One datagram for sendmmsg(): `buf` back to where the datagram `from` came from. */
+static void queue_out(struct mmsghdr *out, struct iovec *ov, void *buf,
+		      size_t len, const struct mmsghdr *from)
+{
+	ov->iov_base = buf;
+	ov->iov_len = len;
+	out->msg_hdr.msg_name = from->msg_hdr.msg_name;
+	out->msg_hdr.msg_namelen = from->msg_hdr.msg_namelen;
+	out->msg_hdr.msg_iov = ov;
+	out->msg_hdr.msg_iovlen = 1;
+}
+
 static void *udp_epoll_main(void *arg)
 {
 	struct server *s = arg;
@@ -683,23 +695,13 @@ static void *udp_epoll_main(void *arg)
 				srv_message(s, bound, bufs[k], len, true, &v);
 				if (v.held) {
 					held[nh++] = v.held;
-					ov[no].iov_base = v.held;
-					ov[no].iov_len = v.held_len;
-					out[no].msg_hdr.msg_name = &from[k];
-					out[no].msg_hdr.msg_namelen =
-						in[k].msg_hdr.msg_namelen;
-					out[no].msg_hdr.msg_iov = &ov[no];
-					out[no].msg_hdr.msg_iovlen = 1;
+					queue_out(&out[no], &ov[no], v.held,
+						  v.held_len, &in[k]);
 					no++;
 				}
 				if (v.echo) {
-					ov[no].iov_base = bufs[k];
-					ov[no].iov_len = len;
-					out[no].msg_hdr.msg_name = &from[k];
-					out[no].msg_hdr.msg_namelen =
-						in[k].msg_hdr.msg_namelen;
-					out[no].msg_hdr.msg_iov = &ov[no];
-					out[no].msg_hdr.msg_iovlen = 1;
+					queue_out(&out[no], &ov[no], bufs[k], len,
+						  &in[k]);
 					no++;
 				}
 			}
