@@ -48,7 +48,8 @@ def clean(rep: dict, srv: dict) -> None:
     s = srv["totals"]
     assert {k: s[k] for k in SERVER_INVALID if s[k]} == {}, s
     assert s["end_seen"] == rep["clients"]
-    assert all(c["msgs"] > 0 for c in rep["per_client"])
+    starved = [c for c in rep["per_client"] if c["msgs"] == 0]
+    assert starved == [], f"{len(starved)} clients had no echo in the window"
 
 
 CELLS = [("tcp", "threads"), ("tcp", "epoll"), ("udp", "epoll")]
@@ -61,12 +62,16 @@ def test_320_clients_ranged_frames_run_clean(tb, proto, model, version):
     counts a wrong size (client and server agree on every message's size), and the
     server's counts match the clients' own."""
     # A generous echo timeout: 320 threads on 2 shared cores have stalled an echo
-    # for 350 ms; a loss here should mean a bug, not a busy machine.
+    # for 350 ms; a loss here should mean a bug, not a busy machine. For the same
+    # reason the thread-per-client server gets a 2 s window: in a fresh-clone CI run
+    # one of its 320 threads went unscheduled for all of a 1 s window (the client's
+    # only retransmissions were tail-loss probes the server had already received).
     spec = EchoSpec(proto, version, N, (64, 1024), server_model=model, seed=1001,
                     echo_timeout_ms=3000)
-    rep, srv = run(tb, spec, duration_s=1.0, threads=2)
+    window_s = 2.0 if model == "threads" else 1.0
+    rep, srv = run(tb, spec, duration_s=window_s, threads=2)
     clean(rep, srv)
-    assert rep["duration_s"] == pytest.approx(1.0)
+    assert rep["duration_s"] == pytest.approx(window_s)
     assert srv["totals"]["received"] == srv["totals"]["echoed"] == rep["totals"]["sent"]
     assert srv["connections"] == (N if proto == "tcp" else 0)
     if model == "threads":
