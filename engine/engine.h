@@ -40,5 +40,6 @@ int cmd_recv(int argc, char **argv);
 int cmd_sink(int argc, char **argv);
 int cmd_echo(int argc, char **argv);		/* echo_client.c */
 int cmd_echo_server(int argc, char **argv);	/* echo_server.c */
+int cmd_spin(int argc, char **argv);		/* spin.c */
 
 #endif

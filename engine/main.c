@@ -4,18 +4,19 @@
 #include "engine.h"
 
 static const char usage[] =
-"usage: fwbench-engine {send|sink|recv|echo|echo-server} [options]\n"
+"usage: fwbench-engine {send|sink|recv|echo|echo-server|spin} [options]\n"
 "       (each takes --help)\n"
 "  send  paced or open-throttle UDP frames with sequence numbers and send times\n"
 "  sink  count, time-stamp and drop them in XDP on the receiving interface\n"
 "  recv  the same in user space (and --reflect them back for round trips)\n"
 "  echo  n clients, a socket each, each sending a message, awaiting its echo\n"
-"  echo-server  echoes them (--server threads or epoll), validating each\n";
+"  echo-server  echoes them (--server threads or epoll), validating each\n"
+"  spin  soak one CPU at the lowest priority, counting the rounds it gets\n";
 
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		usage_error("no mode given (send, sink, recv, echo or echo-server; "
+		usage_error("no mode given (send, sink, recv, echo, echo-server or spin; "
 			    "--help for more)");
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fputs(usage, stdout);
@@ -31,6 +32,8 @@ int main(int argc, char **argv)
 		return cmd_echo(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "echo-server"))
 		return cmd_echo_server(argc - 1, argv + 1);
-	usage_error("unknown mode %s (send, sink, recv, echo or echo-server)",
+	if (!strcmp(argv[1], "spin"))
+		return cmd_spin(argc - 1, argv + 1);
+	usage_error("unknown mode %s (send, sink, recv, echo, echo-server or spin)",
 		    argv[1]);
 }
