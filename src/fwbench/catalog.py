@@ -10,6 +10,7 @@ EXPERIMENTS: dict[str, str] = {
     "latency": "fwbench.experiments.sweep:Sweep",
     "lossload": "fwbench.experiments.sweep:Sweep",
     "fixedrate": "fwbench.experiments.sweep:Sweep",
+    "cpucost": "fwbench.experiments.sweep:Sweep",
     "droprate": "fwbench.droprate.experiment:DropRate",
     "loadlatency": "fwbench.loadlatency.experiment:LoadLatency",
     "echo": "fwbench.echo.experiment:Echo",

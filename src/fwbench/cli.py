@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="maxrate: open-throttle rate + ping RTT; throughput: NDR/PDR by "
                         "MLRsearch; latency: percentiles at no load, fractions of PDR and "
                         "NDR; lossload: RFC 2544 frame-loss curve; fixedrate: seed 003's "
-                        "flows (frame sizes 128, 512, 1280); droprate: seed 002's "
+                        "flows (frame sizes 128, 512, 1280); cpucost: firewall CPU per packet "
+                        "at one fixed load ([cpucost] rate_pps); droprate: seed 002's "
                         "where-to-drop table (treatments in the scenario's [droprate], "
                         "e.g. scenarios/seed002-drop.toml)")
     r.add_argument("--traffic",

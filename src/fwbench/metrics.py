@@ -44,6 +44,11 @@ def _load_ms(rec: TrialRecord) -> float | None:
     return rec.load_time_s * 1e3 if rec.load_time_s is not None else None
 
 
+def _per_cpu_second(rec: TrialRecord) -> float | None:
+    ns = rec.metrics.get("fw_busy_ns_per_pkt")
+    return 1e9 / ns if isinstance(ns, (int, float)) and ns > 0 else None
+
+
 _LOAD_TIME = Metric("load_time_ms", "rule-set load time", "ms", False, _load_ms)
 _FW_CPU = Metric("fw_cpu_ns_per_pkt", "firewall CPU per packet", "ns", False,
                  _m("cpu", "fw_cpu_ns_per_pkt"))
@@ -87,6 +92,20 @@ METRICS: dict[str, tuple[Metric, ...]] = {
                True, _m("processed_pps"), throughput=True, column="processed pps"),
         Metric("loss_pct", "loss at the fixed rate", "%", False,
                lambda r: 100 * r.metrics["loss_ratio"], log_ok=False, column="loss %"),
+        _FW_CPU, _LOAD_TIME),
+    # The headline is the cost as a rate (packets one second of the firewall CPU would
+    # carry at it), so the cost model's 1/pps is the measured ns per packet itself.
+    "cpucost": (
+        Metric("cpu_pps", "packets per second of firewall CPU", "packets/s", True,
+               _per_cpu_second, throughput=True, column="pps per CPU s"),
+        Metric("fw_busy_ns_per_pkt", "firewall CPU per packet at a fixed load", "ns", False,
+               _m("fw_busy_ns_per_pkt"), column="ns/pkt"),
+        Metric("bpf_ns_per_pkt", "eBPF program run time per packet", "ns", False,
+               _m("bpf_ns_per_pkt"), column="prog ns/pkt"),
+        Metric("fw_busy_pct", "firewall CPU busy at the fixed load", "%", False,
+               lambda r: 100 * r.metrics["fw_busy_fraction"], log_ok=False),
+        Metric("processed_pps", "processed packets/s at the fixed load", "packets/s", True,
+               _m("processed_pps")),
         _FW_CPU, _LOAD_TIME),
     # Seed 002's drop positions: cells are (treatment, set size, frame size).
     "droprate": (
@@ -140,6 +159,7 @@ TITLES: dict[str, str] = {
     "latency": "one-way latency, engine stamp to XDP sink; NDR from the same search",
     "lossload": "highest offered load without loss (RFC 2544 frame loss rate)",
     "fixedrate": "seed 003 flows: 128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s",
+    "cpucost": "busy time of the firewall's CPU per forwarded packet, one fixed load",
     "droprate": "a UDP flood disposed of per second, sender and firewall on one CPU",
     "loadlatency": "ping RTT through the firewall, with and without TCP load both ways",
     "echo": "seed 001: n clients echoing messages through the firewall, bytes one way",

@@ -89,6 +89,24 @@ class FixedRateSettings(BaseModel):
     rules_width: Annotated[float, Field(gt=0, lt=1)] = 0.1
 
 
+class CpuCostSettings(BaseModel):
+    """`cpucost`: one offered rate for every cell, below every backend's capacity, and
+    the firewall CPU's busy time per forwarded packet at it (fwbench.soaker)."""
+    model_config = _STRICT
+    rate_pps: Annotated[float, Field(gt=0, le=10_000_000)] = Field(
+        50_000.0, description="the fixed offered load; a cell that loses more than "
+        "max_loss of it is marked over capacity")
+    calibrate_s: Annotated[float, Field(gt=0, le=60)] = Field(
+        0.3, description="the soaker's idle windows, one before and one after every trial")
+    max_loss: Annotated[float, Field(ge=0, lt=1)] = 0.001
+    max_drift: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.05, description="a trial whose idle rates before and after differ by more "
+        "is disturbed (another tenant, steal) and is measured again")
+    redo: Annotated[int, Field(ge=0, le=10)] = Field(
+        2, description="disturbed trials measured again at most this often (each kept "
+        "in the record)")
+
+
 class AdaptiveSettings(BaseModel):
     """Adaptive repetitions: after the planned `repeat` rounds, repeat only the cells
     whose headline interval is still wide, one trial per cell per round, until every
@@ -309,6 +327,7 @@ class Scenario(BaseModel):
     latency: LatencySettings = LatencySettings()
     lossload: LossLoadSettings = LossLoadSettings()
     fixedrate: FixedRateSettings = FixedRateSettings()
+    cpucost: CpuCostSettings = CpuCostSettings()
     droprate: DropRateSettings = DropRateSettings()
     loadlatency: LoadLatencySettings = LoadLatencySettings()
     echo: EchoSettings = EchoSettings()
@@ -404,7 +423,7 @@ def _one_line(e: ValidationError, origin: str) -> str:
 # What a droprate scenario must not set: it has treatments instead of backends and
 # rule sets, its own engine flood and one CPU for the whole path.
 _NOT_FOR_DROPRATE = ("backends", "rules", "policy", "engine", "instrument", "throughput",
-                     "latency", "lossload", "fixedrate")
+                     "latency", "lossload", "fixedrate", "cpucost")
 _NOT_FOR_DROPRATE_TESTBED = ("sender_cpu", "firewall_cpu", "server_cpu")
 
 

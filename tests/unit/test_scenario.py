@@ -53,6 +53,8 @@ def test_flags_override_the_file(tmp_path):
     ("method = 'throughput'\ntraffic = 'iperf3'\n", "needs traffic = engine"),
     ("method = 'fixedrate'\nframe_sizes = [64]\n", "not 64"),
     ("method = 'warp'\n", "method: unknown method 'warp'"),
+    ("method = 'cpucost'\n[cpucost]\nrate_pps = 0\n", "cpucost.rate_pps"),
+    ("method = 'cpucost'\n[cpucost]\nmax_drift = 1.5\n", "cpucost.max_drift"),
     ("[engine]\nreceiver = 'magic'\n", "engine.receiver"),
     ("[throughput]\nloss_ratios = [0.0, 0.0]\n", "duplicates"),
     ("[throughput]\nmin_load_pps = 5000.0\nmax_load_pps = 100.0\n", "below max_load_pps"),
@@ -62,6 +64,13 @@ def test_bad_scenarios_name_the_problem(tmp_path, text, where):
         load_text(tmp_path, text)
     msg = str(e.value)
     assert where in msg and "\n" not in msg
+
+
+def test_cpucost_takes_its_load_and_drift_bounds(tmp_path):
+    sc = load_text(tmp_path, "method = 'cpucost'\nfamily = 'ipv6'\nframe_sizes = [84]\n"
+                             "[cpucost]\n"
+                             "rate_pps = 20000.0\nredo = 0\n")
+    assert (sc.cpucost.rate_pps, sc.cpucost.redo, sc.cpucost.max_drift) == (20000.0, 0, 0.05)
 
 
 def test_jumbo_frames_fit_a_jumbo_mtu(tmp_path):

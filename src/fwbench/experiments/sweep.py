@@ -1,5 +1,6 @@
-"""The rule-count sweeps as an experiment: maxrate, throughput, latency, lossload and
-fixedrate, each a method measuring one cell (backend x rule count x frame size).
+"""The rule-count sweeps as an experiment: maxrate, throughput, latency, lossload,
+fixedrate and cpucost, each a method measuring one cell (backend x rule count x frame
+size).
 
 The order of work inside one trial: flush every firewall, load the rule set in one
 step, verify what the kernel holds, and only then measure. A trial whose
@@ -19,6 +20,7 @@ from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.experiments.base import Experiment, Planned, Trial
 from fwbench.frames import min_frame
 from fwbench.methods.base import Method
+from fwbench.methods.cpucost import CpuCost
 from fwbench.methods.fixedrate import FixedRate
 from fwbench.methods.latency import Latency
 from fwbench.methods.lossload import LossLoad
@@ -101,6 +103,10 @@ class Sweep(Experiment):
         if isinstance(method, Method):
             method.ceilings.update({int(f): v for f, v in cal["sender_ceiling_pps"].items()})
         return {"engine": cal}
+
+    def close(self, tb: NetnsTestbed) -> None:
+        if isinstance(self.method_, CpuCost):
+            self.method_.close()    # its soaker would spin on the firewall CPU for nothing
 
     def environment(self, session: dict) -> dict:
         return {"engine_bias": session["engine"]["bias"]} if "engine" in session else {}
@@ -223,10 +229,10 @@ def make_method(sc: Scenario):
         return MaxRate(Iperf3Rate(ins.iperf3_streams), ping)
     e = sc.engine
     if sc.traffic == "engine" and (sc.version == 6 or sc.policy.file) and \
-            sc.method not in ("maxrate", "throughput", "lossload"):
+            sc.method not in ("maxrate", "throughput", "lossload", "cpucost"):
         raise FwbenchError(f"method {sc.method} measures seed 000's IPv4 flow only; "
-                           f"use maxrate, throughput or lossload with --family ipv6 or "
-                           f"--ruleset")
+                           f"use maxrate, throughput, lossload or cpucost with --family "
+                           f"ipv6 or --ruleset")
     engine = EngineTraffic(e, Flow(**measured_flow(sc)))
     if sc.method in ("throughput", "latency"):
         # Validate with a stand-in ceiling; the real one is measured per frame size.
@@ -247,6 +253,8 @@ def make_method(sc: Scenario):
             return LossLoad(engine, sc.lossload)
         case "fixedrate":
             return FixedRate(engine, sc.fixedrate, max(sc.rules))
+        case "cpucost":
+            return CpuCost(engine, sc.cpucost)
     raise FwbenchError(f"unknown method {sc.method}")
 
 
