@@ -41,7 +41,7 @@ def delta(before: CpuSample, after: CpuSample, packets: int, firewall_cpu: int) 
     per_cpu = {}
     for cpu, a in after.ticks.items():
         b = before.ticks.get(cpu, a)
-        d = {k: (a[k] - b[k]) * _TICK_NS for k in ("softirq", "system", "irq", "user")}
+        d = {k: (a[k] - b[k]) * _TICK_NS for k in _FIELDS}
         per_cpu[str(cpu)] = {f"{k}_ns": v for k, v in d.items()}
     busy = {c: v["softirq_ns"] + v["system_ns"] + v["irq_ns"] for c, v in per_cpu.items()}
     fw = busy.get(str(firewall_cpu), 0)
@@ -51,4 +51,37 @@ def delta(before: CpuSample, after: CpuSample, packets: int, firewall_cpu: int) 
         "fw_cpu_ns_per_pkt": fw / packets if packets else None,
         "total_busy_ns_per_pkt": sum(busy.values()) / packets if packets else None,
         "tick_ns": _TICK_NS,
+        "drift": drift_index(per_cpu, firewall_cpu),
     }
+
+
+# A trial is disturbed when others took this much of the firewall's CPU, or the
+# hypervisor this much of any CPU.
+OTHERS_MAX = 0.05
+STEAL_MAX = 0.02
+
+
+def drift_index(per_cpu: dict[str, dict[str, int]], firewall_cpu: int) -> dict:
+    """How much of the trial's CPU the firewall did not get: `others` is the share of
+    the firewall CPU spent in process context (user, nice, system: tasks that took it
+    from softirq forwarding; only meaningful where nothing of the instrument runs
+    there), `steal` the largest share the hypervisor took from any CPU. Tick-sampled:
+    about 1 % of a 1 s trial."""
+    def share(c: dict[str, int], keys: tuple[str, ...]) -> float:
+        total = sum(c.values())
+        return sum(c[f"{k}_ns"] for k in keys) / total if total else 0.0
+    fw = per_cpu.get(str(firewall_cpu))
+    return {"others": share(fw, ("user", "nice", "system")) if fw else None,
+            "steal": max((share(c, ("steal",)) for c in per_cpu.values()), default=0.0)}
+
+
+def disturbed(cpu: dict | None) -> str | None:
+    """Why a trial's CPU figures say it was disturbed, or None."""
+    d = (cpu or {}).get("drift")
+    if not d:
+        return None
+    if d["others"] is not None and d["others"] > OTHERS_MAX:
+        return f"other tasks took {d['others']:.0%} of the firewall CPU"
+    if d["steal"] > STEAL_MAX:
+        return f"the hypervisor took {d['steal']:.0%} of a CPU (steal)"
+    return None
