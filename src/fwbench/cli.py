@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("run_b", help="the 'after' run directory")
     cp.add_argument("--out", help="where to write compare.html/.md/.csv "
                                   "(default: RUN_B/compare-vs-<A>)")
+    cp.add_argument("--normalise", action="store_true",
+                    help="compare packet rates as fractions of each run's own none backend "
+                         "in the same round, so runs made in different machine states "
+                         "compare")
 
     ck = sub.add_parser(
         "check", help="prove every backend gives a rule set's verdicts (for real)",
@@ -199,7 +203,7 @@ def cmd_report(args, out: Console) -> int:
 def cmd_compare(args, out: Console) -> int:
     from fwbench.report.compare import compare_runs
 
-    files = compare_runs(args.run_a, args.run_b, args.out)
+    files = compare_runs(args.run_a, args.run_b, args.out, args.normalise)
     for s in files.sentences:
         out.print(f"- {s}", highlight=False)
     if not files.sentences:

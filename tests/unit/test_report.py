@@ -34,9 +34,10 @@ RULES = [20, 1000, 10000]
 FRAMES = [64, 1518]
 
 
-def make_records(model=MODEL, repeat=5, seed=1, noise=0.02, slower=None):
+def make_records(model=MODEL, repeat=5, seed=1, noise=0.02, slower=None, machine=1.0):
     """(scenario, plan, records) of a maxrate run whose rx_pps follow `model`;
-    `slower` = (backend, rules, factor) plants a slowdown in one cell."""
+    `slower` = (backend, rules, factor) plants a slowdown in one cell, `machine` one
+    in every cell (a slower machine state)."""
     sc = from_dict({"name": "synthetic", "backends": list(model), "rules": RULES,
                     "frame_sizes": FRAMES, "repeat": repeat, "duration_s": 0.5})
     plan = make_plan(list(model), RULES, FRAMES, repeat, seed)
@@ -48,6 +49,7 @@ def make_records(model=MODEL, repeat=5, seed=1, noise=0.02, slower=None):
         ns = (a + b * rules) * (1 + noise * rng.standard_normal())
         if slower and (backend, rules) == slower[:2]:
             ns *= slower[2]
+        ns *= machine
         pps = 1e9 / ns
         metrics = {"rx_pps": pps, "tx_pps": 1.2e6, "rtt_us_median": 50 + rules / 1000,
                    "latency_us": {"p50": 20.0 + ns / 1000, "p90": 30.0, "p99": 60.0,
@@ -258,6 +260,31 @@ def test_compare_finds_a_planted_slowdown_only(tmp_path):
             np.median(_values(b, "nftables", 10000, int(r["frame_size"]))) /
             np.median(_values(a, "nftables", 10000, int(r["frame_size"]))) - 1, rel=1e-9)
         assert float(r["change_b_vs_a"]) == pytest.approx(1 / 1.5 - 1, abs=0.05)
+
+
+def test_compare_normalised_sees_the_cell_not_the_machine(tmp_path):
+    """B ran on a machine 1.6x slower, and nftables at 10,000 rules 1.5x slower still:
+    raw rates differ everywhere; as fractions of each run's none, only that cell."""
+    a = make_run(tmp_path / "a", seed=1)
+    b = make_run(tmp_path / "b", seed=2, machine=1.6, slower=("nftables", 10000, 1.5))
+    raw = [s for s in compare_runs(a, b, tmp_path / "raw").sentences if "throughput" in s]
+    assert len(raw) > 4
+    files = compare_runs(a, b, tmp_path / "norm", normalise=True)
+    assert files.sentences and all(s.startswith("nftables N=10,000 ") and "worse in B" in s
+                                   for s in files.sentences)
+    assert "fraction of its run's own none backend" in files.markdown.read_text()
+
+
+def test_cost_table_gives_each_cost_per_rule_against_the_reference(report):
+    d, files = report
+    (path,) = [p for p in files.csvs if p.name == "cost_per_rule.csv"]
+    rows = {r["backend"]: r for r in _csv(path) if r["frame_size"] == "64"}
+    ratio = float(rows["nftables"]["b_over_reference"])
+    assert rows["nftables"]["reference"] == "iptables-legacy"
+    assert ratio == pytest.approx(float(rows["nftables"]["b_ns_per_rule"]) /
+                                  float(rows["iptables-legacy"]["b_ns_per_rule"]))
+    assert float(rows["nftables"]["b_over_reference_low"]) < 9.6 / 4.0 < \
+        float(rows["nftables"]["b_over_reference_high"])
 
 
 def _fwbench(*args):

@@ -4,6 +4,8 @@ report states. Pure functions of a RunData; the renderers only format what is he
 """
 from __future__ import annotations
 
+import math
+
 import itertools
 import statistics
 from dataclasses import dataclass, field
@@ -194,6 +196,32 @@ def cost_rows(data: RunData, bound: set[tuple[Cell, int]]) -> list[CostRow]:
     keys = sorted(set(pts) | set(excluded), key=lambda k: (k[1], order.get(k[0], 99)))
     return [CostRow(b, f, stats.fit_cost(pts.get((b, f), [])), excluded.get((b, f), 0),
                     sorted(pts.get((b, f), []))) for b, f in keys]
+
+
+COST_REFERENCES = ("iptables-legacy", "nftables")
+
+
+def cost_reference(rows: list[CostRow], frame_size: int) -> CostRow | None:
+    """The backend every cost per rule is also given relative to: iptables-legacy, else
+    nftables, measured in the same rounds (so the machine's speed cancels)."""
+    fitted = {r.backend: r for r in rows if r.frame_size == frame_size and r.fit is not None
+              and r.fit.b_ns > 0}
+    return next((fitted[b] for b in COST_REFERENCES if b in fitted), None)
+
+
+def relative_cost(row: CostRow, ref: CostRow) -> tuple[float, float, float] | None:
+    """row's ns per rule over ref's, with an approximate 95 % interval: the two fits'
+    relative half-widths combined in quadrature (delta method; the fits are of
+    different trials, so independent)."""
+    a, b = row.fit, ref.fit
+    if a is None or b is None or b.b_ns <= 0:
+        return None
+    ratio = a.b_ns / b.b_ns
+    if row is ref:
+        return ratio, ratio, ratio
+    rel = math.hypot((a.b_interval.high - a.b_interval.low) / 2 / a.b_ns if a.b_ns else 0,
+                     (b.b_interval.high - b.b_interval.low) / 2 / b.b_ns)
+    return ratio, ratio * (1 - rel), ratio * (1 + rel)
 
 
 @dataclass

@@ -153,23 +153,36 @@ def pair_table_block(t: an.PairTable) -> Table:
 
 
 def cost_table(rows: list[an.CostRow]) -> Table:
+    refs = {f: an.cost_reference(rows, f) for f in {r.frame_size for r in rows}}
     out = []
     for r in rows:
-        f = r.fit
+        f, ref = r.fit, refs[r.frame_size]
         if f is None:
-            out.append([r.backend, str(r.frame_size), "-", "-", "-", "-",
+            out.append([r.backend, str(r.frame_size), "-", "-", "-", "-", "-",
                         f"{len(r.points)} ({r.excluded} generator-bound)", "-"])
             continue
+        rel = an.relative_cost(r, ref) if ref is not None else None
         out.append([r.backend, str(r.frame_size), f"{f.b_ns:.3f}",
-                    f"[{f.b_interval.low:.3f}, {f.b_interval.high:.3f}]", f"{f.a_ns:,.1f}",
-                    f"{f.r_squared:.3f}",
+                    f"[{f.b_interval.low:.3f}, {f.b_interval.high:.3f}]",
+                    "-" if rel is None else (f"{rel[0]:.2f} ({ref.backend})" if r is ref else
+                                             f"{rel[0]:.2f} [{rel[1]:.2f}, {rel[2]:.2f}]"),
+                    f"{f.a_ns:,.1f}", f"{f.r_squared:.3f}",
                     f"{f.points}" + (f" ({r.excluded} generator-bound left out)"
                                      if r.excluded else ""),
                     f"{f.rules_min:,}..{f.rules_max:,}"])
-    return Table(["backend", "frame B", "ns per rule (b)", "95 % interval", "base ns (a)",
-                  "R²", "trials", "rules"], out,
-                 "Per-packet cost model 1/pps = a + b·N, least squares over every trial",
+    return Table(["backend", "frame B", "ns per rule (b)", "95 % interval", "x reference",
+                  "base ns (a)", "R²", "trials", "rules"], out,
+                 "Per-packet cost model 1/pps = a + b·N, least squares over every trial; "
+                 "x reference: b over the reference backend's b from the same rounds",
                  id="cost-per-rule")
+
+
+ABSOLUTE_NOTE = (
+    "Absolute figures (ns per rule, base ns, packet rates) hold for this machine in the "
+    "state it was in during this run: on small shared VMs they move 1.5-2.2x between runs "
+    "an hour apart. Do not compare them with another run's; compare the x reference "
+    "column, or use `fwbench compare --normalise`, which takes each rate as a fraction of "
+    "its run's own none backend in the same round.")
 
 
 def experiment_report(data: RunData) -> CellReport:
@@ -265,6 +278,7 @@ class Report:
         if head is not None:
             out.append(Heading(2, "Cost per rule", "cost"))
             out.append(cost_table(self.cost))
+            out.append(Para(ABSOLUTE_NOTE, "note"))
             for f in d.frame_sizes():
                 fig = fg.cost_model(self.cost, f, self.colour)
                 if fig:
@@ -316,10 +330,18 @@ class Report:
                                   c.mwu.p if c.mwu else None,
                                   c.mwu_less.p if c.mwu_less else None,
                                   c.mwu_greater.p if c.mwu_greater else None, c.delta])
-        cost = [[r.backend, r.frame_size, r.fit.b_ns, r.fit.b_interval.low,
-                 r.fit.b_interval.high, r.fit.a_ns, r.fit.a_interval.low,
-                 r.fit.a_interval.high, r.fit.r_squared, r.fit.points, r.excluded,
-                 r.fit.rules_min, r.fit.rules_max] for r in self.cost if r.fit]
+        refs = {f: an.cost_reference(self.cost, f) for f in {r.frame_size for r in self.cost}}
+        cost = []
+        for r in self.cost:
+            if not r.fit:
+                continue
+            ref = refs[r.frame_size]
+            rel = an.relative_cost(r, ref) if ref is not None else None
+            cost.append([r.backend, r.frame_size, r.fit.b_ns, r.fit.b_interval.low,
+                         r.fit.b_interval.high, r.fit.a_ns, r.fit.a_interval.low,
+                         r.fit.a_interval.high, r.fit.r_squared, r.fit.points, r.excluded,
+                         r.fit.rules_min, r.fit.rules_max, ref.backend if ref else None,
+                         *(rel or (None, None, None))])
         cross = [[c.a, c.b, c.frame_size, c.crossing.rules, c.crossing.interval.low,
                   c.crossing.interval.high, c.crossing.inside, c.cheaper_below]
                  for c in self.crossings]
@@ -337,7 +359,8 @@ class Report:
             "cost_per_rule": (["backend", "frame_size", "b_ns_per_rule", "b_ci_low",
                                "b_ci_high", "a_ns", "a_ci_low", "a_ci_high", "r_squared",
                                "points", "generator_bound_excluded", "rules_min",
-                               "rules_max"], cost),
+                               "rules_max", "reference", "b_over_reference",
+                               "b_over_reference_low", "b_over_reference_high"], cost),
             "crossovers": (["a", "b", "frame_size", "rules", "ci_low", "ci_high",
                             "inside_measured_range", "cheaper_below"], cross),
             "trials": (["trial", *self.data.factors, "repetition", "status"] +

@@ -4,10 +4,17 @@ medians with intervals, B's change against A with a bootstrap interval, Welch an
 Mann-Whitney p-values, Holm-adjusted across the shared cells of each metric. Plus what
 changed in the conditions (kernel, tool versions, testbed), since that is usually the
 question.
+
+Absolute rates from two runs hours apart differ with the machine's state (on this
+project's 2-core VMs the no-firewall rate moved 0.42-1.04 M pps). `normalise` compares
+instead each packet rate as a fraction of the reference measured in the same run: the
+`none` backend's trial of the same round and frame size (the run's median `none` at that
+frame size where the round has none).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fwbench.errors import FwbenchError
@@ -18,6 +25,9 @@ from fwbench.report.build import environment_rows, write_atomic, write_csv
 from fwbench.report.data import RunData, load
 from fwbench.report.document import Block, Bullets, Heading, Para, Table, markdown, to_html
 from fwbench.report.formats import fmt, fmt_pct
+from fwbench.results import TrialRecord
+
+REFERENCE = "none"
 
 
 @dataclass
@@ -27,10 +37,40 @@ class Row:
     comparison: an.Comparison   # a = run B, b = run A: the change is B against A
 
 
-def rows(a: RunData, b: RunData) -> list[Row]:
-    keys_b = {m.key: m for m in b.metrics()}
+def relative(data: RunData, m: Metric) -> Metric:
+    """`m` as a fraction of the run's own reference (see the module's docstring)."""
+    same_round: dict[tuple[int, int], float] = {}
+    by_frame: dict[int, list[float]] = {}
+    for r in data.ok:
+        if r.factors.get("backend") == REFERENCE and (v := m.value(r)):
+            f = r.factors["frame_size"]
+            same_round[(r.repetition, f)] = v
+            by_frame.setdefault(f, []).append(v)
+    ref = {f: statistics.median(v) for f, v in by_frame.items()}
+
+    def get(r: TrialRecord) -> float | None:
+        v, f = m.value(r), r.factors["frame_size"]
+        base = same_round.get((r.repetition, f), ref.get(f))
+        if v is None or not base or r.factors.get("backend") == REFERENCE:
+            return None
+        return v / base
+    return replace(m, key=f"{m.key}_rel", label=f"{m.label} as a fraction of {REFERENCE}'s",
+                   unit=f"x {REFERENCE}", get=get, log_ok=False)
+
+
+def _compared(data: RunData, normalise: bool) -> list[Metric]:
+    if not normalise:
+        return data.metrics()
+    if not data.is_sweep or REFERENCE not in data.backends():
+        raise FwbenchError(f"{data.path}: --normalise needs a rule-count sweep with the "
+                           f"{REFERENCE} backend in it (the reference of every round)")
+    return [relative(data, m) for m in data.metrics() if m.throughput]
+
+
+def rows(a: RunData, b: RunData, normalise: bool = False) -> list[Row]:
+    keys_b = {m.key: m for m in _compared(b, normalise)}
     out = []
-    for m in a.metrics():
+    for m in _compared(a, normalise):
         if m.key not in keys_b:
             continue
         ca, cb = an.summaries(a, m), an.summaries(b, keys_b[m.key])
@@ -57,7 +97,7 @@ def _env_diff(a: RunData, b: RunData) -> list[list[str]]:
             if k not in skip and ea.get(k) != eb.get(k)]
 
 
-def blocks(a: RunData, b: RunData, found: list[Row]) -> list[Block]:
+def blocks(a: RunData, b: RunData, found: list[Row], normalised: bool = False) -> list[Block]:
     out: list[Block] = [Heading(1, f"fwbench compare: {a.path.name} (A) vs {b.path.name} (B)")]
     said = [s for r in found if (s := sentence(a, r))]
     out.append(Heading(2, "Differences shown"))
@@ -86,7 +126,12 @@ def blocks(a: RunData, b: RunData, found: list[Row]) -> list[Block]:
     out.append(Para("Tests as in `fwbench report`: Welch two-tailed per cell, Holm across "
                     "the shared cells of each metric, significance at 0.05. A and B were "
                     "measured at different times: a difference can also come from the "
-                    "machine's state, so compare runs made under the same load.", "note"))
+                    "machine's state, so compare runs made under the same load"
+                    + (", or compare rates as fractions of each run's own reference "
+                       "(--normalise)." if not normalised else
+                       "; here every rate is a fraction of its run's own none backend in "
+                       "the same round, which takes out the machine's speed but not "
+                       "changes to the path the none backend shares."), "note"))
     return out
 
 
@@ -104,17 +149,17 @@ class CompareFiles:
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path,
-                 out: str | Path | None = None) -> CompareFiles:
+                 out: str | Path | None = None, normalise: bool = False) -> CompareFiles:
     a, b = load(run_a), load(run_b)
     if a.factors != b.factors:
         raise FwbenchError(f"{run_a} and {run_b} are runs of different experiments "
                            f"(factors {', '.join(a.factors)} against {', '.join(b.factors)})")
-    found = rows(a, b)
+    found = rows(a, b, normalise)
     if not found:
         raise FwbenchError(f"{run_a} and {run_b} share no cell ({', '.join(a.factors)}) "
                            f"with a metric both recorded")
     dest = Path(out) if out else b.path / f"compare-vs-{a.path.name}"
-    bl = blocks(a, b, found)
+    bl = blocks(a, b, found, normalise)
     try:
         dest.mkdir(parents=True, exist_ok=True)
         write_atomic(dest / "compare.md", markdown(bl))
