@@ -170,13 +170,23 @@ class NetnsTestbed:
     # --- settings -------------------------------------------------------------
 
     def _set_offloads(self) -> None:
-        state = "on" if self.topo.settings.offloads else "off"
+        t = self.topo
+        state = "on" if t.settings.offloads else "off"
+        ingress = {port.ifname for port in self.firewall_ingress()}
         got = {}
-        for p in self.topo.ports:
-            self.exec(p.host, ["ethtool", "-K", p.ifname, "gro", state, "gso", state,
+        for p in t.ports:
+            gro = "on" if t.settings.ingress_gro and p.ifname in ingress else state
+            self.exec(p.host, ["ethtool", "-K", p.ifname, "gro", gro, "gso", state,
                                "tso", state])
             got[p.ifname] = _read_offloads(self.exec(p.host, ["ethtool", "-k", p.ifname]))
         self.recorded["offloads"] = got
+
+    def firewall_ingress(self) -> list:
+        """The firewall's ports that face a client: where the traffic under test enters."""
+        t = self.topo
+        kind = {h.role: h.kind for h in t.hosts}
+        return [port for a, b in t.links for port, peer in ((a, b), (b, a))
+                if kind[port.host] == "firewall" and kind[peer.host] == "client"]
 
     def _set_rps(self) -> None:
         s = self.topo.settings

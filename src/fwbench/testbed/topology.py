@@ -37,6 +37,10 @@ class TestbedSettings(BaseModel):
     provider: Literal["netns"] = "netns"
     mtu: Annotated[int, Field(ge=1280, le=9000)] = 1500
     offloads: bool = Field(False, description="GRO/GSO/TSO on the test interfaces")
+    ingress_gro: bool = Field(
+        False, description="GRO on the firewall's interfaces facing the clients, whatever "
+        "`offloads` says: it puts veth's receive path in NAPI mode, which the XDP sender "
+        "needs (veth takes XDP frames only into a peer with NAPI or an XDP program)")
     sender_cpu: Annotated[int, Field(ge=0)] = Field(
         0, description="the traffic generator is pinned here")
     firewall_cpu: Annotated[int, Field(ge=0)] = Field(
