@@ -117,7 +117,7 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
          sport_count: int = 1, src_count: int = 1, src: str | None = None,
          dst: str | None = None,
          dport: int = ENGINE_PORT, count: int | None = None,
-         payload_text: str | None = None, seq_start: int = 0) -> dict:
+         payload_text: str | None = None, seq_start: int = 0, via: str = "packet") -> dict:
     """Run the sender in the client namespace for one trial and return its report.
 
     By default it sends seed 000's test flow from the client to the server;
@@ -125,7 +125,9 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
     firewall itself). `count` sends that many packets instead of
     running for `duration_s` (give 0); `payload_text` follows the stamp in every
     packet; `seq_start` is every stream's first sequence number (for tests of
-    the receivers' duplicate and reorder window)."""
+    the receivers' duplicate and reorder window); `via` "xdp" sends with XDP live
+    frames instead of an AF_PACKET socket (the testbed must have GRO on the
+    firewall's ingress: TestbedSettings.ingress_gro)."""
     t = tb.topo
     cpus = cpus if cpus is not None else [t.settings.sender_cpu]
     argv = [str(binary()), "send", "--ifname", t.client.ifname, "--src-mac", t.client.mac,
@@ -142,6 +144,8 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
         argv += ["--payload-text", payload_text]
     if seq_start:
         argv += ["--seq-start", str(seq_start)]
+    if via != "packet":
+        argv += ["--via", via]
     cp = tb.executor.run("client", argv, check=False, timeout=duration_s + 30)
     if cp.returncode != 0:
         raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")

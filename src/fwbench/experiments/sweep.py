@@ -90,7 +90,7 @@ class Sweep(Experiment):
         return out
 
     def topology(self) -> Topology:
-        return Topology.new(self.sc.testbed, server_rps=self.sc.traffic == "iperf3")
+        return Topology.new(testbed_settings(self.sc), server_rps=self.sc.traffic == "iperf3")
 
     def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
         method = self.method_ = make_method(self.sc)
@@ -130,6 +130,14 @@ class Sweep(Experiment):
 
     def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
         return summary.table(records, registry.names())
+
+
+def testbed_settings(sc: Scenario):
+    """The scenario's testbed, with GRO on the firewall's ingress when the XDP sender
+    needs it (veth hands XDP frames only to a peer in NAPI mode)."""
+    if sc.traffic == "engine" and sc.engine.sender == "xdp" and not sc.testbed.ingress_gro:
+        return sc.testbed.model_copy(update={"ingress_gro": True})
+    return sc.testbed
 
 
 def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:

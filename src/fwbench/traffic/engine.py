@@ -35,6 +35,10 @@ class EngineSettings(BaseModel):
     flows: Annotated[int, Field(ge=1, le=65535)] = Field(
         1, description="source ports, round robin (for RSS and conntrack-like traffic)")
     late_us: Annotated[int, Field(ge=1)] = 1_000_000
+    sender: Literal["packet", "xdp"] = Field(
+        "packet", description="packet: an AF_PACKET socket (sendmmsg); xdp: XDP live "
+        "frames (BPF_PROG_RUN), which needs GRO on the firewall's ingress (the testbed "
+        "turns it on and records it)")
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ class EngineMeasurer:
         sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
                            duration_s=duration_s, cookie=cookie, threads=st.threads,
                            sport_count=st.flows, src=flow.src, dst=flow.dst,
-                           dport=flow.dport)
+                           dport=flow.dport, via=st.sender)
         got = drain(rx)
         after = cpu.CpuSample.now()
         fw_cpu = self.tb.topo.settings.firewall_cpu
@@ -111,7 +115,8 @@ class EngineMeasurer:
                    "send_errors": sent["send_errors"],
                    "refused_by_next_hop": sent["refused_by_next_hop"],
                    "stale": got["stale"], "early": got["early"],
-                   "malformed": got["malformed"], "receiver": rx.kind},
+                   "malformed": got["malformed"], "receiver": rx.kind,
+                   "sender": sent.get("via", "packet")},
         )
 
 class EngineTraffic:
@@ -154,6 +159,7 @@ class EngineTraffic:
         return {"rx_pps": r.forwarded_pps, "tx_pps": r.achieved_pps,
                 "sent": r.sent, "received": r.received, "loss_ratio": r.loss_ratio,
                 "refused_by_next_hop": r.extra["refused_by_next_hop"],
+                "sender": r.extra["sender"],
                 "duplicated": r.duplicated, "reordered": r.reordered,
                 "out_of_window": r.out_of_window,
                 "latency_us": r.latency_us, "cpu": r.cpu}
