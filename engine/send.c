@@ -157,6 +157,11 @@ static void send_xdp(struct sender *s, uint64_t deadline, double interval)
 	st = xdp_gen_stream(c->xdp, s->stream);
 	s->end_ns = st->sent ? st->last_ns : now_ns();
 	s->sent = st->sent;
+	if (interval <= 0) {	/* open throttle: every packet went when due */
+		s->lag_hist[0] = st->sent;
+		s->lag_min = st->sent ? 0 : UINT64_MAX;
+		return;
+	}
 	s->lag_sum = st->lag_sum;
 	s->lag_max = st->lag_max;
 	s->lag_min = st->sent ? st->lag_min : UINT64_MAX;
@@ -463,8 +468,9 @@ int cmd_send(int argc, char **argv)
 		if (!c.xdp)
 			goto out;
 	}
-	/* Start a little ahead, so every thread's schedule shares t0. */
-	c.t0 = now_ns() + 2000000ULL;
+	/* Start a little ahead, so every thread's schedule shares t0; the XDP
+	 * sender first times its runs (100-200 ms). */
+	c.t0 = now_ns() + (c.via_xdp && c.rate > 0 ? 300000000ULL : 2000000ULL);
 	for (; running < c.threads; running++) {
 		if (pthread_create(&tid[running], NULL, sender_main,
 				   &s[running])) {

@@ -74,6 +74,8 @@ int fwb_xdpsend(struct xdp_md *ctx)
 	if (slot == 0 || slot > XDPSEND_MAX_STREAMS)
 		return XDP_ABORTED;
 	st = &streams[slot - 1];
+	if (st->hold)
+		return XDP_DROP;
 	i = st->sent;
 	now = bpf_ktime_get_ns();
 	if (i >= st->quota || (st->deadline && now >= st->deadline))
@@ -82,16 +84,17 @@ int fwb_xdpsend(struct xdp_md *ctx)
 	if (now < due)
 		return XDP_DROP;	/* not yet: this iteration is the wait */
 	n = i * threads + st->stream;
-	key = (__u32)(n % nflows);
-	h = bpf_map_lookup_elem(&flows, &key);
-	if (!h)
-		return XDP_ABORTED;
-
 	if (hdr_len == XDPSEND_HDR4) {
 		__u16 *id, *check;
 		__u32 sum;
 
 		if (data + XDPSEND_HDR4 + FWB_STAMP_LEN > end)
+			return XDP_ABORTED;
+		/* Every frame, even with one flow: a page comes back from the
+		 * receiving side as it left it there (forwarded: new MACs, TTL). */
+		key = (__u32)(n % nflows);
+		h = bpf_map_lookup_elem(&flows, &key);
+		if (!h)
 			return XDP_ABORTED;
 		__builtin_memcpy(data, h->bytes, XDPSEND_HDR4);
 		/* IPv4: identification at 14 + 4, header checksum at 14 + 10. */
@@ -104,6 +107,10 @@ int fwb_xdpsend(struct xdp_md *ctx)
 		stamp = data + XDPSEND_HDR4;
 	} else {
 		if (data + XDPSEND_HDR6 + FWB_STAMP_LEN > end)
+			return XDP_ABORTED;
+		key = (__u32)(n % nflows);
+		h = bpf_map_lookup_elem(&flows, &key);
+		if (!h)
 			return XDP_ABORTED;
 		__builtin_memcpy(data, h->bytes, XDPSEND_HDR6);
 		stamp = data + XDPSEND_HDR6;
@@ -127,7 +134,8 @@ int fwb_xdpsend(struct xdp_md *ctx)
 	}
 	st->sent = i + 1;
 	st->last_ns = now;
-	record_lag(st, now - due);
+	if (st->interval_q16)	/* at open throttle every lag is 0: counted by the driver */
+		record_lag(st, now - due);
 	return XDP_TX;
 }
 

@@ -134,45 +134,86 @@ int xdp_gen_bind(struct xdp_gen *g, int stream, int cpu, uint64_t quota,
 }
 
 /*
- * Runs until the stream is done. How many iterations a run should have is
- * learnt as it goes: each lasts about RUN_NS at the rate the last one
- * iterated, so a run never overshoots the deadline by much (what is left
- * after it drops at once) and the start cost of a run stays a few percent.
+ * Runs until the stream is done. A run's iterations are fixed when it starts,
+ * and starting or ending one costs 17-25 ms here, during which nothing is
+ * sent: a paced stream must be one run, or its packets would leave in bursts
+ * after every gap. So the driver first times a dropping iteration (two held
+ * runs of different lengths: the difference is the iterations' time, the rest
+ * the runs' fixed cost) and sizes the run to end just past the deadline: the
+ * packets due (sent at an assumed TX_NS each) plus dropping iterations for the
+ * rest. Past the deadline every iteration drops at once, so overshooting costs
+ * little; falling short costs a gap, so the estimate errs long. Open throttle
+ * and --count runs go in chunks of CHUNK_NS.
  */
-#define RUN_NS 250000000ULL
-#define FIRST_RUN 65536U
+#define CAL_ITERS (1U << 20)
+#define TX_NS 300.0		/* a sending iteration, at least (measured 600-800) */
+#define OPEN_TX_NS 500.0
+#define CHUNK_NS 1e9
+
+static double drop_ns(struct xdp_gen *g, struct xdpsend_stream *st,
+		      struct bpf_test_run_opts *opts)
+{
+	uint64_t t[3];
+
+	st->hold = 1;
+	t[0] = now_ns();
+	opts->repeat = CAL_ITERS;
+	bpf_prog_test_run_opts(g->prog_fd, opts);
+	t[1] = now_ns();
+	opts->repeat = 2 * CAL_ITERS;
+	bpf_prog_test_run_opts(g->prog_fd, opts);
+	t[2] = now_ns();
+	st->hold = 0;
+	/* At least a few ns: a faster figure would size runs too short. */
+	double d = ((double)(t[2] - t[1]) - (double)(t[1] - t[0])) / CAL_ITERS;
+	return d > 5 ? d : 5;
+}
 
 int xdp_gen_run(struct xdp_gen *g, int stream, volatile int *stop)
 {
 	struct xdpsend_stream *st = &g->skel->bss->streams[stream];
 	struct xdp_md ctx = { .data_end = (uint32_t)g->len,
 			      .ingress_ifindex = (uint32_t)g->ifindex };
-	uint64_t repeat = FIRST_RUN;
+	LIBBPF_OPTS(bpf_test_run_opts, opts,
+		    .data_in = g->frame, .data_size_in = (uint32_t)g->len,
+		    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx),
+		    .batch_size = g->batch_size,
+		    .flags = BPF_F_TEST_XDP_LIVE_FRAMES);
+	double rate = st->interval_q16 ? 65536.0 * 1e9 / st->interval_q16 : 0;
+	double d = rate > 0 ? drop_ns(g, st, &opts) : 0;
 
 	while (!*stop) {
-		LIBBPF_OPTS(bpf_test_run_opts, opts,
-			    .data_in = g->frame, .data_size_in = (uint32_t)g->len,
-			    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx),
-			    .repeat = (uint32_t)repeat, .batch_size = g->batch_size,
-			    .flags = BPF_F_TEST_XDP_LIVE_FRAMES);
-		uint64_t t = now_ns(), left, took;
+		uint64_t t = now_ns();
+		double left, n;
 
 		if (st->sent >= st->quota || (st->deadline && t >= st->deadline))
 			return 0;
-		if (bpf_prog_test_run_opts(g->prog_fd, &opts))
-			return errno == EINTR ? 0 : -errno;
-		took = now_ns() - t;
-		left = st->deadline ? st->deadline - (t + took < st->deadline ?
-						       t + took : st->deadline) : RUN_NS;
-		if (left > RUN_NS)
-			left = RUN_NS;
-		/* iterations per ns so far, times the time left (at least a
-		 * little, so a quota in a count run always advances) */
-		repeat = took ? (uint64_t)((double)repeat / took * left) : repeat;
-		if (repeat < 1024)
-			repeat = 1024;
-		if (repeat > UINT32_MAX)
-			repeat = UINT32_MAX;
+		if (rate > 0) {
+			/* what is left of the schedule, from the later of now and t0 */
+			double due = (double)(st->quota - st->sent) / rate * 1e9;
+			double from = t < st->t0 ? (double)(st->t0 - t) : 0;
+
+			left = st->deadline ? (double)(st->deadline - t) :
+					      from + due;
+			if (left > from + due)
+				left = from + due;
+			n = (st->quota - st->sent) * 1.0;
+			if (left - n * TX_NS > 0)
+				n += (left - n * TX_NS) / d;
+			n *= 1.02;
+		} else {
+			left = st->deadline ? (double)(st->deadline - t) : CHUNK_NS;
+			if (left > CHUNK_NS)
+				left = CHUNK_NS;
+			n = left / OPEN_TX_NS;
+		}
+		if (n < 1024)
+			n = 1024;
+		opts.repeat = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+		/* A signal cuts a run short (EINTR); one that ends the sender
+		 * ends the process, any other is no reason to stop. */
+		if (bpf_prog_test_run_opts(g->prog_fd, &opts) && errno != EINTR)
+			return -errno;
 	}
 	return 0;
 }

@@ -36,6 +36,8 @@ struct xdpsend_stream {
 	__u64 seq_start;
 	__u32 cookie;
 	__u32 stream;
+	__u32 hold;		/* drop everything (the driver is timing runs) */
+	__u32 pad;
 	__u64 last_ns;		/* when the last packet went */
 	__u64 lag_sum, lag_min, lag_max;	/* send time - due time */
 	__u64 lag_hist[FWB_HIST_BUCKETS];

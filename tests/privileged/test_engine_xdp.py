@@ -95,8 +95,9 @@ def test_paced_stamps_and_counts(tb):
         got = drain(rx)
     finally:
         rx.close()
-    assert rep["sent"] == 20000 and rep["achieved_pps"] == pytest.approx(50000, rel=0.01)
-    assert got["received"] == 20000 and got["duplicated"] == 0 and got["malformed"] == 0
+    assert rep["sent"] == 20000 and rep["achieved_pps"] == pytest.approx(50000, rel=0.01), rep
+    assert got["received"] == 20000 and got["duplicated"] == 0 and got["malformed"] == 0, \
+        (rep["send_lag_ns"], got)
     # the program waits for every due time: it never sends early, rarely much late
     assert 0 < rep["send_lag_ns"]["p50"] < 50_000
     assert got["latency_ns"]["p50"] < 1_000_000

@@ -89,7 +89,7 @@ def environment_rows(data: RunData) -> list[list[str]]:
     for i, s in enumerate(sessions, 1):
         tb = s.get("testbed", {})
         keep = {k: tb[k] for k in ("provider", "mtu", "sender_cpu", "firewall_cpu",
-                                   "server_cpu", "firewall_rps") if k in tb}
+                                   "server_cpu", "firewall_rps", "ingress_gro") if k in tb}
         rows.append(["testbed" if len(sessions) == 1 else f"testbed, session {i}",
                      ", ".join(f"{k}={v}" for k, v in keep.items())])
     bias = env.get("engine_bias")
@@ -99,11 +99,18 @@ def environment_rows(data: RunData) -> list[list[str]]:
                                     f"{ow.get('min', 0):.1f} µs, p99 {ow.get('p99', 0):.1f} µs "
                                     f"(no firewall, {bias.get('offered_pps')} pps)"])
     for s in data.meta.get("sessions", []):
-        ceil = (s.get("engine") or {}).get("sender_ceiling_pps")
+        eng = s.get("engine") or {}
+        ceil = eng.get("sender_ceiling_pps")
         if ceil:
             rows.append(["sender ceiling", ", ".join(f"{f} B: {v:,.0f} pps"
                                                      for f, v in sorted(ceil.items(),
                                                                         key=lambda x: int(x[0])))])
+        if eng.get("sender"):
+            rows.append(["sender", eng["sender"] + (
+                f" (XDP sender unavailable: {eng['xdp_unavailable']})"
+                if eng.get("xdp_unavailable") else
+                " (XDP live frames; GRO on at the firewall's ingress for every backend)"
+                if eng["sender"] == "xdp" else "")])
     skipped = data.meta.get("skipped_backends") or {}
     for b, why in skipped.items():
         rows.append([f"skipped {b}", why])

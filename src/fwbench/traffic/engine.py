@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fwbench import cpu, engine
+from fwbench.errors import FwbenchError
 from fwbench.measurer import TrialResult
 from fwbench.testbed.netns import NetnsTestbed
 
@@ -35,10 +36,11 @@ class EngineSettings(BaseModel):
     flows: Annotated[int, Field(ge=1, le=65535)] = Field(
         1, description="source ports, round robin (for RSS and conntrack-like traffic)")
     late_us: Annotated[int, Field(ge=1)] = 1_000_000
-    sender: Literal["packet", "xdp"] = Field(
-        "packet", description="packet: an AF_PACKET socket (sendmmsg); xdp: XDP live "
-        "frames (BPF_PROG_RUN), which needs GRO on the firewall's ingress (the testbed "
-        "turns it on and records it)")
+    sender: Literal["auto", "packet", "xdp"] = Field(
+        "auto", description="packet: an AF_PACKET socket (sendmmsg); xdp: XDP live "
+        "frames (BPF_PROG_RUN), about 2x the packet socket's rate here, which needs GRO "
+        "on the firewall's ingress (the testbed turns it on and records it); auto: xdp "
+        "where a probe through the testbed shows it works, else packet (recorded)")
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ class EngineMeasurer:
         sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
                            duration_s=duration_s, cookie=cookie, threads=st.threads,
                            sport_count=st.flows, src=flow.src, dst=flow.dst,
-                           dport=flow.dport, via=st.sender)
+                           dport=flow.dport, via=self.traffic.via)
         got = drain(rx)
         after = cpu.CpuSample.now()
         fw_cpu = self.tb.topo.settings.firewall_cpu
@@ -126,6 +128,9 @@ class EngineTraffic:
         self.settings = settings or EngineSettings()
         self.flow = flow or Flow()
         self._rx: engine.Receiver | None = None
+        # How the sender sends: "xdp" only when asked for, or once an experiment has
+        # probed it through a testbed with GRO at the firewall's ingress (resolve_sender).
+        self.via = "xdp" if self.settings.sender == "xdp" else "packet"
 
     def versions(self) -> dict[str, str | None]:
         return {"fwbench-engine": engine.version()}
@@ -139,6 +144,29 @@ class EngineTraffic:
             self._rx = engine.Receiver(tb, st.receiver, st.late_us, flow.sink_port,
                                        flow.version)
         return self._rx
+
+    def resolve_sender(self, tb: NetnsTestbed, frame_size: int) -> dict:
+        """Settle `auto` (and check `xdp`) on this testbed: a short paced trial with the
+        XDP sender, no firewall loaded, must arrive whole. Returns what the record
+        keeps: the sender used and, if `auto` fell back, why."""
+        want = self.settings.sender
+        if want == "packet":
+            return {"sender": "packet", "asked": want}
+        self.via = "xdp"
+        why = None
+        try:
+            r = self.measurer(tb, frame_size).measure(0.2, 2000)
+            if r.sent == 0 or r.received < r.sent:
+                why = (f"a probe of {r.sent} frames through the testbed delivered "
+                       f"{r.received}")
+        except FwbenchError as e:
+            why = str(e)
+        if why is None:
+            return {"sender": "xdp", "asked": want}
+        self.via = "packet"
+        if want == "xdp":
+            raise FwbenchError(f"the XDP sender does not work here: {why}")
+        return {"sender": "packet", "asked": want, "xdp_unavailable": why}
 
     def close(self) -> None:
         """Stop the receiver (detaching the XDP sink); the next trial starts one."""
