@@ -650,6 +650,8 @@ class Evaluator:
                 self.local[v][side] = (address_text(v, i), i)
         self.local_ints = {v: frozenset(i for _, i in d.values()) for v, d in self.local.items()}
         self.units: dict[tuple[int, str], tuple[_Unit, ...]] = {}
+        # (table family, table name) -> set name -> its compiled elements.
+        self.sets: dict[tuple[str, str], dict[str, CompiledSet]] = {}
         # Compiling makes a few closures per rule and nothing cyclic: the cyclic
         # collector would only rescan them, which took 4/5 of the time at 100k rules.
         enabled = gc.isenabled()
@@ -666,7 +668,7 @@ class Evaluator:
         compiled: list[tuple[str, _CChain]] = []   # (family, base chain)
         for ti, t in enumerate(self.rs.tables):
             raw_sets = {s.name: s for s in t.sets}
-            csets = {s.name: CompiledSet(s) for s in t.sets}
+            csets = self.sets[(t.family, t.name)] = {s.name: CompiledSet(s) for s in t.sets}
             chains = {c.name: _CChain(ti, ci, c, t.name) for ci, c in enumerate(t.chains)}
             for c in t.chains:
                 cc = chains[c.name]

@@ -449,7 +449,16 @@ class RuleSet:
         return out
 
     def digest(self) -> str:
-        """A stable hash of everything that reaches the kernel or the verdicts."""
+        """A stable hash of everything that reaches the kernel or the verdicts.
+        Computed once per instance (the rule set is immutable): at 100,000 rules it
+        takes seconds, and a trial asks for it several times."""
+        cached = self.__dict__.get("_digest")
+        if cached is None:
+            cached = self._compute_digest()
+            object.__setattr__(self, "_digest", cached)
+        return cached
+
+    def _compute_digest(self) -> str:
         h = hashlib.sha256()
         h.update(json.dumps(_plain(self.tables), sort_keys=True,
                             separators=(",", ":")).encode())
@@ -507,14 +516,28 @@ def rule_features(r: Rule) -> list[str]:
 def _plain(obj):
     """Dataclasses, tuples and frozensets as JSON-able values, sets sorted; fields
     added later (_LATER) only when they differ from their default."""
-    if is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)
-                if not (f.metadata.get("later") and getattr(obj, f.name) == f.default)}
+    plan = _FIELD_PLANS.get(type(obj))
+    if plan is None and is_dataclass(obj):
+        plan = _FIELD_PLANS[type(obj)] = tuple(
+            (f.name, bool(f.metadata.get("later")), f.default) for f in fields(obj))
+    if plan is not None:
+        out = {}
+        for name, later, default in plan:
+            value = getattr(obj, name)
+            if not (later and value == default):
+                out[name] = value if type(value) in _SCALARS else _plain(value)
+        return out
     if isinstance(obj, (tuple, list)):
-        return [_plain(x) for x in obj]
+        return [x if type(x) in _SCALARS else _plain(x) for x in obj]
     if isinstance(obj, frozenset):
         return sorted(obj)
     return obj
+
+
+# Per dataclass: its fields as (name, added later, default); the digest walks every
+# rule, and dataclasses.fields() per object was most of its time.
+_FIELD_PLANS: dict[type, tuple] = {}
+_SCALARS = frozenset({str, int, bool, float, type(None)})
 
 
 def as_dict(rs: RuleSet) -> dict:
