@@ -180,3 +180,20 @@ def test_a_degradation_step_that_sent_nothing_is_not_lossless():
     fw.reload(20_000)
     with pytest.raises(MeasurementInvalid):
         m.run(None, 128, 1.0, rules=20_000, reload=fw.reload)
+
+
+def test_overload_rate_is_taken_over_the_arrival_span():
+    """A saturated firewall's count moves in steps of its backlog (1,001 packets):
+    the rate comes from when the packets arrived, not from the trial's length. Too
+    short a span (a burst, a stall) falls back to the duration, and says so."""
+    from fwbench.traffic.engine import overload_rate
+
+    def trial(received, span):
+        return TrialResult(offered_pps=0, duration_s=3.0, sent=6_000_000,
+                           received=received, achieved_pps=2e6,
+                           extra={"arrival_span_s": span})
+    rate, over = overload_rate(trial(14_078, 3.05))
+    assert over == "arrival span" and rate == pytest.approx(14_077 / 3.05)
+    rate, over = overload_rate(trial(14_078, 1.0))
+    assert over == "trial duration" and rate == pytest.approx(14_078 / 3.0)
+    assert overload_rate(trial(1, None)) == (pytest.approx(1 / 3.0), "trial duration")
