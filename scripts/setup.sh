@@ -13,10 +13,11 @@ fi
 # The firewalls under test (conntrack: the drop-position experiment reads the
 # connection table), the seed-faithful traffic tools, and what builds the testbed.
 # The traffic engine (engine/, C + an XDP program) needs a compiler, clang for BPF,
-# bpftool for the skeleton and libbpf.
+# bpftool for the skeleton and libbpf; its nf_tables reader libnftnl and libmnl.
 debs=(iptables nftables ipset conntrack iperf3 iputils-ping iproute2 ethtool util-linux procps
       python3 python3-venv
-      gcc make libc6-dev clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev)
+      gcc make libc6-dev clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev
+      libnftnl-dev libmnl-dev)
 # The test suite renders report.html in headless Chromium: ./test.sh asks for it.
 if [ "${1:-}" = "--with-browser" ]; then
 	debs+=(chromium fonts-dejavu-core)

@@ -247,3 +247,68 @@ def test_one_element_replaced_fails_verification(testbed, backend):
     noun = "element" if name in SETS else "line"
     assert f"1 rendered {noun} missing from the kernel" in v.reason, v.reason
     assert f"1 {noun} in the kernel not rendered" in v.reason and "39999" in v.reason
+
+
+# --- large rule sets: later loads compared with the first over netlink -----------
+#
+# Past nftables.TEXT_CHECK_ENTRIES a rendering is compared in nft's text at its
+# first load only; later loads are compared with that one, read over netlink. The
+# limit is lowered here so 50 entries take that path.
+
+@pytest.fixture
+def netlink_path(monkeypatch):
+    from fwbench.backends import nftables
+    monkeypatch.setattr(nftables, "TEXT_CHECK_ENTRIES", 0)
+    monkeypatch.setattr(nftables, "_proven", {})
+    return nftables
+
+
+def proven_then_text_forbidden(tb, b, rs, monkeypatch, nftables):
+    """Load and verify `rs` (its text compared: the proof), then make nft's text
+    listing fail, so any later verification must go over netlink."""
+    b.apply(tb, rs)
+    v = b.verify(tb, rs)
+    assert v.ok, v.reason
+    assert b.name in nftables._proven
+
+    def no_listing(tb):
+        raise AssertionError("nft list ruleset read after the proven load")
+    monkeypatch.setattr(nftables.kernel, "nft_list", no_listing)
+
+
+@pytest.mark.parametrize("backend", ["nftables", "nftset"], indirect=True)
+def test_later_load_matches_the_proven_one(testbed, backend, netlink_path, monkeypatch):
+    b = backend
+    rs = rules_for(b, 50)
+    proven_then_text_forbidden(testbed, b, rs, monkeypatch, netlink_path)
+    b.apply(testbed, rs)
+    v = b.verify(testbed, rs)
+    assert v.ok, v.reason
+    assert v.rules_loaded == b.expected_entries(rs)
+    assert v.details["probes"]["test flow"]["rule_hits"] >= PROBES
+
+
+@pytest.mark.parametrize("backend", ["nftables", "nftset"], indirect=True)
+@pytest.mark.parametrize("tamper", ["swap", "widen", "element"])
+def test_later_load_that_differs_fails(testbed, backend, netlink_path, monkeypatch, tamper):
+    """Rules swapped, a port match dropped, a set element (or rule) replaced: each
+    seen by the netlink comparison, naming the chain or the sets."""
+    b, name = backend, backend.name
+    rs = rules_for(b, 50)
+    proven_then_text_forbidden(testbed, b, rs, monkeypatch, netlink_path)
+    if tamper == "element":
+        b.apply(testbed, with_entry_replaced(rs, 8, SERVER, "tcp", 39_999))
+        v = b.verify(testbed, rs)
+        where = "nft sets" if name == "nftset" else "nft chain ip fwbench from_client"
+    else:
+        def edit(lines, rules):
+            if tamper == "swap":
+                i, j = (rules[-2], rules[-1]) if name == "nftset" else (rules[0], rules[1])
+                lines[i], lines[j] = lines[j], lines[i]
+            else:
+                (i,) = [i for i in rules if "icmp" in lines[i]]
+                lines[i] = lines[i].replace(" icmp type echo-request ", " ")
+        v = load_tampered(testbed, b, name, rs, edit)
+        where = "nft chain ip fwbench from_client"
+    assert not v.ok
+    assert "differs from the rendered one" in v.reason and where in v.reason, v.reason

@@ -19,7 +19,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Callable, Iterable
 
 from fwbench import proc
 from fwbench.errors import MeasurementInvalid
@@ -41,6 +41,15 @@ _DIFFERENCES_SHOWN = 3
 class LoadStats:
     load_time_s: float
     files: dict[str, int]  # rendered file name -> bytes
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the kernel holds for a rule set, read once: how it differs from the
+    rendering, how many entries it holds, and its counters by rule id."""
+    differences: list[str]
+    entries: int
+    counters: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -79,11 +88,18 @@ class Backend(abc.ABC):
 
     def check(self, rs: RuleSet) -> None:
         """Raise Unsupported (`<backend>: unsupported: <feature> (rule <id>)`) if the
-        rule set needs a feature this backend cannot hold."""
+        rule set needs a feature this backend cannot hold. A rule set that passed is
+        not checked again (at 100,000 rules the check renders it: seconds)."""
+        key = (self.name, rs.digest())
+        if key in _checked:
+            return
         try:
             self._check(rs)
         except Unsupported as e:
             raise e.for_backend(self.name) from None
+        if len(_checked) > 64:
+            _checked.clear()
+        _checked.add(key)
 
     @abc.abstractmethod
     def _check(self, rs: RuleSet) -> None:
@@ -116,16 +132,44 @@ class Backend(abc.ABC):
         `rs`, one line each naming what differs; empty when identical. Read once
         per verification, from the kernel's own listing."""
 
+    def snapshot(self, tb: NetnsTestbed, rs: RuleSet) -> Snapshot:
+        """differences, entries and counters together. Backends whose kernel
+        listing holds all three read it once here; at 100,000 rules a listing
+        costs as much as the load."""
+        return Snapshot(self.differences(tb, rs), self.entries(tb, rs),
+                        self.counters(tb, rs))
+
     def expected_entries(self, rs: RuleSet) -> int:
         return rs.rule_count + sum(len(s.elements) for t in rs.tables for s in t.sets)
 
+    def rendering(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
+        """`render`, remembered for the latest rule set and interfaces: a sweep loads
+        the same rule set trial after trial, and verification compares against it."""
+        key = (rs.digest(), ifs)
+        cached = _renderings.get(self.name)
+        if cached is None or cached[0] != key:
+            cached = _renderings[self.name] = (key, self.render(rs, ifs))
+        return cached[1]
+
     def apply(self, tb: NetnsTestbed, rs: RuleSet) -> LoadStats:
         self.check(rs)
-        files = self.render(rs, interfaces(tb))
+        files = self.rendering(rs, interfaces(tb))
         kernel.flush_all(tb)
         t0 = time.perf_counter()
         self.load(tb, files)
-        return LoadStats(time.perf_counter() - t0, {k: len(v) for k, v in files.items()})
+        took = time.perf_counter() - t0
+        _fresh[self.name] = (rs.digest(), tb.topo.run_id)
+        return LoadStats(took, {k: len(v) for k, v in files.items()})
+
+    # True when `snapshot` reads what the kernel holds in one listing, so that
+    # verification right after `apply` can read it once, after its packets.
+    reads_once = False
+
+    def fresh(self, tb: NetnsTestbed, rs: RuleSet) -> bool:
+        """Was `rs` the last thing `apply` loaded here, with nothing verified since:
+        its counters all zero (a fresh load starts them there; verification follows
+        the load with no traffic between)? Asking forgets it."""
+        return _fresh.pop(self.name, None) == (rs.digest(), tb.topo.run_id)
 
     def verify(self, tb: NetnsTestbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
                seed: int = 0) -> Verification:
@@ -198,6 +242,12 @@ def copies(p: Packet, n: int) -> list[Packet]:
     return [replace(p, sport=1024 + (p.sport - 1024 + k) % 64512) for k in range(n)]
 
 
+# Backend name -> (rule-set digest, testbed) of its latest `apply`, until verified.
+_fresh: dict[str, tuple[str, str]] = {}
+# (backend name, rule-set digest) of the rule sets `check` passed.
+_checked: set[tuple[str, str]] = set()
+# Backend name -> ((rule-set digest, interfaces), its rendered files).
+_renderings: dict[str, tuple[tuple, dict[str, str]]] = {}
 # The latest rule set's compiled reference: (digest, evaluator, rate limits).
 _compiled: list[tuple[str, Evaluator, RateLimits]] = []
 _samples: dict[tuple[str, int, int], list[Packet]] = {}
@@ -224,7 +274,8 @@ def corpus_sample(rs: RuleSet, n: int, seed: int) -> list[Packet]:
     key = (rs.digest(), n, seed)
     if key not in _samples:
         _samples.clear()
-        _samples[key] = corpora.build(rs, size=n, seed=seed) if n else []
+        _samples[key] = corpora.build(rs, size=n, seed=seed, evaluator=evaluator(rs)) \
+            if n else []
     return _samples[key]
 
 
@@ -237,28 +288,32 @@ class Exchange:
 
 
 def _rounds(rs: RuleSet, pkts: list[Packet]) -> list[list[int]]:
-    """Packets split into rounds that connection tracking cannot link: one side's
-    packets per round (a packet from the server side could be the reply to one from
-    the client side), and no two in a round with the same flow before or after NAT
-    (the kernel would take the second for the first's connection, or move its
-    source port to keep translated flows unique)."""
+    """Packets split into rounds that connection tracking cannot link: no two in a
+    round with the same flow before or after NAT (the kernel would take the second
+    for the first's connection, or move its source port to keep translated flows
+    unique), and none the reply of another (a packet from the server side whose
+    flow is another's reversed, before or after NAT, would be `established`). Both
+    sides' packets share a round when nothing links them: each round costs the
+    exchange a fixed part of a second."""
     ev = evaluator(rs)
-    rounds: list[tuple[str, set, list[int]]] = []
+    rounds: list[tuple[set, list[int]]] = []
     for i, p in enumerate(pkts):
         if p.sport is None:   # ICMP: the injector gives every packet its own id
-            keys = {i}
+            keys, links = {i}, {i}
         else:
             t = ev.evaluate(p).translated
-            keys = {(p.proto, p.saddr, p.sport, p.daddr, p.dport),
-                    (t.proto, t.saddr, t.sport, t.daddr, t.dport)}
-        for side, used, members in rounds:
-            if side == p.iif and not keys & used:
-                used |= keys
+            flows = {(p.proto, p.saddr, p.sport, p.daddr, p.dport),
+                     (t.proto, t.saddr, t.sport, t.daddr, t.dport)}
+            replies = {(f[0], f[3], f[4], f[1], f[2]) for f in flows}
+            keys, links = flows, flows | replies
+        for used, members in rounds:
+            if not keys & used:
+                used |= links
                 members.append(i)
                 break
         else:
-            rounds.append((p.iif, set(keys), [i]))
-    return [members for _, _, members in rounds]
+            rounds.append((set(links), [i]))
+    return [members for _, members in rounds]
 
 
 # Whole exchanges tried when the instrument itself lost a packet (a veth handover or
@@ -267,16 +322,20 @@ EXCHANGE_ATTEMPTS = 3
 
 
 def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
-             pkts: list[Packet]) -> Exchange:
+             pkts: list[Packet], before: dict[str, int] | None = None,
+             after: Callable[[], dict[str, int]] | None = None) -> Exchange:
     """Send `pkts` through the firewall as it is loaded, in rounds connection
-    tracking cannot link (emptied before each), reading the counters around. When
-    the instrument loses a packet the whole exchange is repeated, counters read
-    afresh, up to EXCHANGE_ATTEMPTS times."""
+    tracking cannot link (emptied before each), reading the counters around
+    (`before`: already read, nothing having passed since; `after`: how to read
+    them afterwards, `backend.counters` by default). When the instrument loses a
+    packet the whole exchange is repeated, counters read afresh, up to
+    EXCHANGE_ATTEMPTS times."""
     packets.prepare(tb)
     try:
         for attempt in range(EXCHANGE_ATTEMPTS):
             try:
-                return _exchange_once(backend, tb, rs, pkts)
+                return _exchange_once(backend, tb, rs, pkts,
+                                      before if attempt == 0 else None, after)
             except MeasurementInvalid:
                 if attempt == EXCHANGE_ATTEMPTS - 1:
                     raise
@@ -285,9 +344,11 @@ def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
 
 
 def _exchange_once(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
-                   pkts: list[Packet]) -> Exchange:
+                   pkts: list[Packet], before: dict[str, int] | None,
+                   after_read: Callable[[], dict[str, int]] | None) -> Exchange:
     seen: list[Packet | None] = [None] * len(pkts)
-    before = backend.counters(tb, rs)
+    if before is None:
+        before = backend.counters(tb, rs)
     for members in _rounds(rs, pkts):
         kernel.flush_conntrack(tb)
         # The injector crafts new, unmarked packets; their conntrack state is
@@ -296,7 +357,7 @@ def _exchange_once(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
                                     for i in members])
         for i, o in zip(members, got):
             seen[i] = o.packet if o else None
-    after = backend.counters(tb, rs)
+    after = after_read() if after_read is not None else backend.counters(tb, rs)
     counts = {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
     return Exchange(pkts, seen, counts)
 
@@ -356,18 +417,6 @@ def verify(backend: Backend, tb: NetnsTestbed, rs: RuleSet, sample: int = SAMPLE
     problems: list[str] = []
     details: dict = {}
 
-    differs = backend.differences(tb, rs)
-    details["differences"] = differs
-    if differs:
-        more = len(differs) - _DIFFERENCES_SHOWN
-        problems.append("the kernel's rule set differs from the rendered one: "
-                        + "; ".join(differs[:_DIFFERENCES_SHOWN])
-                        + (f"; and {more} more" if more > 0 else ""))
-    loaded = backend.entries(tb, rs)
-    expected = backend.expected_entries(rs) if backend.filters else 0
-    if loaded != expected:
-        problems.append(f"{loaded} entries in the kernel, {expected} asked")
-
     # The probes, as many distinct flows each, and a sample of the corpus: forwarded
     # or dropped, counted and translated as the probe and the reference say.
     pkts, owners = [], []
@@ -376,7 +425,34 @@ def verify(backend: Backend, tb: NetnsTestbed, rs: RuleSet, sample: int = SAMPLE
             pkts.append(p)
             owners.append(probe)
     pkts += [as_tracked(p) for p in corpus_sample(rs, sample, seed)]
-    ex = exchange(backend, tb, rs, pkts)
+
+    if backend.fresh(tb, rs) and backend.reads_once:
+        # Counters start at zero on a fresh load: the kernel is read once, after
+        # the packets, for the comparison, the entries and the counters alike (at
+        # 100,000 rules a listing costs as much as the load).
+        read: list[Snapshot] = []
+
+        def after() -> dict[str, int]:
+            read[:] = [backend.snapshot(tb, rs)]
+            return read[0].counters
+        ex = exchange(backend, tb, rs, pkts, before={}, after=after)
+        snap = read[0]
+    else:
+        snap = backend.snapshot(tb, rs)
+        ex = exchange(backend, tb, rs, pkts, before=snap.counters)
+
+    differs = snap.differences
+    details["differences"] = differs
+    if differs:
+        more = len(differs) - _DIFFERENCES_SHOWN
+        problems.append("the kernel's rule set differs from the rendered one: "
+                        + "; ".join(differs[:_DIFFERENCES_SHOWN])
+                        + (f"; and {more} more" if more > 0 else ""))
+    loaded = snap.entries
+    expected = backend.expected_entries(rs) if backend.filters else 0
+    if loaded != expected:
+        problems.append(f"{loaded} entries in the kernel, {expected} asked")
+
     ids = backend.counted_ids(rs)
     probes = {}
     for probe in rs.probes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fwbench import proc
 from fwbench.backends import kernel
-from fwbench.backends.base import Backend, interfaces, ordered_differences, \
+from fwbench.backends.base import Backend, Snapshot, interfaces, ordered_differences, \
     unordered_differences
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import ipset as ipset_render
@@ -36,6 +36,7 @@ def _has_sets(rs: RuleSet) -> bool:
 
 class _Iptables(Backend):
     variant: str  # "legacy" or "nft"
+    reads_once = True
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -70,37 +71,42 @@ class _Iptables(Backend):
                 kernel.ipt_restore(tb, kernel.xt(self.variant, v), files[_file(v)])
 
     def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for v in sorted(rs.versions):
-            for rid, n in kernel.ipt_counters(
-                    kernel.ipt_save(tb, kernel.xt(self.variant, v), counters=True)).items():
-                out[rid] = out.get(rid, 0) + n
-        return out
+        return _counted(kernel.ipt_save(tb, kernel.xt(self.variant, v), counters=True)
+                        for v in sorted(rs.versions))
 
     def counted_ids(self, rs: RuleSet) -> frozenset[str]:
         return frozenset(r.id for _, _, r in rs.rules())  # iptables counts every rule
 
     def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
-        rules = sum(len(kernel.ipt_ids(kernel.ipt_save(tb, kernel.xt(self.variant, v))))
-                    for v in sorted(rs.versions))
-        sets = kernel.ipsets(kernel.ipset_save(tb)) if _has_sets(rs) else {}
-        return rules + sum(len(elems) for _, elems in sets.values())
+        return self.snapshot(tb, rs).entries
 
     def expected_entries(self, rs: RuleSet) -> int:
         """Rules of an inet table land in both iptables and ip6tables unless their
-        addresses pin one version."""
-        return sum(len(kernel.ipt_ids(ipt_render.render(rs, Interfaces("a", "b"), v)))
-                   for v in sorted(rs.versions)) \
-            + sum(len(s.elements) for t in rs.tables for s in t.sets)
+        addresses pin one version: counted in the rendering (remembered per rule set,
+        as it takes a second at 100,000 rules)."""
+        key = rs.digest()
+        if key not in _expected:
+            _expected.clear()
+            _expected[key] = sum(
+                len(kernel.ipt_ids(ipt_render.render(rs, Interfaces("a", "b"), v)))
+                for v in sorted(rs.versions)) \
+                + sum(len(s.elements) for t in rs.tables for s in t.sets)
+        return _expected[key]
 
     def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
-        """Every table line by line against the rendering; every other table this
-        family has registered must hold nothing; the sets as sets."""
-        files = self.render(rs, interfaces(tb))
+        return self.snapshot(tb, rs).differences
+
+    def snapshot(self, tb: NetnsTestbed, rs: RuleSet) -> Snapshot:
+        """One `iptables-save -c` per IP version and one `ipset save`: every table
+        line by line against the rendering, every other table this family has
+        registered empty, the sets as sets, and the counters from the same text."""
+        files = self.rendering(rs, interfaces(tb))
+        saved = {v: kernel.ipt_save(tb, kernel.xt(self.variant, v), counters=True)
+                 for v in (4, 6)}
         out = []
         for v in (4, 6):
             want = kernel.save_tables(files.get(_file(v), ""))
-            got = kernel.save_tables(kernel.ipt_save(tb, kernel.xt(self.variant, v)))
+            got = kernel.save_tables(saved[v])
             name = "" if v == 4 else "ip6 "
             for table in sorted(want.keys() | got.keys()):
                 if table in want:
@@ -109,8 +115,26 @@ class _Iptables(Backend):
                 else:
                     out += unordered_differences(f"{name}{table} table", [],
                                                  _unasked(got[table]), "line")
-        out += _set_differences(files.get("sets.ipset", ""), kernel.ipset_save(tb))
-        return out
+        sets_text = kernel.ipset_save(tb)
+        out += _set_differences(files.get("sets.ipset", ""), sets_text)
+        rules = sum(len(kernel.ipt_ids(saved[v])) for v in sorted(rs.versions))
+        sets = kernel.ipsets(sets_text) if _has_sets(rs) else {}
+        return Snapshot(out, rules + sum(len(elems) for _, elems in sets.values()),
+                        _counted(saved[v] for v in sorted(rs.versions)))
+
+
+# Rule-set digest -> its expected entries (the latest only).
+_expected: dict[str, int] = {}
+
+
+def _counted(saves) -> dict[str, int]:
+    """Rule id -> packets over several `iptables-save -c` texts (an inet rule is in
+    both iptables and ip6tables)."""
+    out: dict[str, int] = {}
+    for text in saves:
+        for rid, n in kernel.ipt_counters(text).items():
+            out[rid] = out.get(rid, 0) + n
+    return out
 
 
 def _set_differences(rendered: str, saved: str) -> list[str]:

@@ -74,13 +74,15 @@ def save_tables(text: str) -> dict[str, list[str]]:
 def ipt_counters(save_c_text: str) -> dict[str, int]:
     """Rule id -> packets, from `iptables-save -c` output."""
     out: dict[str, int] = {}
-    for line in save_c_text.splitlines():
-        if line.startswith("["):
-            m = _SAVE_COUNTED.match(line)
-            i = _IPT_ID.search(line)
-            if m and i:
-                out[i.group(1)] = out.get(i.group(1), 0) + int(m.group(1))
+    for packets, rid in _COUNTED_ID.findall(save_c_text):
+        out[rid] = out.get(rid, 0) + int(packets)
     return out
+
+
+# A counted rule line's packets and its id: one pass over the whole text (100,000
+# rules in a tenth of a second).
+_COUNTED_ID = re.compile(r'^\[(\d+):\d+\] -A [^\n]*?-m comment --comment "'
+                         + re.escape(ID_TAG) + r'([^"]*)"', re.M)
 
 
 def ipt_ids(text: str) -> list[str]:
@@ -176,6 +178,77 @@ def nft_counters(items: list[dict]) -> dict[str, int]:
             if isinstance(c, dict):
                 out[rid] = out.get(rid, 0) + c.get("packets", 0)
     return out
+
+
+def nftdump_binary():
+    """fwbench-nftdump: nf_tables read over netlink (engine/nftdump.c)."""
+    return proc.built_binary("FWBENCH_NFTDUMP", "engine/build/fwbench-nftdump",
+                             "nf_tables reader fwbench-nftdump")
+
+
+@dataclass(frozen=True)
+class NftRule:
+    where: tuple[str, str, str]    # family, table, chain
+    handle: int
+    packets: int
+    comment: str | None
+    exprs: str                     # libnftnl's text of its expressions, counters' values out
+
+
+@dataclass(frozen=True)
+class NftDump:
+    """What nf_tables holds, read over netlink by fwbench-nftdump: every chain (its
+    declaration), every rule in order, every set (its size and a hash of its
+    elements). Much faster than `nft list` at 100,000 rules: no translation back
+    into nft's language."""
+    chains: tuple[str, ...]          # "family table chain type hooknum priority policy"
+    rules: tuple[NftRule, ...]
+    sets: tuple[str, ...]            # "family table set flags key_type key_len n hash"
+    elements: int                    # elements of the named (not anonymous) sets
+
+    def counters(self) -> dict[str, int]:
+        """Rule id -> packets, for every rule with an id and a counter."""
+        out: dict[str, int] = {}
+        for r in self.rules:
+            rid = nft_rule_id(r.comment)
+            if rid is not None and "[ counter ]" in r.exprs:
+                out[rid] = out.get(rid, 0) + r.packets
+        return out
+
+    def entries(self) -> int:
+        """Rules with an id, and the named sets' elements: what `entries` counts."""
+        return sum(1 for r in self.rules if nft_rule_id(r.comment)) + self.elements
+
+    def chain_rules(self) -> dict[tuple[str, str, str], list[str]]:
+        """(family, table, chain) -> its rules in order, each as comment and
+        expressions, anonymous sets' kernel-given numbers left out."""
+        out: dict[tuple[str, str, str], list[str]] = {}
+        for r in self.rules:
+            out.setdefault(r.where, []).append(
+                _ANON_SET.sub("__set", f"{r.comment or '-'} {r.exprs}"))
+        return out
+
+
+_ANON_SET = re.compile(r"__set\d+")
+_NFT_SET_ANONYMOUS = 0x1
+
+
+def nft_dump(tb: NetnsTestbed) -> NftDump:
+    chains, rules, sets, elements = [], [], [], 0
+    for line in tb.exec("fw", [str(nftdump_binary())]).splitlines():
+        kind, _, rest = line.partition("\t")
+        f = rest.split("\t")
+        if kind == "C":
+            chains.append(" ".join(f))
+        elif kind == "R":
+            rules.append(NftRule((f[0], f[1], f[2]), int(f[3]), int(f[4]),
+                                 None if f[6] == "-" else f[6], f[7]))
+        elif kind == "S":
+            anonymous = int(f[3]) & _NFT_SET_ANONYMOUS
+            if not anonymous:
+                elements += int(f[6])
+            sets.append(" ".join([f[0], f[1], "__set" if anonymous else f[2], *f[3:]]))
+    return NftDump(tuple(chains), tuple(rules), tuple(sets), elements)
 
 
 _COUNTER_VALUES = re.compile(r"\bcounter packets \d+ bytes \d+")
