@@ -312,3 +312,20 @@ def test_later_load_that_differs_fails(testbed, backend, netlink_path, monkeypat
         where = "nft chain ip fwbench from_client"
     assert not v.ok
     assert "differs from the rendered one" in v.reason and where in v.reason, v.reason
+
+
+@pytest.mark.parametrize("backend", ["iptables-legacy", "nftables"], indirect=True)
+def test_counters_that_moved_after_the_load_are_read_before(testbed, backend):
+    """Verification reads the kernel once, after its packets, only when nothing has
+    passed since the load: packets sent in between (here the probes, through
+    `exchange`) make it read the counters before as well, or its counts would be off."""
+    from fwbench.backends.base import as_tracked, copies, exchange
+    b = backend
+    rs = rules_for(b, 50)
+    b.apply(testbed, rs)
+    probe = next(p for p in rs.probes if p.name == "test flow")
+    ex = exchange(b, testbed, rs, copies(as_tracked(probe.packet), 5))
+    assert ex.counts.get(probe.rule) == 5
+    v = b.verify(testbed, rs)
+    assert v.ok, v.reason
+    assert v.details["probes"]["test flow"]["rule_hits"] >= PROBES

@@ -179,3 +179,57 @@ def test_unordered_differences_ignore_order_only():
     assert unordered_differences("set", ["1", "2"], ["1", "9"]) == [
         "set: 1 rendered element missing from the kernel, first '2'",
         "set: 1 element in the kernel not rendered, first '9'"]
+
+
+# What fwbench-nftdump printed for seed000(3, layout="set") (tabs between fields),
+# with the test entry's rule having counted 7 packets.
+NFTDUMP = "\n".join("\t".join(f) for f in [
+    ["C", "ip", "fwbench", "forward", "filter", "2", "0", "0"],
+    ["C", "ip", "fwbench", "from_client", "-", "-", "-", "-"],
+    ["R", "ip", "fwbench", "forward", "4", "0", "0", "fwb:from-client",
+     "[ meta load iifname => reg 1 ] [ immediate reg 0 jump -> from_client ]"],
+    ["R", "ip", "fwbench", "from_client", "6", "7", "420", "fwb:allowed",
+     "[ lookup reg 1 set allowed 0x0 ] [ counter ] [ immediate reg 0 accept ]"],
+    ["R", "ip", "fwbench", "from_client", "7", "0", "0", "-",
+     "[ lookup reg 1 set __set3 0x0 ] [ immediate reg 0 accept ]"],
+    ["S", "ip", "fwbench", "allowed", "0", "29453", "12", "3", "7551014bb24a2be4"],
+    ["S", "ip", "fwbench", "__set3", "3", "13", "2", "2", "00000000000000aa"],
+]) + "\n"
+
+
+class _Fw:
+    """A testbed whose firewall answers fwbench-nftdump with NFTDUMP."""
+    def __init__(self, text):
+        self.text = text
+
+    def exec(self, role, argv, **kw):
+        return self.text
+
+
+def test_nftdump_counters_entries_and_rules(monkeypatch):
+    from fwbench.backends import kernel
+    monkeypatch.setattr(kernel, "nftdump_binary", lambda: "fwbench-nftdump")
+    d = kernel.nft_dump(_Fw(NFTDUMP))
+    assert d.counters() == {"allowed": 7}           # only rules with an id and a counter
+    assert d.entries() == 2 + 3                     # rules with an id, named sets' elements
+    rules = d.chain_rules()[("ip", "fwbench", "from_client")]
+    assert rules[1] == "- [ lookup reg 1 set __set 0x0 ] [ immediate reg 0 accept ]"
+    assert "ip fwbench __set 3 13 2 2 00000000000000aa" in d.sets
+
+
+def test_nftdump_differences_name_the_chain_and_the_sets(monkeypatch):
+    from fwbench.backends import kernel
+    from fwbench.backends.nftables import dump_differences
+    monkeypatch.setattr(kernel, "nftdump_binary", lambda: "fwbench-nftdump")
+    proven = kernel.nft_dump(_Fw(NFTDUMP))
+    # The same load, its anonymous set numbered otherwise and counters moved: equal.
+    same = NFTDUMP.replace("__set3", "__set9").replace("\t7\t420\t", "\t0\t0\t")
+    assert dump_differences(proven, kernel.nft_dump(_Fw(same))) == []
+    # A port changed in a rule, an element changed in the set, a policy changed.
+    other = NFTDUMP.replace("jump -> from_client", "accept") \
+        .replace("7551014bb24a2be4", "7551014bb24a2be5") \
+        .replace("\t2\t0\t0\n", "\t2\t0\t1\n")
+    out = dump_differences(proven, kernel.nft_dump(_Fw(other)))
+    assert any(d.startswith("nft chain ip fwbench forward:") for d in out), out
+    assert any(d.startswith("nft sets:") for d in out), out
+    assert any(d.startswith("nft chains:") for d in out), out

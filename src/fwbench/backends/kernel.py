@@ -119,6 +119,12 @@ def ipsets(text: str) -> dict[str, tuple[tuple[str, ...], list[str]]]:
     sets: dict[str, tuple[tuple[str, ...], list[str]]] = {}
     counted: set[str] = set()
     for line in text.splitlines():
+        if line.startswith("add ") and "  " not in line:
+            # The fast path for a million elements: `add NAME ELEMENT...`.
+            name, _, elem = line[4:].partition(" ")
+            if name in sets and elem and name not in counted:
+                sets[name][1].append(elem)
+                continue
         words = line.split()
         if len(words) >= 3 and words[0] == "create":
             opts = {w: words[i + 1] for i, w in enumerate(words[:-1])
