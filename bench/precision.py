@@ -87,7 +87,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fwbench-precision-") as tmp:
         for i in (1, 2):
             d = Path(a.keep or tmp, f"run{i}")
-            d.mkdir()
+            d.mkdir(parents=True)
             rows, wall = one_run(a, d / "out")
             runs.append((rows, wall))
             print(f"run {i}: {wall / 60:.1f} min; " + "; ".join(
