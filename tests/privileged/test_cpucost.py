@@ -50,5 +50,10 @@ def test_cpucost_run_ranks_backends_at_one_load(tmp_path, own_netns):
         assert ("bpf" in m) == (name == "xdp-set")
     prog = recs["xdp-set"]["metrics"]["bpf"]["xdp"]
     assert prog["run_cnt"] >= 0.99 * 50_000 * 0.5 and 0 < prog["ns_per_run"] < 5_000
+    # A paced method sends with the packet socket under `auto`: the XDP sender's
+    # paced runs start late and catch up in bursts.
+    engine = json.loads((d / "run.json").read_text())["sessions"][0]["engine"]
+    assert engine["sender"] == "packet" and engine["asked"] == "auto", engine
+    assert "paces" in engine["why"]
     assert not list(Path("/tmp").glob("fwbench-spin-*")), "the soaker's file was left"
     assert own_netns(d) == []

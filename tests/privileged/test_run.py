@@ -85,6 +85,11 @@ def test_run_records_every_trial(tmp_path, own_netns):
     assert env["kernel"] and env["tools"]["fwbench-engine"]
     assert env["engine_bias"]["one_way_us"]["p50"] > 0  # measured, in every run's record
     assert meta["sessions"][0]["testbed"]["rps_cpus"]
+    # maxrate sends at open throttle: `auto` takes the XDP sender where it works,
+    # with GRO on at the firewall's ingress, or says why not.
+    engine = meta["sessions"][0]["engine"]
+    assert engine["sender"] == "xdp" or engine.get("xdp_unavailable"), engine
+    assert {r["metrics"]["sender"] for r in records(d)} == {engine["sender"]}
     assert own_netns(d) == []
 
 

@@ -99,7 +99,8 @@ class Sweep(Experiment):
         if engine is None:
             return {}
         flush_all(tb)
-        sender = engine.resolve_sender(tb, min_frame(self.sc.version))
+        sender = engine.resolve_sender(tb, min_frame(self.sc.version),
+                                       open_throttle(self.sc))
         if sender.get("xdp_unavailable"):
             console.print(f"the XDP sender does not work here ({sender['xdp_unavailable']}):"
                           f" sending with the packet socket", highlight=False)
@@ -144,9 +145,15 @@ def testbed_settings(sc: Scenario):
     may be used (veth hands XDP frames only to a peer in NAPI mode). The same for
     every backend of the run, so their comparison stays fair: bench/ingress_gro.py
     measures what it changes (the firewall-bound rates not at all, within noise)."""
-    if sc.traffic == "engine" and sc.engine.sender != "packet" and not sc.testbed.ingress_gro:
+    if sc.traffic == "engine" and not sc.testbed.ingress_gro and (
+            sc.engine.sender == "xdp" or (sc.engine.sender == "auto" and open_throttle(sc))):
         return sc.testbed.model_copy(update={"ingress_gro": True})
     return sc.testbed
+
+
+def open_throttle(sc: Scenario) -> bool:
+    """Does the method send at open throttle (where `auto` uses the XDP sender)?"""
+    return sc.method == "maxrate"
 
 
 def restore_ingress_gro(tb: NetnsTestbed, sc: Scenario) -> None:

@@ -109,7 +109,10 @@ def environment_rows(data: RunData) -> list[list[str]]:
             rows.append(["sender", eng["sender"] + (
                 f" (XDP sender unavailable: {eng['xdp_unavailable']})"
                 if eng.get("xdp_unavailable") else
-                " (XDP live frames; GRO on at the firewall's ingress for every backend)"
+                " (XDP live frames"
+                + (" at open throttle, the packet socket for paced sending"
+                   if eng.get("paced") == "packet" else "")
+                + "; GRO on at the firewall's ingress for every backend)"
                 if eng["sender"] == "xdp" else "")])
     skipped = data.meta.get("skipped_backends") or {}
     for b, why in skipped.items():
