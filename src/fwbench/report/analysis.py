@@ -266,7 +266,9 @@ def warnings(data: RunData, bound: set[tuple[Cell, int]],
         cells_bound[cell] = cells_bound.get(cell, 0) + 1
     if cells_bound:
         out.append("generator-bound trials (within 5 % of the no-firewall rate: the "
-                   "sender, not the firewall, was measured; left out of the cost model): " +
+                   "instrument's own path, the sender or the testbed's forwarding without "
+                   "a firewall, set the rate, not the firewall; left out of the cost "
+                   "model; `--method cpucost` ranks such backends): " +
                    ", ".join(f"{b} N={n:,} {f} B ({k})"
                              for (b, n, f), k in sorted(cells_bound.items())))
     head = data.headline()
