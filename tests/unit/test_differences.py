@@ -212,7 +212,7 @@ def test_nftdump_counters_entries_and_rules(monkeypatch):
     d = kernel.nft_dump(_Fw(NFTDUMP))
     assert d.counters() == {"allowed": 7}           # only rules with an id and a counter
     assert d.entries() == 2 + 3                     # rules with an id, named sets' elements
-    rules = d.chain_rules()[("ip", "fwbench", "from_client")]
+    rules = d.chain_rules[("ip", "fwbench", "from_client")]
     assert rules[1] == "- [ lookup reg 1 set __set 0x0 ] [ immediate reg 0 accept ]"
     assert "ip fwbench __set 3 13 2 2 00000000000000aa" in d.sets
 

@@ -122,11 +122,11 @@ class _Iptables(Backend):
                 else:
                     out += unordered_differences(f"{name}{table} table", [],
                                                  _unasked(got[table]), "line")
-        sets_text = kernel.ipset_save(tb)
-        out += _set_differences(files.get("sets.ipset", ""), sets_text)
+        sets = kernel.ipsets(kernel.ipset_save(tb))
+        out += _set_differences(kernel.ipsets(files.get("sets.ipset", "")), sets)
         rules = sum(len(kernel.ipt_ids(saved[v])) for v in sorted(rs.versions))
-        sets = kernel.ipsets(sets_text) if _has_sets(rs) else {}
-        return Snapshot(out, rules + sum(len(elems) for _, elems in sets.values()),
+        held = sum(len(elems) for _, elems in sets.values()) if _has_sets(rs) else 0
+        return Snapshot(out, rules + held,
                         _counted(saved[v] for v in sorted(rs.versions)))
 
 
@@ -155,11 +155,11 @@ def _counted(saves) -> dict[str, int]:
     return out
 
 
-def _set_differences(rendered: str, saved: str) -> list[str]:
-    """Every set: the rendered one with its type, family and size limit and exactly
-    the rendered elements; no other set."""
+def _set_differences(want: dict, got: dict) -> list[str]:
+    """Every set (`kernel.ipsets` of the rendering and of `ipset save`): the rendered
+    one with its type, family and size limit and exactly the rendered elements; no
+    other set."""
     out = []
-    want, got = kernel.ipsets(rendered), kernel.ipsets(saved)
     for name in sorted(want.keys() | got.keys()):
         if name not in got:
             out.append(f"ipset {name}: rendered, not in the kernel")

@@ -7,9 +7,11 @@ by re-rendering a rule's text. Adding a family means one entry in FAMILIES.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from fwbench import bpf, proc
 from fwbench.ruleset.render import ID_TAG
@@ -186,7 +188,7 @@ def nft_counters(items: list[dict]) -> dict[str, int]:
     return out
 
 
-def nftdump_binary():
+def nftdump_binary() -> Path:
     """fwbench-nftdump: nf_tables read over netlink (engine/nftdump.c)."""
     return proc.built_binary("FWBENCH_NFTDUMP", "engine/build/fwbench-nftdump",
                              "nf_tables reader fwbench-nftdump")
@@ -225,9 +227,11 @@ class NftDump:
         """Rules with an id, and the named sets' elements: what `entries` counts."""
         return sum(1 for r in self.rules if nft_rule_id(r.comment)) + self.elements
 
+    @functools.cached_property
     def chain_rules(self) -> dict[tuple[str, str, str], list[str]]:
         """(family, table, chain) -> its rules in order, each as comment and
-        expressions, anonymous sets' kernel-given numbers left out."""
+        expressions, anonymous sets' kernel-given numbers left out. Worked out once
+        per dump: a proven dump is compared with trial after trial."""
         out: dict[tuple[str, str, str], list[str]] = {}
         for r in self.rules:
             out.setdefault(r.where, []).append(

@@ -101,7 +101,7 @@ def dump_differences(proven: kernel.NftDump, got: kernel.NftDump) -> list[str]:
     rendering: chains, every chain's rules in order, sets (each by its element
     count and hash)."""
     out = unordered_differences("nft chains", proven.chains, got.chains, "chain")
-    want, have = proven.chain_rules(), got.chain_rules()
+    want, have = proven.chain_rules, got.chain_rules
     for where in sorted(want.keys() | have.keys()):
         out += ordered_differences(f"nft chain {' '.join(where)}", want.get(where, []),
                                    have.get(where, []))

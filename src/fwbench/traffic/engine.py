@@ -162,8 +162,9 @@ class EngineTraffic:
         """The sender of one send. With `auto`, XDP sends only at open throttle (the
         ceiling, maxrate); paced sending stays on the packet socket: a paced XDP run
         started up to 100 ms late here (cpucost, its soaker spinning on the firewall's
-        CPU) and caught up in a burst, which overflowed the firewall's backlog (300-1,100 of 25,000 frames lost at 50,000 pps, where
-        the packet socket lost none). `xdp` asked by name sends with XDP always."""
+        CPU) and caught up in a burst, which overflowed the firewall's backlog
+        (300-1,100 of 25,000 frames lost at 50,000 pps, where the packet socket lost
+        none). `xdp` asked by name sends with XDP always."""
         if self.via == "xdp" and (offered_pps <= 0 or self.settings.sender == "xdp"
                                   or self._probing):
             return "xdp"
