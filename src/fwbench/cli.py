@@ -12,6 +12,7 @@ from rich.table import Table
 
 from fwbench import __version__
 from fwbench import backends as registry
+from fwbench import jsonout
 from fwbench.errors import FwbenchError
 
 FRAME_HELP = ("Ethernet frame sizes in bytes, 4-byte FCS included, as RFC 2544 counts them "
@@ -131,10 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--ipsets", help="`ipset save` output the imported rules' sets come from")
     ck.add_argument("--corpus", type=int, default=5000, help="packets in the corpus")
     ck.add_argument("--seed", type=int, default=0, help="seed of the corpus's random part")
-    ck.add_argument("--json", metavar="FILE", help="also write every result to FILE")
+    ck.add_argument("--json", nargs="?", const=jsonout.STDOUT, metavar="FILE",
+                    help="every result as JSON: on stdout with no FILE (the human text "
+                         "then goes to stderr), else into FILE. `--json RULESET` with "
+                         "no other rule set or --template reads RULESET as the rule "
+                         "set and prints the JSON")
 
-    sub.add_parser("backends", help="list every backend with its version, or why it "
-                                    "cannot run here")
+    bk = sub.add_parser("backends", help="list every backend with its version, or why it "
+                                         "cannot run here")
+    bk.add_argument("--json", action="store_true",
+                    help="a JSON array on stdout instead of the table: per backend its "
+                         "name, available, reason, versions and description")
     sub.add_parser("clean", help="remove namespaces (and their processes) left by "
                                  "earlier runs, e.g. after SIGKILL")
     return p
@@ -212,10 +220,20 @@ def cmd_compare(args, out: Console) -> int:
     return 0
 
 
-def cmd_check(args, out: Console) -> int:
-    import json
+def check_json_target(args) -> None:
+    """`--json` takes an optional FILE, so in `check --json gw.rules` argparse gives
+    gw.rules to --json. A check needs a rule-set file or a template: with neither,
+    that value was the rule set, and the JSON goes to stdout."""
+    if args.json not in (None, jsonout.STDOUT) and args.ruleset is None \
+            and args.template is None:
+        args.ruleset, args.json = args.json, jsonout.STDOUT
 
+
+def cmd_check(args, out: Console) -> int:
     from fwbench import check
+    check_json_target(args)
+    if jsonout.to_stdout(args.json):   # stdout holds the JSON document alone
+        out = Console(stderr=True)
     rs = check.ruleset_from(path=args.ruleset, template=args.template,
                             params=check.template_params(args.param), iface=args.iface,
                             ipsets=args.ipsets)
@@ -245,22 +263,25 @@ def cmd_check(args, out: Console) -> int:
     for line in report.between[:check.SHOWN]:
         out.print(f"  between backends: {line}", markup=False, soft_wrap=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+        jsonout.emit({**report.as_dict(), "skipped": skipped}, args.json)
     out.print("all backends agree with the reference" if report.ok
               else "[red]disagreements found[/]")
     return 0 if report.ok else 1
 
 
-def cmd_backends(out: Console) -> int:
+def cmd_backends(args, out: Console) -> int:
+    listing = registry.listing()
+    if args.json:
+        jsonout.emit(listing)
+        return 0
     t = Table(title="fwbench backends")
     for col in ("backend", "status", "versions", "what it is"):
         t.add_column(col)
-    for name in registry.names():
-        b = registry.get(name)
-        why = b.unavailable()
-        versions = "; ".join(f"{v}" for v in b.versions().values() if v) or "-"
-        t.add_row(name, "[green]available[/]" if not why else f"[red]unavailable[/]: {why}",
-                  versions, b.description)
+    for row in listing:
+        why = row["reason"]
+        versions = "; ".join(f"{v}" for v in row["versions"].values() if v) or "-"
+        t.add_row(row["name"], "[green]available[/]" if not why
+                  else f"[red]unavailable[/]: {why}", versions, row["description"])
     out.print(t)
     return 0
 
@@ -288,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             return cmd_check(args, out)
         if args.command == "backends":
-            return cmd_backends(out)
+            return cmd_backends(args, out)
         if args.command == "clean":
             return cmd_clean(out)
         raise FwbenchError(f"unknown command {args.command}")

@@ -32,3 +32,16 @@ def get(name: str) -> Backend:
         raise FwbenchError(f"unknown backend {name!r} (known: {', '.join(REGISTRY)})") from None
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)()
+
+
+def listing() -> list[dict]:
+    """Every backend, as `fwbench backends --json` prints it: name, available,
+    reason (why it cannot run here, else None), versions (tool -> version or None)
+    and description."""
+    out = []
+    for name in names():
+        b = get(name)
+        why = b.unavailable()
+        out.append({"name": name, "available": why is None, "reason": why,
+                    "versions": b.versions(), "description": b.description})
+    return out
