@@ -93,6 +93,9 @@ class Verdict:
     counted: tuple[str, ...]
     translated: Packet        # the packet as it leaves (or as far as it got)
     reason: str
+    # Addressed to the firewall itself and accepted by its input hook: delivered
+    # to it, not forwarded (`forward` is then False).
+    local: bool = False
 
 
 # --- compiling -----------------------------------------------------------------------
@@ -710,11 +713,17 @@ class Evaluator:
                     compiled.append((t.family, cc))
         for version in (4, 6):
             families = {"ip", "inet", "netdev"} if version == 4 else {"ip6", "inet", "netdev"}
-            for hook in FORWARD_HOOKS:
+            for hook in FORWARD_HOOKS + ("input",):
                 here = [cc for fam, cc in compiled if fam in families and cc.hook == hook]
                 self.units[(version, hook)] = _units(hook, here)
 
     # --- evaluating ------------------------------------------------------------
+
+    def addressed_to_firewall(self, pkt: Packet) -> bool:
+        """Is the packet's destination one of the firewall's own addresses (as sent,
+        before any DNAT)?"""
+        v, i = _addr_int(pkt.daddr)
+        return i in self.local_ints[v]
 
     def evaluate(self, pkt: Packet) -> Verdict:
         s = _State()
@@ -736,15 +745,17 @@ class Evaluator:
         # Per kind of chain (nat or not): the last rule that accepted, the last chain.
         accepted: dict[bool, str | None] = {False: None, True: None}
         walked: dict[bool, str | None] = {False: None, True: None}
-        nat_rule = None
         version = s.version
+        local = False
         for hook in FORWARD_HOOKS:
             if hook == "forward" and s.daddr in self.local_ints[version]:
-                # Addressed to the firewall (after DNAT or not): input, not forward.
-                return self._verdict(pkt, s, False, nat_rule, None, counted,
-                                     "addressed to the firewall itself: not forwarded")
+                # Addressed to the firewall (after DNAT or not): its input hook instead
+                # of forward, and nothing after it: delivered there or dropped.
+                local, hook = True, "input"
             units = self.units[(version, hook)]
             if not units:
+                if local:
+                    break
                 continue
             s.iif = s.side_in if hook != "postrouting" else None
             s.oif = s.side_out if hook in ("forward", "postrouting") else None
@@ -774,16 +785,22 @@ class Evaluator:
                     if rid is not None:
                         accepted[unit.nat] = rid
                     if code >= _DNAT:   # translated: the NAT walk ends at this hook
-                        nat_rule = rid
                         break
+            if local:
+                break
         kind = walked[False] is None
         rid, chain_name = accepted[kind], walked[kind]
+        # Delivered to the firewall itself: accepted, but not forwarded.
+        fwd, head = (False, "delivered to the firewall itself: ") if local else (True, "")
         if rid is not None:
-            return self._verdict(pkt, s, True, rid, None, counted, f"accepted by rule {rid}")
+            return self._verdict(pkt, s, fwd, rid, None, counted,
+                                 f"{head}accepted by rule {rid}", local)
         if chain_name is not None:
-            return self._verdict(pkt, s, True, None, chain_name, counted,
-                                 f"policy accept of chain {chain_name}")
-        return self._verdict(pkt, s, True, None, None, counted, "no chain on the forward path")
+            return self._verdict(pkt, s, fwd, None, chain_name, counted,
+                                 f"{head}policy accept of chain {chain_name}", local)
+        return self._verdict(pkt, s, fwd, None, None, counted,
+                             f"{head}no chain on the {'input' if local else 'forward'} path",
+                             local)
 
     def _walk(self, chain: _CChain, s: _State, counted: list[str]) -> tuple[int, str | None]:
         """Run one base chain: (_ACCEPT, rule id | None for the policy), (_DROP, ...),
@@ -849,7 +866,8 @@ class Evaluator:
                 s.sport = port
 
     def _verdict(self, pkt: Packet, s: _State, forward: bool, rid: str | None,
-                 policy_of: str | None, counted: list[str], reason: str) -> Verdict:
+                 policy_of: str | None, counted: list[str], reason: str,
+                 local: bool = False) -> Verdict:
         out = pkt
         saddr, daddr = _addr_int(pkt.saddr)[1], _addr_int(pkt.daddr)[1]
         if (s.saddr, s.daddr, s.sport, s.dport, s.mark) != \
@@ -857,7 +875,7 @@ class Evaluator:
             out = replace(pkt, sport=s.sport, dport=s.dport, mark=s.mark,
                           saddr=pkt.saddr if s.saddr == saddr else address_text(s.version, s.saddr),
                           daddr=pkt.daddr if s.daddr == daddr else address_text(s.version, s.daddr))
-        return Verdict(forward, rid, policy_of, tuple(counted), out, reason)
+        return Verdict(forward, rid, policy_of, tuple(counted), out, reason, local)
 
     def evaluate_all(self, packets: Iterable[Packet]) -> list[Verdict]:
         return [self.evaluate(p) for p in packets]

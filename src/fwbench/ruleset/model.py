@@ -349,12 +349,16 @@ class Packet:
 @dataclass(frozen=True)
 class Probe:
     """A packet that proves the rule set loaded: forwarded (and counted by `rule`,
-    and translated into `translated` when given) or dropped."""
+    and translated into `translated` when given) or dropped. A `local` probe is
+    addressed to the firewall itself: `forward` then means accepted by its input
+    hook and delivered to it, which no capture sees, so `rule` must count every
+    packet of it."""
     name: str
     packet: Packet
     forward: bool
     rule: str | None = None
     translated: Packet | None = None
+    local: bool = False
 
 
 @dataclass(frozen=True)

@@ -367,6 +367,12 @@ def exchange(tb: "NetnsTestbed", packets: list[Packet], timeout_s: float = 10.0,
             if f is None or f.index >= len(packets) or out[f.index] is not None:
                 continue
             sent = packets[f.index]
+            if role == sent.iif:
+                # Back on the side it came from: the firewall's own answer to a
+                # packet addressed to it (an echo reply carries the request's
+                # payload, marker and all), never a forwarded packet, which the
+                # routing of `prepare` sends out of the other side.
+                continue
             pkt = Packet(f.version, sent.iif, f.saddr, f.daddr, f.proto, f.sport, f.dport,
                          f.icmp_type)
             out[f.index] = Observed(pkt, role, f.checksum_ok)

@@ -9,6 +9,11 @@ one rule, as seed 000's ipset and nft-set treatments held them.
 The skeleton: FORWARD (policy drop) jumps by input interface to from_client, which
 holds the entries and two auxiliary rules (the iperf3 control connection, ICMP
 echo-request to the server), or to from_server, which accepts the return path.
+
+`chain="input"` puts the same skeleton at the input hook, with the firewall as the
+endpoint (seed 003's INPUT variant): every entry's destination, the test flow's and
+the probes' are the firewall's own address on the client side, and the probes are
+local (delivered to the firewall, proven by their rules' counters).
 """
 from __future__ import annotations
 
@@ -58,15 +63,26 @@ def _entry_match(daddr: str, proto: str, port: int) -> Match:
     return Match(dst=Prefix.of(daddr), proto=proto, dport=Ports.of(port))
 
 
+CHAINS = ("forward", "input")
+
+
 def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool = True,
-            test_port: int = 5201, control_port: int = 5201) -> RuleSet:
+            test_port: int = 5201, control_port: int = 5201,
+            chain: str = "forward") -> RuleSet:
     """N entries, the test entry (UDP to the server's test port) last; `counters`
-    False leaves the fillers without counters (nft only; iptables always counts)."""
+    False leaves the fillers without counters (nft only; iptables always counts).
+    `chain` "input": the entries at the input hook, for the firewall's own
+    client-side address instead of the server's."""
     if not 1 <= n <= MAX_ENTRIES:
         raise RuleSetError(f"rule count must be 1..{MAX_ENTRIES}, got {n}")
     if layout not in ("linear", "set"):
         raise RuleSetError(f"layout must be linear or set, got {layout!r}")
+    if chain not in CHAINS:
+        raise RuleSetError(f"chain must be forward or input, got {chain!r}")
+    local = chain == "input"
     server, client = (SERVER4, CLIENT4) if version == 4 else (SERVER6, CLIENT6)
+    if local:
+        server = addresses.FW_CLIENT_SIDE[version]
     icmp, echo = ("icmp", 8) if version == 4 else ("icmpv6", 128)
     family = "ip" if version == 4 else "ip6"
     entries = [_filler(i, server) for i in range(n - 1)] + [(server, "udp", test_port)]
@@ -86,22 +102,23 @@ def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool 
 
     table = Table(family, TABLE, (
         # The skeleton's rules count nothing in nft, as seed 000's files had it.
-        Chain("forward", (Rule("from-client", Match(iif=Iface(CLIENT)), jump("from_client"),
-                               counter=False),
-                          Rule("from-server", Match(iif=Iface(SERVER)), jump("from_server"),
-                               counter=False)),
-              hook="forward", priority=0, type="filter", policy="drop"),
+        Chain(chain, (Rule("from-client", Match(iif=Iface(CLIENT)), jump("from_client"),
+                           counter=False),
+                      Rule("from-server", Match(iif=Iface(SERVER)), jump("from_server"),
+                           counter=False)),
+              hook=chain, priority=0, type="filter", policy="drop"),
         Chain("from_client", tuple(rules)),
         Chain("from_server", (Rule("return-path", counter=False),)),
     ), sets)
 
     flow = Packet(version, "client", client, server, "udp", PROBE_SPORT, test_port)
     probes = (
-        Probe("test flow", flow, True, test_rule),
+        Probe("test flow", flow, True, test_rule, local=local),
         Probe("disallowed", Packet(version, "client", client, server, "udp", PROBE_SPORT,
-                                   test_port + 1), False),
+                                   test_port + 1), False, local=local),
         Probe("ping", Packet(version, "client", client, server, icmp, icmp_type=echo),
-              True, PING_RULE),
+              True, PING_RULE, local=local),
     )
-    return validate(RuleSet(f"seed000-{layout}", (table,), probes, flow=flow,
+    name = f"seed000-{layout}" + ("-input" if local else "")
+    return validate(RuleSet(name, (table,), probes, flow=flow,
                             flow_rule=test_rule, size=n, layout=layout, ipt_prefix="fwb_"))
