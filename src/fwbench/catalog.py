@@ -9,7 +9,8 @@ EXPERIMENTS: dict[str, str] = {
     "throughput": "fwbench.experiments.sweep:Sweep",
     "latency": "fwbench.experiments.sweep:Sweep",
     "lossload": "fwbench.experiments.sweep:Sweep",
-    "fixedrate": "fwbench.experiments.sweep:Sweep",
+    # seed 003: the sweep's cells x chain (forward, input) x CPUs
+    "fixedrate": "fwbench.fixedrate.experiment:FixedRateSweep",
     "cpucost": "fwbench.experiments.sweep:Sweep",
     "droprate": "fwbench.droprate.experiment:DropRate",
     "loadlatency": "fwbench.loadlatency.experiment:LoadLatency",

@@ -48,17 +48,23 @@ def _parse(text: str, who: str) -> dict:
 
 
 class Receiver:
-    """A long-lived engine receiver in the server namespace.
+    """A long-lived engine receiver, by default in the server namespace.
 
     `kind` is "sink" (XDP: counts in the kernel, the receiver is off the measured
-    path) or "recv" (a user-space UDP socket; slower, for comparison).
+    path) or "recv" (a user-space UDP socket; slower, for comparison). `at` is the
+    testbed port the flow is addressed to (default the server's); a flow to the
+    firewall's own address (seed 003's INPUT chain) is received by a socket there,
+    as an XDP sink on that port would count frames before the firewall's rules.
     """
 
     def __init__(self, tb: NetnsTestbed, kind: str = "sink", late_us: int = 1_000_000,
-                 port: int = ENGINE_PORT, version: int = 4):
+                 port: int = ENGINE_PORT, version: int = 4, at=None):
         if kind not in ("sink", "recv"):
             raise FwbenchError(f"engine receiver {kind!r}: expected sink or recv")
-        srv = tb.topo.server
+        srv = at if at is not None else tb.topo.server
+        if kind == "sink" and srv.host == "fw":
+            raise FwbenchError("engine sink: an XDP sink on the firewall would count "
+                               "before its rules; receive there with recv")
         argv = [str(binary()), kind, "--port", str(port), "--late-us", str(late_us)]
         if kind == "sink":
             argv += ["--ifname", srv.ifname]
@@ -66,8 +72,9 @@ class Receiver:
             argv += ["--bind", srv.ip4 if version == 4 else srv.ip6,
                      "--cpu", str(tb.topo.settings.server_cpu)]
         self.kind = kind
+        self.host = srv.host
         self._tb = tb
-        self._p = tb.spawn("server", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self._p = tb.spawn(srv.host, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, bufsize=1)
         self.info = self._reply(10.0)
         if not self.info.get("ready"):

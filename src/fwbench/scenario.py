@@ -87,6 +87,15 @@ class FixedRateSettings(BaseModel):
     model_config = _STRICT
     find_degradation: bool = True
     rules_width: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    chains: list[Literal["forward", "input"]] = Field(
+        ["forward"], min_length=1, description="factor: where the rules sit and where "
+        "the flow goes. forward: between client and server (FORWARD, the flow to the "
+        "server); input: the firewall as the endpoint (INPUT, the flow to its own "
+        "address, received by a socket there)")
+    cpus: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        [1], min_length=1, description="factor: CPUs RPS spreads the firewall's "
+        "receive processing over (the firewall CPU first, then the lowest others); "
+        "more than one spreads only several flows ([engine] flows)")
 
 
 class CpuCostSettings(BaseModel):

@@ -10,6 +10,13 @@ The degradation point, where loss begins, is found by search instead of a coarse
 grid: in the cell with the largest planned rule count, if that cell loses packets,
 the method bisects the rule count (reloading and re-verifying the backend each step)
 down to the largest N that still forwards everything.
+
+With the firewall as the endpoint (seed 003's INPUT chain, `count_delivered`), what
+it processed is its own count of packets past the input hook: IP's InDelivers in
+its namespace, read around every point (exact, and independent of whether the
+socket receiving them there kept up; the receiver's own count is kept beside it).
+Every point also keeps each CPU's softirq share of the window, as seed 003 plotted
+per-CPU utilisation.
 """
 from __future__ import annotations
 
@@ -18,7 +25,13 @@ import math
 from fwbench.errors import FwbenchError
 from fwbench.methods.base import Method, Reload
 from fwbench.scenario import FIXED_FLOWS_BPS, FixedRateSettings
+from fwbench.testbed.netns import NetnsTestbed
 from fwbench.traffic.engine import EngineTraffic
+
+# The firewall namespace's counters read around an INPUT point: IPv4 delivered past
+# the input hook, and where UDP put it (a socket, a full socket, no socket).
+DELIVERY_COUNTERS = ("Ip:InDelivers", "Udp:InDatagrams", "Udp:RcvbufErrors",
+                     "Udp:InErrors", "Udp:NoPorts")
 
 
 def flow_pps(frame_size: int) -> float:
@@ -32,22 +45,43 @@ def flow_pps(frame_size: int) -> float:
 class FixedRate(Method):
     name = "fixedrate"
 
-    def __init__(self, traffic: EngineTraffic, settings: FixedRateSettings, max_rules: int):
+    def __init__(self, traffic: EngineTraffic, settings: FixedRateSettings, max_rules: int,
+                 count_delivered: bool = False):
         super().__init__(traffic)
         self.settings = settings
         self.max_rules = max_rules
+        # The flow ends at the firewall itself: count what passed its input hook.
+        self.count_delivered = count_delivered
+        self._tb: NetnsTestbed | None = None
+
+    def _delivery(self) -> dict[str, int]:
+        s = self._tb.snmp("fw")
+        return {k: s.get(k, 0) for k in DELIVERY_COUNTERS}
 
     def _point(self, m, duration_s, pps) -> dict:
+        before = self._delivery() if self.count_delivered else None
         r = m.measure(duration_s, pps)
-        return {"offered_pps": pps, "achieved_pps": r.achieved_pps,
-                "processed_pps": r.forwarded_pps, "loss_ratio": r.loss_ratio,
-                "sender_short": r.sender_short,
-                "p50_us": (r.latency_us or {}).get("p50"),
-                "fw_cpu_ns_per_pkt": (r.cpu or {}).get("fw_cpu_ns_per_pkt")}
+        out = {"offered_pps": pps, "achieved_pps": r.achieved_pps,
+               "processed_pps": r.forwarded_pps, "loss_ratio": r.loss_ratio,
+               "sender_short": r.sender_short,
+               "p50_us": (r.latency_us or {}).get("p50"),
+               "fw_cpu_ns_per_pkt": (r.cpu or {}).get("fw_cpu_ns_per_pkt"),
+               "softirq_share": softirq_share(r.cpu)}
+        if before is not None:
+            after = self._delivery()
+            d = {k: after[k] - before[k] for k in DELIVERY_COUNTERS}
+            delivered = min(d["Ip:InDelivers"], r.sent)
+            out.update(processed_pps=delivered / duration_s,
+                       loss_ratio=(r.sent - delivered) / r.sent,
+                       delivered=delivered, received_by_socket=r.received,
+                       socket_loss_ratio=r.loss_ratio,
+                       fw_counters={k.replace(":", "_"): v for k, v in d.items()})
+        return out
 
     def run(self, tb, frame_size, duration_s, *, rules: int | None = None,
             reload: Reload | None = None) -> dict:
         pps = flow_pps(frame_size)
+        self._tb = tb
         m = self.measurer(tb, frame_size)
         here = self._point(m, duration_s, pps)
         out = {"flow_bps": FIXED_FLOWS_BPS[frame_size], **here}
@@ -89,3 +123,15 @@ class FixedRate(Method):
             lo, hi = m["degradation_bounds"]
             s += f"; loss begins between {lo} and {hi} rules"
         return s
+
+
+def softirq_share(cpu: dict | None) -> dict[str, float] | None:
+    """Each CPU's softirq time as a share of the trial's window (fwbench.cpu's ticks,
+    10 ms here): where the firewall's receive processing ran."""
+    if not cpu or not cpu.get("per_cpu"):
+        return None
+    out = {}
+    for c, v in cpu["per_cpu"].items():
+        total = sum(v.values())
+        out[c] = round(v["softirq_ns"] / total, 4) if total else 0.0
+    return out

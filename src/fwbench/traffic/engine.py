@@ -47,11 +47,14 @@ class EngineSettings(BaseModel):
 @dataclass(frozen=True)
 class Flow:
     """What the engine sends: the rule set's measured flow (None: seed 000's IPv4
-    test flow), and its destination port on arrival (after any DNAT)."""
+    test flow), and its destination port on arrival (after any DNAT). `at` is the
+    host it is addressed to: the server, or "fw", the firewall itself (its
+    client-side address; seed 003's INPUT chain), received there by a socket."""
     src: str | None = None
     dst: str | None = None
     dport: int = engine.ENGINE_PORT
     sink_port: int = engine.ENGINE_PORT
+    at: str = "server"
 
     @property
     def version(self) -> int:
@@ -179,8 +182,9 @@ class EngineTraffic:
     def receiver(self, tb: NetnsTestbed) -> engine.Receiver:
         if self._rx is None:
             st, flow = self.settings, self.flow
+            at = tb.topo.fw_client_side if flow.at == "fw" else tb.topo.server
             self._rx = engine.Receiver(tb, st.receiver, st.late_us, flow.sink_port,
-                                       flow.version)
+                                       flow.version, at)
         return self._rx
 
     def resolve_sender(self, tb: NetnsTestbed, frame_size: int,
