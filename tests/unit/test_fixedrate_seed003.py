@@ -246,3 +246,40 @@ def test_scenario_takes_chains_and_cpus():
     for bad in ({"chains": ["output"]}, {"cpus": [0]}, {"chains": []}):
         with pytest.raises(Exception):
             from_dict({"method": "fixedrate", "frame_sizes": [128], "fixedrate": bad})
+
+
+# --- the report ----------------------------------------------------------------------
+
+def test_report_shows_seed003s_figures(tmp_path):
+    from fwbench.plan import TrialKey
+    from fwbench.report.data import RunData
+    from fwbench.report.document import Table, markdown
+    from fwbench.report.fixedrate import report
+    recs = grid(rules=(1000, 6000, 20000), frames=(128, 1280), chains=("forward", "input"),
+                cpus=(1, 2))
+    plan = [TrialKey(r.cell(FACTORS), r.repetition).as_dict(FACTORS) for r in recs]
+    meta = {"scenario": {"name": "seed003-test", "method": "fixedrate"},
+            "factors": list(FACTORS), "plan": plan}
+    data = RunData(tmp_path, meta, recs)
+    assert not data.is_sweep
+    text = markdown(report(data).blocks(Table(["", "value"], [], id="environment")))
+    assert "Seed 003's figures" in text and "Where loss begins" in text
+    adv = stats.advantage_at(recs)[(128, "forward", 1)]
+    # the advantage with its interval, beside the seed's 5.2
+    assert f"{adv.value:.2f} [{adv.interval[0]:.2f}, {adv.interval[1]:.2f}]" in text
+    assert "| 5.2 |" in text
+    assert "INPUT over FORWARD" in text and "2 CPUs over 1" in text
+    assert "Softirq per CPU" in text
+
+
+def test_degradation_ratio_from_the_brackets():
+    recs = []
+    for b, (lo, hi) in (("iptables-legacy", (4000, 6000)), ("nftables", (1000, 1500))):
+        recs += [rec(b, lo, 128, 100.0, 0.0), rec(b, hi, 128, 90.0, 0.1)]
+    r = stats.degradation_ratio(recs)[(128, "forward", 1)]
+    assert r.value == pytest.approx(math.sqrt(4000 * 6000) / math.sqrt(1000 * 1500))
+    assert r.interval == (4000 / 1500, 6000 / 1000)
+    # iptables never lost: no ratio to give
+    recs = [rec("iptables-legacy", 6000, 128, 1.0), rec("nftables", 1000, 128, 1.0),
+            rec("nftables", 2000, 128, 0.5, 0.5)]
+    assert stats.degradation_ratio(recs) == {}

@@ -12,6 +12,8 @@ written before `chain` and `cpus` were factors counts as chain "forward", 1 CPU.
   grid's cells and the degradation search's steps); across repetitions the medians
   (median_low: counts that were measured). hi None: no loss up to the largest count
   measured; lo None: loss already at the smallest.
+- `degradation_ratio(data)`: per (frame_size, chain, cpus), where iptables-legacy
+  begins to lose over where nftables does (seed 003: about 5), from the brackets.
 - `advantage_at(data, rules=6000)`: per (frame_size, chain, cpus), iptables-legacy's
   processed rate over nftables' at that rule count (seed 003: 5.2x, 2.9x, 1.7x for
   128, 512, 1280 B).
@@ -98,6 +100,33 @@ def degradation_points(data, threshold: float = LOSS_THRESHOLD
         lo = None if lo < 0 else lo
         hi = None if hi == math.inf else hi
         out[key] = Degradation(lo, (lo, hi))
+    return out
+
+
+def degradation_ratio(data, a: str = "iptables-legacy", b: str = "nftables",
+                      threshold: float = LOSS_THRESHOLD) -> dict[tuple[int, str, int], Ratio]:
+    """(frame_size, chain, cpus) -> where a begins to lose over where b does (seed 003:
+    about 5, 5.5 and 5.7 for 128, 512 and 1280 B). The value is the ratio of the two
+    brackets' geometric middles; the interval is the ratio's whole range over the
+    brackets, (lo_a / hi_b, hi_a / lo_b), inf or 0 where a bracket is open. None for
+    a group where either backend never lost (no upper end) or lost at its smallest
+    count (no lower end), and both: nothing to divide."""
+    pts = degradation_points(data, threshold)
+    out = {}
+    for (backend, f, c, k), da in pts.items():
+        db = pts.get((b, f, c, k))
+        if backend != a or db is None:
+            continue
+        (alo, ahi), (blo, bhi) = da.bracket, db.bracket
+        if (alo is None and ahi is None) or (blo is None and bhi is None):
+            continue
+        low = (alo or 0) / bhi if bhi else 0.0
+        high = ahi / blo if ahi and blo else math.inf
+        mid = math.sqrt(alo * ahi) / math.sqrt(blo * bhi) if alo and ahi and blo and bhi \
+            else None
+        if mid is None:
+            continue
+        out[(f, c, k)] = Ratio(mid, (low, high))
     return out
 
 

@@ -208,6 +208,9 @@ def experiment_report(data: RunData) -> CellReport:
     if data.method == "echo":
         from fwbench.report import echo
         return echo.report(data)
+    if data.method == "fixedrate":    # with chain and cpus factors (seed 003 in full)
+        from fwbench.report import fixedrate
+        return fixedrate.report(data)
     return CellReport(data)
 
 
