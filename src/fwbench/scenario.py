@@ -19,6 +19,7 @@ from fwbench.catalog import EXPERIMENTS
 from fwbench.ruleset.templates import TEMPLATES
 from fwbench.ruleset.templates import droprate as drop
 from fwbench.errors import FwbenchError
+from fwbench.findings import STUDY_IDS
 from fwbench.frames import check_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
 from fwbench.testbed.topology import TestbedSettings
@@ -325,6 +326,8 @@ class Scenario(BaseModel):
     duration_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
     seed: int = 1
     method: str = Field("maxrate", description="the experiment: a method of fwbench.catalog")
+    study: str | None = Field(None, description="the study (fwbench.studies) whose "
+                              "findings the report checks, e.g. \"000\"")
     traffic: Literal["engine", "iperf3"] = "engine"
     family: Literal["ipv4", "ipv6"] = Field(
         "ipv4", description="the IP version of the rule set and the measured flow")
@@ -360,6 +363,13 @@ class Scenario(BaseModel):
     def _known_method(cls, v: str) -> str:
         if v not in EXPERIMENTS:
             raise ValueError(f"unknown method {v!r} (known: {', '.join(EXPERIMENTS)})")
+        return v
+
+    @field_validator("study")
+    @classmethod
+    def _known_study(cls, v: str | None) -> str | None:
+        if v is not None and v not in STUDY_IDS:
+            raise ValueError(f"unknown study {v!r} (known: {', '.join(STUDY_IDS)})")
         return v
 
     @field_validator("backends")

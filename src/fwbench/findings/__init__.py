@@ -1,15 +1,16 @@
-"""The studies' headline findings, each written down once: the claim, the seed's
-figure, and the test that decides it on a run's trials.
+"""The five studies' headline claims, each written down once, and what a run found
+about them.
 
-`for_run(data)` gives the findings of the study a run belongs to (run.json's
-scenario key `study`, e.g. "000"), each as a `Finding`: ours with its interval and a
-verdict (holds / does not hold / not shown) with the statistic behind it. Every
-report opens with `table(findings)`; `fwbench study` collects them across a study's
-runs.
+A `Claim` is the study's sentence, its figure as published and the test that
+decides it here. A `Finding` is a claim decided on one run's trials: our figure with
+its 95 % interval, a verdict (holds / does not hold / not shown) and the statistic
+behind it, or why it is not shown. The decisions read a run's trials and live beside
+each experiment's report (fwbench.report.findings collects them); this module is
+only the record and the claims, so anything may import it.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 HOLDS = "holds"
 DOES_NOT_HOLD = "does not hold"
@@ -18,10 +19,17 @@ VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_SHOWN)
 
 
 @dataclass(frozen=True)
-class Finding:
+class Claim:
     study: str        # "000" ... "004"
-    claim: str        # the seed's claim in a few words
+    key: str          # short and stable, e.g. "nft-slower-linear"
+    text: str         # the seed's claim in a sentence
     seed: str         # the seed's figure, as it gave it
+    test: str         # how a run decides it
+
+
+@dataclass(frozen=True)
+class Finding:
+    claim: Claim
     ours: str         # our figure with its 95 % interval; "-" where nothing was measured
     verdict: str      # one of VERDICTS
     why: str          # the statistic that decided it, or why it is not shown
@@ -31,4 +39,115 @@ class Finding:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        c = self.claim
+        return {"study": c.study, "key": c.key, "claim": c.text, "seed": c.seed,
+                "test": c.test, "ours": self.ours, "verdict": self.verdict, "why": self.why}
+
+
+def _claims(study: str, *rows: tuple[str, str, str, str]) -> tuple[Claim, ...]:
+    return tuple(Claim(study, *r) for r in rows)
+
+
+WELCH_HOLM = "Welch two-tailed per cell, Holm across the cells it spans"
+
+CLAIMS: dict[str, tuple[Claim, ...]] = {
+    "000": _claims(
+        "000",
+        ("nft-slower-throughput",
+         "nftables (linear) forwards less than iptables once rule sets reach 1,000 rules, "
+         "at every frame size",
+         "significantly worse at >= 1,000 rules regardless of frame size",
+         f"rx pps, nftables against iptables-legacy at every rule count >= 1,000 and "
+         f"frame size; {WELCH_HOLM}"),
+        ("nft-slower-latency",
+         "nftables (linear) has a longer round trip than iptables once rule sets reach "
+         "1,000 rules",
+         "significantly worse at >= 1,000 rules regardless of frame size",
+         f"ping RTT, as above; {WELCH_HOLM}"),
+        ("small-frames-worse",
+         "nftables falls further behind iptables with small frames",
+         "falls behind at 40 rules for small frames; at >= 1,024 B and <= 100 rules "
+         "virtually identical",
+         "nftables / iptables-legacy rx pps at the largest rule count: smallest frame "
+         "against largest, bootstrap intervals of the two ratios apart"),
+        ("sets-flat",
+         "with indexed sets (ipset, nft set) the rate does not depend on the rule count",
+         "performance 'overall very close in all cases' from 20 to 10,000 entries",
+         "rx pps at the largest rule count against the smallest, per set backend and frame "
+         "size: holds if every ratio's interval is within 10 % of 1"),
+        ("sets-equal",
+         "ipset and nft sets perform about the same",
+         "minor differences either way; 'can be considered identical'",
+         "ipset / nftset rx pps per rule count and frame size: holds if every ratio's "
+         "interval is within 10 % of 1"),
+    ),
+    "001": _claims(
+        "001",
+        ("per-rule-ipv4", "throughput loss grows linearly with the rules, about 0.05 % "
+         "per IPv4 rule", "0.05 %/rule",
+         "a line through the origin of every trial's decrease against its F = 0 cell "
+         "(iptables-legacy), bootstrap interval"),
+        ("per-rule-ipv6", "about 0.03 % per IPv6 rule", "0.03 %/rule", "as for IPv4"),
+        ("threads-vs-epoll", "threads beat epoll below about 40 clients and lose above",
+         "turning point ~40 clients",
+         "per client count, Welch two-tailed, Holm across client counts"),
+        ("tcp-vs-udp", "TCP is slower than UDP", "8.42 % (5.18..10.64)",
+         "matched pairs of cells, Wilcoxon signed-rank"),
+        ("ipv6-vs-ipv4", "IPv6 is slower than IPv4", "9.22 % (4.59..13.8)",
+         "matched pairs of cells, Wilcoxon signed-rank"),
+        ("sctp-vs-tcp", "SCTP is slower than TCP", "32.65 % (9.28..48.23)",
+         "matched pairs of cells, Wilcoxon signed-rank"),
+    ),
+    "002": _claims(
+        "002",
+        ("notrack-faster", "NOTRACK accepts a flood about 20 % faster than conntrack",
+         "106k vs 87k pps (cost 20 %)",
+         "notrack / conntrack - 1 of the medians, bootstrap interval over paired rounds"),
+        ("raw-cheaper", "dropping in raw PREROUTING is about 12 % cheaper than in filter "
+         "INPUT", "280k vs 250k pps (cost 12 %)",
+         "raw / filter-input - 1, as above"),
+        ("ipset-flat", "an ipset blacklist costs about the same whatever its size",
+         "255k pps with 265,000 entries (cost 10 % against raw)",
+         "largest / smallest set size - 1: holds if the interval is within 10 % of 0"),
+        ("bm-cheaper", "string matching with bm is cheaper than with kmp",
+         "255k vs 235k pps", "string-bm / string-kmp - 1, as above"),
+    ),
+    "003": _claims(
+        "003",
+        ("nft-degrades-earlier", "nftables starts losing packets at about a fifth of the "
+         "rules iptables does", "1k / 2k / 3.5k against 5k / 11k / 20k rules (128 / 512 / "
+         "1280 B flows)",
+         "the degradation points found by bisection, nftables / iptables-legacy per flow"),
+        ("advantage-small-packets", "iptables' advantage is largest for small packets",
+         "at 6,000 rules iptables processes 5.2x / 2.9x / 1.7x what nftables does",
+         "processed pps iptables-legacy / nftables at 6,000 rules per flow: the 128 B "
+         "ratio's interval above the 1280 B ratio's"),
+        ("input-equals-forward", "filtering in INPUT costs the same as in FORWARD",
+         "'the same' for both tools",
+         "processed pps INPUT / FORWARD per backend and flow: holds if every interval is "
+         "within 10 % of 1"),
+    ),
+    "004": _claims(
+        "004",
+        ("load-triples-latency", "bidirectional TCP load makes latency about 3x",
+         "~1,108 vs ~380 µs mean RTT (2.9x)",
+         "mean RTT under load / without, per backend and rule set; Mann-Whitney "
+         "one-tailed, Holm"),
+        ("nat-equals-forward", "NAT costs about the same latency as plain forwarding",
+         "within 1 µs in every configuration",
+         "NAT against forwarding per backend and load; Mann-Whitney two-tailed, Holm"),
+        ("nft-lower-under-load", "nftables has slightly lower latency than iptables "
+         "under load", "1,106.56 vs 1,108.42 µs (NAT), significant one-tailed on pooled "
+         "replies", "nftables against iptables-legacy under load per rule set; "
+         "Mann-Whitney two-tailed on trial means, Holm"),
+    ),
+}
+
+STUDY_IDS = tuple(CLAIMS)
+
+
+def claim(study: str, key: str) -> Claim:
+    for c in CLAIMS[study]:
+        if c.key == key:
+            return c
+    raise KeyError(f"study {study} has no claim {key!r}")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fwbench.errors import FwbenchError
 from fwbench.report import analysis as an
+from fwbench.report import findings
 from fwbench.report.cells import CellReport
 from fwbench.report import figures as fg
 from fwbench.metrics import Metric
@@ -399,14 +400,20 @@ def build(run_dir: str | Path, out: str | Path | None = None,
         rep = experiment_report(data)
         blocks = rep.blocks(Table(["", "value"], environment_rows(data), id="environment",
                                   kind="kv"))
+    # Every report opens with its study's findings, right after its title and line.
+    found = findings.decide(data)
+    blocks[2:2] = findings.blocks(data, found)
     dest = Path(out) if out else data.path
     figdir = dest / "figures"
     try:
         figdir.mkdir(parents=True, exist_ok=True)
         for f in rep.figures:
             (figdir / f"{f.id}.svg").write_bytes(f.svg)
+        tables = rep.csv_tables()
+        if found:
+            tables["findings"] = findings.csv_table(found)
         csvs = [write_csv(dest / f"{name}.csv", header, rows)
-                for name, (header, rows) in rep.csv_tables().items()]
+                for name, (header, rows) in tables.items()]
         md = dest / "report.md"
         write_atomic(md, markdown(blocks))
         page = dest / "report.html"

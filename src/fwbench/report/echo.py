@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fwbench.echo import stats as es
 from fwbench.echo.design import FACTORS
+from fwbench.findings import CLAIMS, Finding
 from fwbench.report import analysis as an
 from fwbench.report import figures as fg
 from fwbench.report.cells import CellReport, References
@@ -101,8 +102,9 @@ def _seed_slope(slopes: dict, family: str) -> es.Slope | None:
     return next((sl for sl in mine if sl.backend == "iptables-legacy"), mine[0] if mine else None)
 
 
-def findings(data: RunData, slopes: dict, tests: list, turn: float | None,
-             tcp_udp, v6_v4) -> Table:
+def _rows(data: RunData, slopes: dict, tests: list, turn: float | None,
+          tcp_udp, v6_v4) -> list[list[str]]:
+    """Each claim's row: [claim, seed's figure, ours, verdict, why], in CLAIMS order."""
     rows = [_slope_row(_seed_slope(slopes, "ipv4"), "ipv4"),
             _slope_row(_seed_slope(slopes, "ipv6"), "ipv6"),
             _server_row(tests, turn),
@@ -114,11 +116,30 @@ def findings(data: RunData, slopes: dict, tests: list, turn: float | None,
     seed = es.SEED001["sctp_slower_than_tcp_pct"]
     rows.append(["SCTP is slower than TCP", f"{seed[0]} % ({seed[1]}..{seed[2]})", "-",
                  "not shown", sctp or "no SCTP cell planned"])
-    return Table(["seed 001's finding", "seed's figure", "ours [95 %]", "verdict", "why"],
-                 rows, "Each of the seed's headline findings tested on this run's trials "
-                 "(unit of replication: the trial's mean throughput per client). Seed "
-                 "001: 2015, three 8-core hosts, 1 GbE, 100 s per test, 3 runs each.",
-                 id="seed001-findings")
+    return rows
+
+
+class _Stats:
+    """Seed 001's statistics of one run, computed once for its findings and tables."""
+
+    def __init__(self, data: RunData):
+        s = es.samples(data.records)
+        self.decs = es.decreases(s)
+        backends = list(dict.fromkeys(c[FACTORS.index("backend")] for c in s))
+        self.slopes = {(fam, b): es.per_rule_slope(s, fam, b) for fam in ("ipv4", "ipv6")
+                       for b in backends}
+        self.tests = es.server_tests(s)
+        self.turn = es.turning_point(self.tests)
+        self.tcp_udp = es.paired_average(s, "protocol", "tcp", "udp", "TCP slower than UDP")
+        self.v6_v4 = es.paired_average(s, "family", "ipv6", "ipv4", "IPv6 slower than IPv4")
+
+
+def seed_findings(data: RunData, st: _Stats | None = None) -> list[Finding]:
+    """Seed 001's claims decided on this run (fwbench.findings.CLAIMS["001"])."""
+    st = st or _Stats(data)
+    rows = _rows(data, st.slopes, st.tests, st.turn, st.tcp_udp, st.v6_v4)
+    return [Finding(c, ours, verdict, why)
+            for c, (_claim, _seed, ours, verdict, why) in zip(CLAIMS["001"], rows, strict=True)]
 
 
 def decrease_table(decs: list[es.Decrease]) -> Table:
@@ -247,30 +268,23 @@ def _figures(decs: list[es.Decrease], tests: list[es.ServerTest]) -> list[fg.Fig
 
 
 def lead(data: RunData) -> tuple[list[Block], list[fg.Figure]]:
-    s = es.samples(data.records)
-    decs = es.decreases(s)
-    backends = list(dict.fromkeys(c[FACTORS.index("backend")] for c in s))
-    slopes = {(fam, b): es.per_rule_slope(s, fam, b) for fam in ("ipv4", "ipv6")
-              for b in backends}
-    tests = es.server_tests(s)
-    turn = es.turning_point(tests)
-    tcp_udp = es.paired_average(s, "protocol", "tcp", "udp", "TCP slower than UDP")
-    v6_v4 = es.paired_average(s, "family", "ipv6", "ipv4", "IPv6 slower than IPv4")
-    figs = _figures(decs, tests)
-    out: list[Block] = [Heading(2, "Seed 001's findings", "seed001"),
-                        findings(data, slopes, tests, turn, tcp_udp, v6_v4)]
+    """Seed 001's analysis; its findings table is the one every report opens with
+    (report.findings, from seed_findings)."""
+    st = _Stats(data)
+    figs = _figures(st.decs, st.tests)
+    out: list[Block] = [Heading(2, "Seed 001's analysis", "seed001")]
     out += [FigureBlock(f, f"figures/{f.id}.svg") for f in figs]
-    out += [Heading(3, "Loss per rule"), slope_table(slopes),
-            Heading(3, "Decrease against plain forwarding (F = 0)"), decrease_table(decs),
+    out += [Heading(3, "Loss per rule"), slope_table(st.slopes),
+            Heading(3, "Decrease against plain forwarding (F = 0)"), decrease_table(st.decs),
             Heading(3, "Threads against epoll"),
-            server_table(tests) if tests else Para("No cell was measured with both "
-                                                   "server models.", "note"),
+            server_table(st.tests) if st.tests else Para("No cell was measured with both "
+                                                         "server models.", "note"),
             Para(f"Turning point (threads faster below, epoll above): "
-                 f"{f'{turn:.0f} clients' if turn else 'none in this run'}; the seed: about "
-                 f"{es.SEED001['turning_point_clients']}.", "note"),
+                 f"{f'{st.turn:.0f} clients' if st.turn else 'none in this run'}; the seed: "
+                 f"about {es.SEED001['turning_point_clients']}.", "note"),
             Heading(3, "TCP against UDP, IPv4 against IPv6"),
-            averages_table([(tcp_udp, es.SEED001["tcp_slower_than_udp_pct"]),
-                            (v6_v4, es.SEED001["ipv6_slower_than_ipv4_pct"])])]
+            averages_table([(st.tcp_udp, es.SEED001["tcp_slower_than_udp_pct"]),
+                            (st.v6_v4, es.SEED001["ipv6_slower_than_ipv4_pct"])])]
     if rates := es.conn_rates(data.records):
         out += [Heading(3, "Connections per second (beyond the seed)"), conn_rate_table(rates)]
     if (t := left_out_table(data)) is not None:

@@ -1,0 +1,73 @@
+"""A run's findings: the claims of the study its scenario names (`study = "000"`),
+each decided on the run's trials, and the table every report opens with.
+
+The decisions live beside each experiment's report: the sweeps' in report.seed000
+(and report.seed003), seed 001's in report.echo, seed 002's in report.droprate, seed
+004's in report.loadlatency. A claim the run cannot decide is "not shown", with why.
+"""
+from __future__ import annotations
+
+from fwbench.findings import CLAIMS, NOT_SHOWN, Claim, Finding
+from fwbench.report.data import RunData
+from fwbench.report.document import Block, Heading, Para, Table
+
+
+# Experiments that exist for one study: their runs are that study's whatever the
+# scenario says. A sweep belongs to a study only when its scenario names one.
+STUDY_OF_METHOD = {"echo": "001", "droprate": "002", "fixedrate": "003", "loadlatency": "004"}
+
+
+def study_of(data: RunData) -> str | None:
+    return data.scenario.get("study") or STUDY_OF_METHOD.get(data.method)
+
+
+def decide(data: RunData) -> list[Finding]:
+    """The findings of the run's study, one per claim; [] when the run has none."""
+    study = study_of(data)
+    if study not in CLAIMS:
+        return []
+    if study == "000":
+        from fwbench.report.seed000 import findings
+    elif study == "001":
+        from fwbench.report.echo import seed_findings as findings
+    elif study == "002":
+        from fwbench.report.droprate import findings
+    elif study == "003":
+        from fwbench.report.seed003 import findings
+    else:
+        from fwbench.report.loadlatency import findings
+    got = {f.claim.key: f for f in findings(data)}
+    return [got.get(c.key) or missing(c, "this run's experiment does not decide it")
+            for c in CLAIMS[study]]
+
+
+def missing(c: Claim, why: str) -> Finding:
+    return Finding(c, "-", NOT_SHOWN, why)
+
+
+def table(findings: list[Finding], study: str) -> Table:
+    return Table(["claim", f"seed {study}'s figure", "ours [95 %]", "verdict", "why"],
+                 [[f.claim.text, f.claim.seed, f.ours, f.verdict, f.why] for f in findings],
+                 f"Each of seed {study}'s headline claims decided on this run's trials. How "
+                 f"each is decided: " + "; ".join(f"({i}) {f.claim.test}" for i, f in
+                                                  enumerate(findings, 1)) + ".",
+                 id="findings", kind="kv")   # kv: left-aligned text that wraps
+
+
+def blocks(data: RunData, found: list[Finding]) -> list[Block]:
+    """The findings heading and table, for the top of the run's report; [] when the
+    run belongs to no study."""
+    if not found:
+        return []
+    study = found[0].claim.study
+    counts = {v: sum(f.verdict == v for f in found) for v in dict.fromkeys(
+        f.verdict for f in found)}
+    return [Heading(2, f"Seed {study}'s findings", "findings"),
+            Para(", ".join(f"{n} {v}" for v, n in counts.items()) + f" of {len(found)} "
+                 f"claims.", "conclusion"),
+            table(found, study)]
+
+
+def csv_table(found: list[Finding]) -> tuple[list[str], list[list]]:
+    header = ["study", "key", "claim", "seed", "test", "ours", "verdict", "why"]
+    return header, [[f.as_dict()[k] for k in header] for f in found]
