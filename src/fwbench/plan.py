@@ -48,12 +48,28 @@ def make_plan(backend_names: list[str], rules: list[int], frame_sizes: list[int]
     return interleave(sweep_cells(backend_names, rules, frame_sizes), repeat, seed)
 
 
-def interleave(cells: list[Cell], repeat: int, seed: int) -> list[TrialKey]:
-    """`repeat` rounds of every cell, each round in its own seeded random order."""
+def interleave(cells: list[Cell], repeat: int, seed: int,
+               block=None) -> list[TrialKey]:
+    """`repeat` rounds of every cell, each round in its own seeded random order.
+
+    `block(cell)`, if given, groups cells that should run back to back (the sweeps
+    with `keep_loaded`: one backend's rule set, measured at every frame size while it
+    stays loaded): a round then shuffles the blocks and the cells within each."""
     rng = random.Random(seed)
     plan = []
     for rep in range(repeat):
-        order = list(cells)
-        rng.shuffle(order)
-        plan += [TrialKey(tuple(c), rep) for c in order]
+        plan += [TrialKey(tuple(c), rep) for c in shuffled(cells, rng, block)]
     return plan
+
+
+def shuffled(cells: list[Cell], rng: random.Random, block=None) -> list[Cell]:
+    """The cells in random order; with `block`, each block's cells stay together
+    (blocks in random order, and the cells within each)."""
+    order = list(cells)
+    rng.shuffle(order)
+    if block is None:
+        return order
+    groups: dict = {}
+    for c in order:     # blocks in the order of their first cell: random too
+        groups.setdefault(block(c), []).append(c)
+    return [c for g in groups.values() for c in g]

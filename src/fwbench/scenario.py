@@ -129,6 +129,9 @@ class AdaptiveSettings(BaseModel):
         "method's primary metric, as a fraction of that median")
     level: Annotated[float, Field(gt=0.5, lt=1)] = Field(
         0.95, description="confidence level of the percentile-bootstrap interval")
+    budget_min: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="minutes of trials the run may spend in all: an adaptive "
+        "round is cut to the widest cells that fit, and none starts once it is spent")
 
 
 # Payload text for string matching: kept to characters iptables-save prints as they
@@ -328,6 +331,10 @@ class Scenario(BaseModel):
     method: str = Field("maxrate", description="the experiment: a method of fwbench.catalog")
     study: str | None = Field(None, description="the study (fwbench.studies) whose "
                               "findings the report checks, e.g. \"000\"")
+    keep_loaded: bool = Field(
+        False, description="sweeps: run each backend's rule set at every frame size "
+        "back to back, loaded and verified once for them (each round still shuffles "
+        "the blocks and the frame sizes within them)")
     traffic: Literal["engine", "iperf3"] = "engine"
     family: Literal["ipv4", "ipv6"] = Field(
         "ipv4", description="the IP version of the rule set and the measured flow")
@@ -415,6 +422,9 @@ class Scenario(BaseModel):
                                      f"frame after the stamp (room for {max(room, 0)})")
         if self.echo.full and self.method != "echo":
             raise ValueError("echo.full (--full) applies to method echo only")
+        if self.keep_loaded and EXPERIMENTS[self.method] != EXPERIMENTS["maxrate"]:
+            raise ValueError(f"keep_loaded applies to the rule-count sweeps, not to "
+                             f"method {self.method}")
         a = self.adaptive
         if a.max_repeat and a.max_repeat <= self.repeat:
             raise ValueError(f"adaptive.max_repeat ({a.max_repeat}) must be above repeat "

@@ -243,3 +243,32 @@ def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatc
                for r in records(d))
     assert "adaptive round 2: 2 cells above 0.0001 % width" in text.getvalue()
     assert len(set(built_testbeds(d))) == 2 and own_netns(d) == []
+
+
+def test_keep_loaded_loads_and_verifies_once_per_block(tmp_path, own_netns):
+    """keep_loaded: each backend's rule set runs at every frame size back to back,
+    loaded and verified by the block's first trial; the others measure it as it
+    stands and say which trial proved it (no load time of their own)."""
+    sc = scenario.load(None, {"backends": ["none", "iptables-legacy"], "rules": [20, 100],
+                              "frame_sizes": [64, 256, 1518], "repeat": 1,
+                              "duration_s": 0.2, "seed": 4, "keep_loaded": True,
+                              "instrument.ping_count": 5})
+    d = tmp_path / "run"
+    outcome = loop.start(sc, d, Console(file=io.StringIO(), width=200))
+    recs = sorted(records(d), key=lambda r: r["trial"])
+    assert len(recs) == outcome.planned == 9 and all(r["status"] == "ok" for r in recs)
+    blocks = {}
+    for r in recs:
+        blocks.setdefault((r["factors"]["backend"], r["factors"]["rules"]), []).append(r)
+    assert len(blocks) == 3
+    for block in blocks.values():
+        first, *rest = block
+        assert [r["trial"] for r in block] == list(range(first["trial"], first["trial"] + 3))
+        assert "kept_from" not in first["verification"] and first["verification"]["ok"]
+        assert {"apply_s", "verify_s"} <= first["conditions"]["phases"].keys()
+        for r in rest:
+            assert r["verification"]["kept_from"] == first["trial"]
+            assert r["verification"]["ok"] and r["load_time_s"] is None
+            assert "apply_s" not in r["conditions"]["phases"]
+            assert r["metrics"]["received"] > 0
+        assert sorted(r["factors"]["frame_size"] for r in block) == [64, 256, 1518]

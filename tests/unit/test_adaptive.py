@@ -218,3 +218,60 @@ def test_rounds_go_on_from_what_run_json_holds(tmp_path):
     r = adaptive_round(reopened, sc, SWEEP_FACTORS, plan2)
     assert r.round == 2 and r.positions == [9, 10, 11]
     assert not math.isnan(r.widths[("none", 0, 64)])
+
+
+# --- a time budget (adaptive.budget_min) ----------------------------------------------
+
+def test_within_budget_keeps_the_widest_cells_that_fit():
+    from fwbench.adaptive import within_budget
+    recs = [rec(rep=i, rx_pps=1.0) for i in range(10)]      # 10 trials of 1 s each
+    cells = [("a",), ("b",), ("c",), ("d",)]
+    widths = {("a",): 0.1, ("b",): None, ("c",): 0.5, ("d",): 0.2}
+    # 13 s budget, 10 spent: room for 3 trials: no width yet, then the widest two
+    assert within_budget(cells, widths, recs, 13.0) == [("b",), ("c",), ("d",)]
+    assert within_budget(cells, widths, recs, 11.5) == [("b",)]
+    assert within_budget(cells, widths, recs, 10.5) == []
+    assert within_budget(cells, widths, recs, 100.0) == cells
+
+
+def test_a_spent_budget_ends_the_rounds_and_says_so(tmp_path):
+    sc, rd, plan = run_dir(tmp_path, max_repeat=6)
+    record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))      # every cell wide
+    spent = sum(r.duration_s for r in rd.records())                   # 6 trials, 6 s
+    tight = scenario.from_dict({**sc.dump(), "adaptive": {
+        **sc.dump()["adaptive"], "budget_min": (spent + 2.5) / 60}})
+    r = adaptive_round(rd, tight, SWEEP_FACTORS, plan)
+    assert len(r.positions) == 2                                      # 2 of 3 cells fit
+    assert rd.meta()["adaptive"]["rounds"][0]["left_for_budget"] == 1
+    record_plan(rd, plan, lambda k: 1000.0 * (1 + k.repetition))
+    assert adaptive_round(rd, tight, SWEEP_FACTORS, plan) is None
+    assert "budget of" in rd.meta()["adaptive"]["stopped"]
+
+
+# --- blocks: cells that run back to back (keep_loaded) ---------------------------------
+
+def test_blocks_keep_their_cells_together_in_every_round_and_stay_seeded():
+    from fwbench.plan import interleave, sweep_cells
+    cells = sweep_cells(["none", "iptables-legacy", "nftables"], [20, 1000], [64, 512, 1518])
+    block = lambda c: c[:2]   # noqa: E731
+    plan = interleave(cells, 3, 7, block)
+    assert plan == interleave(cells, 3, 7, block)
+    for rep in range(3):
+        rnd = [k.cell for k in plan if k.repetition == rep]
+        assert sorted(rnd) == sorted(cells)
+        seen = []
+        for c in rnd:                          # a block never comes back once left
+            if not seen or seen[-1] != block(c):
+                assert block(c) not in seen
+                seen.append(block(c))
+    orders = {tuple(k.cell for k in plan if k.repetition == rep) for rep in range(3)}
+    assert len(orders) == 3                    # each round its own order
+    # without blocks, the plan is what it always was
+    assert interleave(cells, 3, 7) == make_plan(["none", "iptables-legacy", "nftables"],
+                                                [20, 1000], [64, 512, 1518], 3, 7)
+
+
+def test_keep_loaded_is_for_the_sweeps_only():
+    assert scenario.load(None, {"keep_loaded": True}).keep_loaded
+    with pytest.raises(Exception, match="keep_loaded applies to the rule-count sweeps"):
+        scenario.load(None, {"keep_loaded": True, "method": "droprate"})

@@ -174,6 +174,11 @@ class Experiment(abc.ABC):
 
     # --- one trial ---------------------------------------------------------------------
 
+    def blocks(self):
+        """A function giving each cell its block, when cells must run back to back
+        within a round (fwbench.plan.interleave), or None (the default: no blocks)."""
+        return None
+
     def cell_label(self, key: TrialKey) -> str:
         """The cell, for the progress bar and the trial line."""
         return " ".join(f"{f}={v}" for f, v in zip(self.factors, key.cell))

@@ -29,7 +29,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from fwbench import adaptive, environment, experiments
 from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Cell, Experiment, now
-from fwbench.plan import TrialKey, interleave
+from fwbench.plan import TrialKey, interleave, shuffled
 from fwbench.results import RunDir, TrialRecord
 from fwbench.scenario import Scenario, from_dict
 
@@ -77,7 +77,7 @@ def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
     for note in planned.notes:
         console.print(f"[yellow]{escape(note)}[/]")
     resolved = planned.scenario
-    plan = interleave(planned.cells, resolved.repeat, resolved.seed)
+    plan = interleave(planned.cells, resolved.repeat, resolved.seed, exp.blocks())
     rd = RunDir.create(out, {
         "scenario": resolved.dump(),
         "factors": list(exp.factors),
@@ -111,7 +111,8 @@ def execute(rd: RunDir, console: Console, exp: Experiment | None = None) -> RunO
     records = rd.records()
     done = {r.key(names) for r in records}
     todo = [(i, k) for i, k in enumerate(plan) if k not in done]
-    more = bool(sc.adaptive.max_repeat) and bool(_needing_more(sc, names, records))
+    more = bool(sc.adaptive.max_repeat) and not meta.get("adaptive", {}).get("stopped") \
+        and bool(_needing_more(sc, names, records))
     if todo or more:
         _sessions(rd, exp, plan, console)
     records = rd.records()
@@ -198,7 +199,7 @@ def _session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
             for idx, key in todo:
                 run(idx, key)
             while sc.adaptive.max_repeat and \
-                    (r := adaptive_round(rd, sc, exp.factors, plan)) is not None:
+                    (r := adaptive_round(rd, sc, exp.factors, plan, exp.blocks())) is not None:
                 progress.update(task, total=len(plan))
                 progress.console.print(_round_line(exp, r, plan, sc.adaptive.rel_width))
                 for idx in r.positions:
@@ -232,28 +233,39 @@ class AdaptiveRound:
 
 
 def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
-                   plan: list[TrialKey]) -> AdaptiveRound | None:
+                   plan: list[TrialKey], block=None) -> AdaptiveRound | None:
     """Plan the next adaptive round: one trial per cell that needs more, in an order
-    seeded by the scenario's seed and the round number, appended to `plan` and to
-    run.json's plan (with the round's cells and every cell's width) before any of
-    them runs. None when no cell needs more."""
+    seeded by the scenario's seed and the round number (cells of one `block` back to
+    back), appended to `plan` and to run.json's plan (with the round's cells and
+    every cell's width) before any of them runs. With `[adaptive] budget_min`, the
+    round keeps the widest cells that fit what is left of it. None when no cell needs
+    more, or the budget is spent (run.json's adaptive.stopped says so)."""
     records = rd.records()
     widths = adaptive.cell_widths(records, sc.method, factors, sc.adaptive.level)
     cells = _needing_more(sc, factors, records, widths)
     if not cells:
         return None
     meta = rd.meta()
+    wanted = len(cells)
+    if sc.adaptive.budget_min:
+        cells = adaptive.within_budget(cells, widths, records, sc.adaptive.budget_min * 60)
+        if not cells:
+            rd.update_meta(adaptive={**meta.get("adaptive", {}), "stopped": (
+                f"the budget of {sc.adaptive.budget_min:g} min was spent with "
+                f"{wanted} cell(s) still wide")})
+            return None
     rounds = meta.get("adaptive", {}).get("rounds", [])
     k = len(rounds) + 1
     next_rep: dict[tuple, int] = {}
     for key in plan:
         next_rep[key.cell] = max(next_rep.get(key.cell, 0), key.repetition + 1)
-    order = list(cells)
-    random.Random(f"{sc.seed}:adaptive:{k}").shuffle(order)
+    order = shuffled(cells, random.Random(f"{sc.seed}:adaptive:{k}"), block)
     new = [TrialKey(c, next_rep.get(c, 0)) for c in order]
     first = len(plan)
     plan.extend(new)
     rounds = rounds + [{"round": k, "cells": [list(c) for c in order],
+                        **({"left_for_budget": wanted - len(order)}
+                           if wanted > len(order) else {}),
                         "widths": {"/".join(map(str, c)): w
                                    for c, w in sorted(widths.items())}}]
     rd.update_meta(plan=[p.as_dict(factors) for p in plan],

@@ -10,6 +10,8 @@ latency and the sender's ceiling per frame size.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.console import Console, RenderableType
 
 from fwbench import backends as registry
@@ -48,6 +50,7 @@ class Sweep(Experiment):
         self.backends: dict[str, Backend] = {}
         self.method_ = None     # the method with its instruments, made by open()
         self.rulesets: dict[tuple, RuleSet] = {}
+        self.kept: Kept | None = None   # what stays loaded (keep_loaded), and its proof
 
     def check(self) -> None:
         check_tools()
@@ -92,7 +95,12 @@ class Sweep(Experiment):
     def topology(self) -> Topology:
         return Topology.new(testbed_settings(self.sc), server_rps=self.sc.traffic == "iperf3")
 
+    def blocks(self):
+        # keep_loaded: one backend's rule set at every frame size, back to back
+        return (lambda cell: cell[:2]) if self.sc.keep_loaded else None
+
     def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+        self.kept = None        # a new testbed holds nothing yet
         method = self.method_ = make_method(self.sc)
         method.prepare(tb)
         engine = _engine_of(method)
@@ -130,7 +138,14 @@ class Sweep(Experiment):
             method.on_step = step
         backend = self._backend(key.cell[0])
         rs = _ruleset_for(key.cell[1], backend, self.sc, self.rulesets)
-        return run_trial(tb, backend, rs, key, idx, self.sc, method, self.rulesets)
+        kept = self.kept if self.sc.keep_loaded else None
+        self.kept = None
+        rec, reloaded = run_trial(tb, backend, rs, key, idx, self.sc, method,
+                                  self.rulesets, kept)
+        if self.sc.keep_loaded and rec.status == "ok" and not reloaded:
+            self.kept = kept if kept is not None and kept.holds(backend, rs) \
+                else Kept(backend.name, rs.digest(), idx, rec.verification)
+        return rec
 
     def line(self, rec: TrialRecord) -> str:
         subs = f" ({len(rec.trials)} sub-trials)" if rec.trials else ""
@@ -352,17 +367,50 @@ def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int],
     return {"bias": bias, "sender_ceiling_pps": ceilings}
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A rule set left loaded after an ok trial (scenario `keep_loaded`): the next
+    trial of the same backend and rule set measures it as it stands, its record
+    pointing at the trial whose load and verification it relies on."""
+    backend: str
+    digest: str
+    trial: int                  # the plan position that loaded and verified it
+    verification: dict
+
+    def holds(self, backend: Backend, rs: RuleSet) -> bool:
+        return self.backend == backend.name and self.digest == rs.digest()
+
+
 def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, idx: int,
-              sc: Scenario, method, policies: dict | None = None) -> TrialRecord:
+              sc: Scenario, method, policies: dict | None = None,
+              kept: Kept | None = None) -> tuple[TrialRecord, bool]:
+    """One trial of the sweep, and whether the method loaded other rule sets during
+    it (a degradation search), so what it leaves loaded is not `rs`.
+
+    With `kept` holding this backend's `rs` (loaded and verified by an earlier ok
+    trial, with nothing run in between but measurements), nothing is loaded or
+    verified again: the record's verification is that trial's, marked `kept_from`,
+    and its load time is None (measured once, by that trial)."""
     t = Trial(Sweep.factors, key, idx)
     _, rules, frame_size = key.cell
+    reloads: list[int] = []
     try:
-        t.load_time_s = t.timed("apply_s", backend.apply, tb, rs).load_time_s
-        if t.verified(t.timed("verify_s", verify_with_sink_off, tb, backend, rs, method)):
+        if kept is not None and kept.holds(backend, rs):
+            t.verification = {**kept.verification, "kept_from": kept.trial}
+            ok = True
+        else:
+            t.load_time_s = t.timed("apply_s", backend.apply, tb, rs).load_time_s
+            ok = t.verified(t.timed("verify_s", verify_with_sink_off, tb, backend, rs,
+                                    method))
+        if ok:
+            reload = _reloader(tb, backend, sc, policies if policies is not None else {},
+                               method)
+
+            def counted(n: int) -> None:
+                reloads.append(n)
+                reload(n)
             t.metrics = t.timed("measure_s", lambda: method.run(
-                tb, frame_size, sc.duration_s, rules=rules,
-                reload=_reloader(tb, backend, sc, policies if policies is not None else {},
-                                 method)))
+                tb, frame_size, sc.duration_s, rules=rules, reload=counted))
             t.trials = t.metrics.pop("trials", [])
     except MeasurementInvalid as e:
         t.fail(str(e), "invalid")
@@ -375,7 +423,7 @@ def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, id
                     rs.digest() if backend.filters else None,
                     {"duration_s": sc.duration_s, "policy_template": sc.policy.template,
                      "family": sc.family, "ruleset": rs.name,
-                     "counters": sc.policy.counters})
+                     "counters": sc.policy.counters}), bool(reloads)
 
 
 def _reloader(tb: NetnsTestbed, backend: Backend, sc: Scenario, cache: dict, method):
