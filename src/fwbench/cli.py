@@ -143,6 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
     bk.add_argument("--json", action="store_true",
                     help="a JSON array on stdout instead of the table: per backend its "
                          "name, available, reason, versions and description")
+    sd = sub.add_parser(
+        "study", help="reproduce one of the five studies (or all) and check its findings",
+        description="Run a study's scenario (the seed's design, scaled where its own time "
+                    "is unreasonable) and write its report, which opens with the seed's "
+                    "findings: each claim holds, does not hold or is not shown, with the "
+                    "statistic behind it. `list` shows what each runs, its scale and "
+                    "time; `all` runs the five and prints the total time. Into a "
+                    "directory that holds the study's run already, it finishes that run.")
+    sd.add_argument("study", help="000, 001, 002, 003, 004, all, or list")
+    sd.add_argument("--out", help="the run directory (all: the directory of the five; "
+                                  "default results/study-ID-<time>)")
+    sd.add_argument("--json", nargs="?", const=jsonout.STDOUT, metavar="FILE",
+                    help="list: the studies as JSON on stdout (or into FILE)")
     sub.add_parser("clean", help="remove namespaces (and their processes) left by "
                                  "earlier runs, e.g. after SIGKILL")
     return p
@@ -286,6 +299,58 @@ def cmd_backends(args, out: Console) -> int:
     return 0
 
 
+def cmd_study(args, out: Console, err: Console) -> int:
+    from fwbench import studies
+
+    if args.study == "list":
+        if args.out:
+            raise FwbenchError("study list takes no --out")
+        listing = [st.as_dict() for st in studies.STUDIES.values()]
+        if args.json:
+            jsonout.emit(listing, args.json)
+            return 0
+        t = Table(title="fwbench studies")
+        for col in ("study", "what it runs", "scale against the seed", "time here"):
+            t.add_column(col)
+        for st in studies.STUDIES.values():
+            t.add_row(st.id, f"{st.title}: {st.runs}", st.scale, f"~{st.minutes:g} min")
+        out.print(t)
+        out.print(f"all five: ~{sum(s.minutes for s in studies.STUDIES.values()):g} min")
+        return 0
+    if args.json:
+        raise FwbenchError("--json goes with `study list`; a study's results are in its "
+                           "run directory (findings.csv, report.html)")
+    if args.study != "all":
+        studies.get(args.study)     # an unknown id is refused before root is asked for
+    _need_root("fwbench study")
+    try:
+        if args.study == "all":
+            done, page = studies.run_all(args.out, err)
+        else:
+            done, page = [studies.run(args.study, args.out, err)], None
+    except (KeyboardInterrupt, _interrupted()):
+        print("fwbench: interrupted; run the same command with --out on the study's "
+              "directory to finish it", file=sys.stderr)
+        return 130
+    for o in done:
+        verdicts = ", ".join(f"{sum(f.verdict == v for f in o.findings)} {v}"
+                             for v in dict.fromkeys(f.verdict for f in o.findings))
+        print(f"study {o.study.id}: {o.trials} trials"
+              f"{f' ({o.not_ok} not ok)' if o.not_ok else ''} in "
+              f"{studies.minutes(o.seconds)}; findings: {verdicts or 'none'}")
+        for f in o.findings:
+            print(f"  {f.verdict:>13}: {f.claim.text}: {f.ours}")
+        print(f"  report: {o.report}")
+    if page is not None:
+        print(f"all five studies in {studies.minutes(sum(o.seconds for o in done))}: {page}")
+    return 0 if all(o.not_ok == 0 and o.report for o in done) else 1
+
+
+def _interrupted():
+    from fwbench.experiments.loop import Interrupted
+    return Interrupted
+
+
 def cmd_clean(out: Console) -> int:
     from fwbench.testbed.netns import clean_leftovers
 
@@ -310,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(args, out)
         if args.command == "backends":
             return cmd_backends(args, out)
+        if args.command == "study":
+            return cmd_study(args, out, err)
         if args.command == "clean":
             return cmd_clean(out)
         raise FwbenchError(f"unknown command {args.command}")

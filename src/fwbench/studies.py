@@ -1,0 +1,167 @@
+"""The five studies as commands: `fwbench study ID` runs the study's scenario (the
+seed's design, scaled where the seed's own time is unreasonable) and writes its
+report, which opens with the study's findings (fwbench.findings); `fwbench study
+all` runs the five in turn and writes one page of every finding.
+
+A study is one scenario under scenarios/ whose runs belong to it (its `study` key,
+or its method: echo, droprate, fixedrate and loadlatency exist for one study each).
+Running a study into a directory that already holds its run finishes that run
+(fwbench.experiments.loop.resume): an interrupted study loses nothing.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from fwbench.errors import FwbenchError
+from fwbench.findings import CLAIMS, Finding
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+@dataclass(frozen=True)
+class Study:
+    id: str
+    title: str
+    scenario: str         # under scenarios/
+    runs: str             # what it measures, in a line
+    scale: str            # against the seed's own design
+    minutes: float        # measured here from a fresh clone (2 vCPU VM), for planning
+
+    def path(self) -> Path:
+        p = SCENARIOS / self.scenario
+        if not p.is_file():
+            raise FwbenchError(f"study {self.id}: its scenario {p} is missing")
+        return p
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "claims": [c.text for c in CLAIMS[self.id]]}
+
+
+STUDIES: dict[str, Study] = {s.id: s for s in (
+    Study("000", "iptables vs nftables, latency and throughput (2018)", "seed000-full.toml",
+          "10 rule-set sizes x 7 frame sizes; iptables, nftables, ipset, nft set, plus "
+          "iptables-nft and 4 eBPF filters; rate at full throttle and ping RTT",
+          "the seed's full matrix; 3 trials of 0.5 s a cell, up to 6 within a 55-minute "
+          "budget (the seed: 20 x 120 s, about eight days)", 55),
+    Study("001", "Performance evaluation of netfilter (2015)", "seed001-echo.toml",
+          "n clients echoing through the gateway: TCP/UDP, IPv4/IPv6, threads/epoll, "
+          "F = 0/2/4 rules per client",
+          "the seed's questions on 63 of its cells, 4 trials of 2 s (the seed: 100 s x 3 "
+          "on every cell; --full in `fwbench run` runs all of them, hours)", 21),
+    Study("002", "Testing the performance of the Linux firewall (Strongarm)",
+          "seed002-drop.toml",
+          "a UDP flood disposed of by drop position, conntrack against NOTRACK, ipset "
+          "and string matching",
+          "every treatment of the seed's table and more, 5 rounds of 1 s; blacklists to "
+          "130,561 entries (the seed: 265,000, beyond the benchmarking range)", 4),
+    Study("003", "Linux OS packet filters analysis (2021)", "seed003-full.toml",
+          "fixed-rate flows (128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s) against rule "
+          "count; FORWARD and INPUT; 1 and 2 CPUs; where loss begins",
+          "the seed's flows and chains to 40,000 rules, 1 and 2 CPUs (the seed: 1, 2, "
+          "4 vCPUs)", 20),
+    Study("004", "NFtables and IPtables, a comparison in latency (2017)",
+          "seed004-latency.toml",
+          "ping RTT with and without bidirectional TCP load, forwarding against NAT",
+          "6 rounds of 5 s a configuration, up to 8 (the seed: 10 x 15 min)", 16),
+)}
+
+
+def get(study_id: str) -> Study:
+    try:
+        return STUDIES[study_id]
+    except KeyError:
+        raise FwbenchError(f"unknown study {study_id!r} (known: "
+                           f"{', '.join(STUDIES)}, or all)") from None
+
+
+@dataclass
+class Outcome:
+    study: Study
+    path: Path
+    seconds: float
+    trials: int
+    not_ok: int
+    findings: list[Finding]
+    report: Path | None
+
+
+def default_out(study_id: str) -> Path:
+    return Path("results") / f"study-{study_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def run(study_id: str, out: str | Path | None, console: Console) -> Outcome:
+    """Run (or, into a directory holding its run, finish) one study and write its
+    report."""
+    from fwbench import scenario
+    from fwbench.experiments import loop
+    from fwbench.report import build
+    from fwbench.report import findings as rf
+    from fwbench.report.data import load
+
+    st = get(study_id)
+    path = Path(out) if out else default_out(study_id)
+    t0 = time.monotonic()
+    if (path / "run.json").exists():
+        console.print(f"study {st.id}: finishing the run in {path}")
+        outcome = loop.resume(path, console)
+    else:
+        sc = scenario.load(str(st.path()), {})
+        console.print(f"study {st.id}: {st.title}; {st.runs}; scale: {st.scale}; about "
+                      f"{st.minutes:g} min here", highlight=False)
+        outcome = loop.start(sc, path, console)
+    not_ok = sum(1 for r in outcome.records if r.status != "ok")
+    report = None
+    found: list[Finding] = []
+    if any(r.status == "ok" for r in outcome.records):
+        report = build(path).html
+        found = rf.decide(load(path))
+    return Outcome(st, path, time.monotonic() - t0, len(outcome.records), not_ok, found,
+                   report)
+
+
+def run_all(out: str | Path | None, console: Console) -> tuple[list[Outcome], Path]:
+    """Every study in turn, each into OUT/<id> (finished if it is there already), then
+    OUT/index.html and index.md: every study's findings, time and report."""
+    root = Path(out) if out else Path("results") / \
+        f"studies-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    done = []
+    for sid in STUDIES:
+        done.append(run(sid, root / sid, console))
+        console.print(f"study {sid}: {minutes(done[-1].seconds)}, report: {done[-1].report}",
+                      highlight=False)
+        write_index(root, done)
+    return done, write_index(root, done)
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def write_index(root: Path, done: list[Outcome]) -> Path:
+    """The page of every finished study: its findings table, time and report."""
+    from fwbench.report import findings as rf
+    from fwbench.report.build import write_atomic
+    from fwbench.report.document import Block, Heading, Para, markdown, to_html
+
+    total = sum(o.seconds for o in done)
+    blocks: list[Block] = [Heading(1, "fwbench: the five studies"),
+                           Para(f"{len(done)} of {len(STUDIES)} studies, {minutes(total)} "
+                                f"in all.", "conclusion")]
+    for o in done:
+        rel = o.report.relative_to(root) if o.report else None
+        blocks += [Heading(2, f"Seed {o.study.id}: {o.study.title}", f"study-{o.study.id}"),
+                   Para(f"{o.study.runs}. Scale: {o.study.scale}. {o.trials} trials"
+                        f"{f' ({o.not_ok} not ok)' if o.not_ok else ''} in "
+                        f"{minutes(o.seconds)}; report: {rel or 'none (no ok trial)'}.")]
+        if o.findings:
+            blocks.append(rf.table(o.findings, o.study.id))
+    root.mkdir(parents=True, exist_ok=True)
+    write_atomic(root / "index.md", markdown(blocks))
+    page = root / "index.html"
+    write_atomic(page, to_html("fwbench: the five studies", blocks))
+    return page
