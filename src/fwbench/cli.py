@@ -323,14 +323,15 @@ def cmd_study(args, out: Console, err: Console) -> int:
     if args.study != "all":
         studies.get(args.study)     # an unknown id is refused before root is asked for
     _need_root("fwbench study")
+    path = Path(args.out) if args.out else studies.default_out(args.study)
     try:
         if args.study == "all":
-            done, page = studies.run_all(args.out, err)
+            done, page = studies.run_all(path, err)
         else:
-            done, page = [studies.run(args.study, args.out, err)], None
+            done, page = [studies.run(args.study, path, err)], None
     except (KeyboardInterrupt, _interrupted()):
-        print("fwbench: interrupted; run the same command with --out on the study's "
-              "directory to finish it", file=sys.stderr)
+        print(f"fwbench: interrupted; what ran is kept; finish with: fwbench study "
+              f"{args.study} --out {path}", file=sys.stderr)
         return 130
     for o in done:
         verdicts = ", ".join(f"{sum(f.verdict == v for f in o.findings)} {v}"

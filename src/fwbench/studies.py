@@ -91,7 +91,10 @@ class Outcome:
 
 
 def default_out(study_id: str) -> Path:
-    return Path("results") / f"study-{study_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    """results/study-ID-<time>, or results/studies-<time> for all five."""
+    stamp = datetime.now().strftime('%Y%m%d-%H%M%S')
+    return Path("results") / (f"studies-{stamp}" if study_id == "all" else
+                              f"study-{study_id}-{stamp}")
 
 
 def run(study_id: str, out: str | Path | None, console: Console) -> Outcome:
@@ -127,8 +130,7 @@ def run(study_id: str, out: str | Path | None, console: Console) -> Outcome:
 def run_all(out: str | Path | None, console: Console) -> tuple[list[Outcome], Path]:
     """Every study in turn, each into OUT/<id> (finished if it is there already), then
     OUT/index.html and index.md: every study's findings, time and report."""
-    root = Path(out) if out else Path("results") / \
-        f"studies-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    root = Path(out) if out else default_out("all")
     done = []
     for sid in STUDIES:
         done.append(run(sid, root / sid, console))

@@ -111,8 +111,13 @@ def _flat_or_equal(c, comps: list[an.Comparison], what: str, ours: str) -> Findi
     if outside:
         return Finding(c, ours, DOES_NOT_HOLD, f"{outside} of {len(comps)} intervals "
                        f"wholly beyond {FLAT:.0%}")
-    return Finding(c, ours, NOT_SHOWN, f"{len(comps) - inside} of {len(comps)} intervals "
-                   f"reach past {FLAT:.0%} (too wide to decide)")
+    bare = sum(1 for x in comps if x.change_ci is None)
+    wide = len(comps) - inside - bare
+    return Finding(c, ours, NOT_SHOWN, "; ".join(
+        ([f"{wide} of {len(comps)} intervals reach past {FLAT:.0%} (too wide to decide)"]
+         if wide else []) +
+        ([f"{bare} of {len(comps)} cells without an interval (too few trials)"]
+         if bare else [])))
 
 
 def _span(comps: list[an.Comparison]) -> str:
