@@ -15,18 +15,28 @@ Each render starts its own Chromium with a fresh temporary profile and always
 stops it again (its whole process group, which holds only processes it
 started) and removes the profile, also on errors and timeouts.
 
+With `width=1280` the page is laid out in a viewport that wide and its layout is
+checked (Rendered.layout): text boxes that overlap, text or boxes reaching past
+the page's right edge, and each figure's rendered width with the smallest font
+of its SVG at that width; `screenshot=path` also saves a PNG of the page (the
+first SCREENSHOT_MAX_PX of it) for a human. From a shell:
+
+    .venv/bin/python -m tests.browser results/<run>/report.html --screenshot shot.png
+
 Nothing leaves the machine: Chromium's proxy is a local port that refuses
 connections, so a request for http://... or https://... fails at once, yet it is
 still seen (Network.requestWillBeSent) and listed in Rendered.external_requests.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -43,6 +53,9 @@ QUIET_S = 0.3      # after the load event: settled once no event arrived for thi
 SETTLE_MAX_S = 3.0  # ... or after this long at most
 IMAGE_WAIT_MS = 2000  # at most this long for <img> still loading when the page is inspected
 STOP_WAIT_S = 5.0   # SIGTERM, then SIGKILL after this long
+VIEWPORT_H = 900    # the viewport's height when a width is set (the page scrolls)
+SCREENSHOT_MAX_PX = 16000  # a screenshot covers at most this much of the page's height
+OVERLAP_PX = 1.0    # two text boxes overlap when they share more than this both ways
 
 # Runs in the page once it has loaded. Lazy images are switched to eager and
 # every <img> gets a bounded chance to finish, so "broken" means broken.
@@ -68,6 +81,115 @@ _INSPECT_JS = """
 """ % IMAGE_WAIT_MS
 
 
+# Runs in the page when a width was set. Text boxes are the boxes of the text itself
+# (a Range over the element's contents), not of the element, so a table cell's
+# padding or a heading's margin is no overlap; an element holding another of the
+# selected ones is left to its children. A figure's SVG is read back from its data
+# URI for the font sizes its <text> elements declare, in SVG user units.
+_LAYOUT_JS = """
+(async () => {
+  const W = document.documentElement.clientWidth;
+  const SEL = 'h1,h2,h3,h4,h5,h6,p,li,th,td,caption,figcaption,summary,dt,dd,pre';
+  const name = el => el.tagName.toLowerCase() + ' "' +
+      el.innerText.trim().replace(/\\s+/g, ' ').slice(0, 50) + '"';
+  const boxes = [];
+  for (const el of document.querySelectorAll(SEL)) {
+    if (!el.innerText || !el.innerText.trim() || el.querySelector(SEL)) continue;
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const rects = Array.from(range.getClientRects()).filter(r => r.width > 0 && r.height > 0);
+    if (!rects.length) continue;
+    boxes.push({name: name(el),
+                l: Math.min(...rects.map(r => r.left)) + scrollX,
+                r: Math.max(...rects.map(r => r.right)) + scrollX,
+                t: Math.min(...rects.map(r => r.top)) + scrollY,
+                b: Math.max(...rects.map(r => r.bottom)) + scrollY});
+  }
+  boxes.sort((x, y) => x.t - y.t);
+  const overlaps = [];
+  for (let i = 0; i < boxes.length; i++) {
+    const a = boxes[i];
+    for (let j = i + 1; j < boxes.length && boxes[j].t < a.b - %(tol)s; j++) {
+      const b = boxes[j];
+      const w = Math.min(a.r, b.r) - Math.max(a.l, b.l);
+      const h = Math.min(a.b, b.b) - Math.max(a.t, b.t);
+      if (w > %(tol)s && h > %(tol)s)
+        overlaps.push(a.name + ' overlaps ' + b.name + ' (' + w.toFixed(0) + ' x ' +
+                      h.toFixed(0) + ' px)');
+    }
+  }
+  const overflows = [];
+  for (const x of boxes)
+    if (x.r > W + 0.5 || x.l < -0.5)
+      overflows.push(x.name + ' spans x ' + x.l.toFixed(0) + '..' + x.r.toFixed(0) +
+                     ' of a ' + W + ' px page');
+  for (const el of document.querySelectorAll('table,figure,img,pre')) {
+    const r = el.getBoundingClientRect();
+    if (r.right + scrollX > W + 0.5)
+      overflows.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+                     ' reaches x ' + (r.right + scrollX).toFixed(0) + ' of a ' + W + ' px page');
+  }
+  const figures = [];
+  for (const fig of document.querySelectorAll('figure')) {
+    const img = fig.querySelector('img');
+    const src = img ? (img.getAttribute('src') || '') : '';
+    const out = {id: fig.id || '', alt: img ? img.alt : '',
+                 width: img ? img.getBoundingClientRect().width : 0,
+                 viewbox_width: null, fonts: []};
+    if (src.startsWith('data:image/svg+xml')) {
+      const svg = new DOMParser().parseFromString(
+          await (await fetch(src)).text(), 'image/svg+xml').documentElement;
+      const vb = (svg.getAttribute('viewBox') || '').trim().split(/[\\s,]+/).map(Number);
+      out.viewbox_width = vb.length === 4 ? vb[2] : parseFloat(svg.getAttribute('width'));
+      for (const t of svg.querySelectorAll('text')) {
+        const st = t.getAttribute('style') || '';
+        const m = st.match(/font-size:\\s*([\\d.]+)px/) || st.match(/font:[^;]*?([\\d.]+)px/);
+        const size = m ? parseFloat(m[1]) : parseFloat(t.getAttribute('font-size') || 'NaN');
+        if (!isNaN(size)) out.fonts.push([size, t.textContent.trim().slice(0, 40)]);
+      }
+    }
+    figures.push(out);
+  }
+  return {width: W, page_width: document.documentElement.scrollWidth,
+          page_height: document.documentElement.scrollHeight,
+          text_boxes: boxes.length, overlaps, overflows, figures};
+})()
+""" % {"tol": OVERLAP_PX}
+
+
+@dataclass
+class FigureBox:
+    id: str
+    alt: str
+    width_px: float                # the image's rendered width
+    min_font_px: float | None      # its SVG's smallest <text> font at that width (None: none)
+    min_font_text: str             # ... and that text
+
+
+@dataclass
+class Layout:
+    width: int                     # the viewport's CSS width
+    page_width: int                # document scrollWidth (above width: the page scrolls sideways)
+    page_height: int
+    text_boxes: int                # text elements measured
+    overlaps: list[str]            # text boxes that overlap, "A overlaps B (w x h px)"
+    overflows: list[str]           # text, tables, figures reaching past the page's edges
+    figures: list[FigureBox]
+    screenshot: Path | None = None
+
+
+def _layout(page: dict) -> Layout:
+    figures = []
+    for f in page.pop("figures"):
+        fonts, vw = f["fonts"], f["viewbox_width"]
+        low = min(fonts, default=None)
+        scale = f["width"] / vw if vw else None
+        figures.append(FigureBox(f["id"], f["alt"], f["width"],
+                                 low[0] * scale if low and scale else None,
+                                 low[1] if low else ""))
+    return Layout(figures=figures, **page)
+
+
 @dataclass
 class Rendered:
     console_errors: list[str]      # console.error/console.assert, and Log entries at level "error"
@@ -80,6 +202,7 @@ class Rendered:
     svg_inline: int                # outermost inline <svg> elements (an <svg> inside one is not counted)
     title: str
     text: str                      # document.body.innerText
+    layout: Layout | None = None   # with render(width=...) only
 
 
 def chromium_path() -> str | None:
@@ -93,8 +216,13 @@ def chromium_path() -> str | None:
     return None
 
 
-def render(html_path: str | Path, timeout_s: float = 30.0) -> Rendered:
+def render(html_path: str | Path, timeout_s: float = 30.0, width: int | None = None,
+           screenshot: str | Path | None = None) -> Rendered:
     """Load html_path in a fresh headless Chromium and report what happened.
+
+    width: lay the page out in a viewport this many CSS pixels wide (device scale
+    1) and check its layout (Rendered.layout); screenshot: save a PNG of it there
+    (needs width).
 
     Raises FileNotFoundError for a missing file, RuntimeError when Chromium is
     missing, will not start or cannot load the page, and TimeoutError when the
@@ -102,6 +230,8 @@ def render(html_path: str | Path, timeout_s: float = 30.0) -> Rendered:
     and stop of Chromium included, give or take STOP_WAIT_S).
     """
     path = Path(html_path).resolve()
+    if screenshot is not None and width is None:
+        raise ValueError("render: a screenshot needs a width")
     if not path.is_file():
         raise FileNotFoundError(f"render: no such file: {path}")
     exe = chromium_path()
@@ -122,7 +252,8 @@ def render(html_path: str | Path, timeout_s: float = 30.0) -> Rendered:
             _page_ws_url(port, deadline), timeout=max(0.1, deadline - time.monotonic()),
             suppress_origin=True,  # Chromium refuses websockets with an Origin it was not told to allow
             http_no_proxy=["127.0.0.1"])  # never via an http_proxy from the environment
-        return _drive(_Cdp(ws), path.as_uri(), deadline)
+        return _drive(_Cdp(ws), path.as_uri(), deadline, width,
+                      Path(screenshot) if screenshot else None)
     except (websocket.WebSocketException, OSError) as e:  # OSError: URLError, refused, reset
         if isinstance(e, TimeoutError):
             raise
@@ -246,9 +377,14 @@ class _Cdp:
         return True
 
 
-def _drive(cdp: _Cdp, url: str, deadline: float) -> Rendered:
+def _drive(cdp: _Cdp, url: str, deadline: float, width: int | None = None,
+           screenshot: Path | None = None) -> Rendered:
     for domain in ("Page", "Runtime", "Log", "Network"):
         cdp.call(f"{domain}.enable", deadline=deadline)
+    if width is not None:
+        cdp.call("Emulation.setDeviceMetricsOverride",
+                 {"width": width, "height": VIEWPORT_H, "deviceScaleFactor": 1,
+                  "mobile": False}, deadline=deadline)
     first = len(cdp.events)
     nav = cdp.call("Page.navigate", {"url": url}, deadline=deadline)
     if nav.get("errorText"):
@@ -268,7 +404,23 @@ def _drive(cdp: _Cdp, url: str, deadline: float) -> Rendered:
     if "exceptionDetails" in result:
         raise RuntimeError(f"render: inspecting the page failed: {_exception_text(result['exceptionDetails'])}")
     page = result["result"]["value"]
-    return Rendered(**_from_events(cdp.events[first:]), **page)
+    layout = None
+    if width is not None:
+        result = cdp.call("Runtime.evaluate", {"expression": _LAYOUT_JS, "returnByValue": True,
+                                               "awaitPromise": True}, deadline=deadline)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"render: measuring the layout failed: "
+                               f"{_exception_text(result['exceptionDetails'])}")
+        layout = _layout(result["result"]["value"])
+        if screenshot is not None:
+            height = min(layout.page_height, SCREENSHOT_MAX_PX)
+            shot = cdp.call("Page.captureScreenshot", {
+                "format": "png", "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}},
+                deadline=deadline)
+            screenshot.write_bytes(base64.b64decode(shot["data"]))
+            layout.screenshot = screenshot
+    return Rendered(**_from_events(cdp.events[first:]), **page, layout=layout)
 
 
 def _from_events(events: list[dict]) -> dict:
@@ -388,3 +540,37 @@ def leftover_processes(pgid: int, work: Path) -> list[int]:
             continue
         found.append(int(name))
     return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Render one page at a width, print its layout problems, save a screenshot."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m tests.browser", description=main.__doc__)
+    ap.add_argument("html")
+    ap.add_argument("--width", type=int, default=1280)
+    ap.add_argument("--screenshot", help="PNG to write (default: beside the page)")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    args = ap.parse_args(argv)
+    shot = args.screenshot or str(Path(args.html).with_suffix(f".{args.width}px.png"))
+    try:
+        r = render(args.html, args.timeout, width=args.width, screenshot=shot)
+    except (OSError, RuntimeError, TimeoutError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    lay = r.layout
+    print(f"{args.html}: {lay.width} px wide, page {lay.page_width} x {lay.page_height} px, "
+          f"{lay.text_boxes} text boxes, {len(lay.figures)} figures; screenshot {shot}")
+    for kind, items in (("overlap", lay.overlaps), ("overflow", lay.overflows),
+                        ("console error", r.console_errors), ("exception", r.exceptions)):
+        for x in items:
+            print(f"{kind}: {x}")
+    for f in lay.figures:
+        print(f"figure {f.id}: {f.width_px:.0f} px wide, smallest text "
+              + ("none (no SVG text)" if f.min_font_px is None else
+                 f"{f.min_font_px:.1f} px ({f.min_font_text!r})"))
+    bad = lay.overlaps or lay.overflows or r.console_errors or r.exceptions
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -185,3 +185,43 @@ def test_missing_chromium(monkeypatch, tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         render(tmp_path / "nope.html")
+
+
+# A figure whose SVG text is 6 px in a 400-unit-wide viewBox, shown 400 px wide.
+SMALL_TEXT_SVG = base64.b64encode(
+    b'<svg xmlns="http://www.w3.org/2000/svg" width="400pt" height="100pt" '
+    b'viewBox="0 0 400 100"><text x="10" y="50" style="font-size: 6px">tiny</text>'
+    b'<text x="10" y="80" style="font: 12px sans-serif">big</text></svg>').decode()
+
+
+def test_layout_check_catches_overlap_overflow_and_small_text(chromium, tmp_path):
+    """The layout check at 1280 px can fail: a paragraph moved onto a heading, a table
+    wider than the page, a figure with 6-pixel text; and it takes a screenshot."""
+    body = ("<h2>Ranking at a glance</h2>"
+            "<p style='position:relative;top:-1.6em'>This paragraph sits on the heading.</p>"
+            "<p>Clear of everything.</p>"
+            "<table style='white-space:nowrap'><tr>" +
+            "<td>1,234,567 [1,200,000, 1,300,000] (5)</td>" * 8 +
+            "</tr></table>"
+            f"<figure><img src='data:image/svg+xml;base64,{SMALL_TEXT_SVG}' alt='small'"
+            " style='width:400px'></figure>")
+    shot = tmp_path / "page.png"
+    r = render(page(tmp_path, body), width=1280, screenshot=shot)
+    lay = r.layout
+    assert lay.width <= 1280 and lay.text_boxes >= 11
+    assert len(lay.overlaps) == 1
+    assert lay.overlaps[0].startswith('h2 "Ranking at a glance" overlaps p "This paragraph')
+    assert lay.page_width > 1280
+    assert any(o.startswith("table reaches x ") for o in lay.overflows)
+    assert any(o.startswith('td "1,234,567') for o in lay.overflows)
+    assert not any("Clear of everything" in x for x in lay.overlaps + lay.overflows)
+    (fig,) = lay.figures
+    assert fig.width_px == 400 and fig.min_font_px == pytest.approx(6.0)
+    assert fig.min_font_text == "tiny"
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert lay.screenshot == shot
+
+
+def test_screenshot_needs_a_width(tmp_path):
+    with pytest.raises(ValueError, match="needs a width"):
+        render(page(tmp_path, "<p>x</p>"), screenshot=tmp_path / "x.png")
