@@ -17,7 +17,21 @@ from fwbench.report.data import Cell, RunData
 ALPHA = 0.05
 NOISY = 0.10            # a cell's 95 % median interval wider than this fraction
 GENERATOR_BOUND = 0.95  # a rate within 5 % of the no-firewall ceiling measured the sender
-DEFAULT_PAIRS = (("iptables-legacy", "nftables"), ("ipset", "nftset"))
+# Backend families: the per-metric figures' panels, and what the default pairs contrast.
+GROUPS = (("netfilter, linear", ("iptables-legacy", "iptables-nft", "nftables")),
+          ("netfilter, indexed", ("ipset", "nftset")),
+          ("eBPF, linear", ("xdp-linear", "tc-linear")),
+          ("eBPF, indexed", ("xdp-set", "tc-set")))
+# The pairs a reader asks about, by the question each answers (`--pair` replaces them).
+PAIR_KINDS = (
+    ("seed 000", (("iptables-legacy", "nftables"), ("ipset", "nftset"))),
+    ("linear vs indexed", (("iptables-legacy", "ipset"), ("nftables", "nftset"),
+                           ("xdp-linear", "xdp-set"), ("tc-linear", "tc-set"))),
+    ("eBPF vs netfilter", (("xdp-linear", "iptables-legacy"), ("tc-linear", "iptables-legacy"),
+                           ("xdp-set", "ipset"), ("xdp-set", "nftset"), ("tc-set", "ipset"))),
+    ("XDP vs tc", (("xdp-set", "tc-set"),)),
+)
+DEFAULT_PAIRS = tuple(p for _, pairs in PAIR_KINDS for p in pairs)
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,95 @@ def pair_tables(data: RunData, metric: Metric, cells: dict[Cell, CellSummary],
 def default_pairs(data: RunData) -> list[tuple[str, str]]:
     present = set(data.backends())
     return [p for p in DEFAULT_PAIRS if set(p) <= present]
+
+
+def pair_kind(a: str, b: str) -> str:
+    """The question a pair answers (PAIR_KINDS), or "chosen" for a `--pair` of one's own."""
+    return next((k for k, pairs in PAIR_KINDS if (a, b) in pairs), "chosen")
+
+
+def groups(backends: list[str]) -> list[tuple[str, list[str]]]:
+    """GROUPS restricted to `backends` (`none` left out), in their order; a backend of no
+    group goes into "other"."""
+    out = [(name, [b for b in members if b in backends]) for name, members in GROUPS]
+    known = {b for _, members in GROUPS for b in members}
+    out.append(("other", [b for b in backends if b not in known and b != "none"]))
+    return [(name, members) for name, members in out if members]
+
+
+# -- each backend against the best at each rule count --------------------------------
+
+@dataclass
+class AgainstBest:
+    """One metric at one frame size: the best backend at each rule count (highest
+    median rate, lowest median otherwise; `none` left out) and every other backend
+    tested against it. The best is picked from the same data, which leans a little
+    towards finding a difference. Holm runs across the backends at one rule count and
+    frame size (the question "which differ from the best here?"); across a whole
+    seed-000-sized run (630 tests) it would hide a 400-fold difference at n = 3."""
+    frame_size: int
+    best: dict[int, str]                               # rule count -> best backend
+    comparisons: dict[tuple[str, int], Comparison]     # (backend, rules) -> against it
+
+
+def against_best(data: RunData, metric: Metric,
+                 cells: dict[Cell, CellSummary]) -> list[AgainstBest]:
+    out = []
+    pick = max if metric.higher_is_better else min
+    for f in data.frame_sizes():
+        row = AgainstBest(f, {}, {})
+        for n in data.rule_counts():
+            here = {b: s for (b, nn, ff), s in cells.items()
+                    if nn == n and ff == f and b != "none"}
+            if len(here) < 2:
+                continue
+            top = pick(here, key=lambda b: here[b].median)
+            row.best[n] = top
+            family = {b: compare(s, here[top]) for b, s in here.items() if b != top}
+            apply_holm(list(family.values()))
+            row.comparisons |= {(b, n): c for b, c in family.items()}
+        if row.best:
+            out.append(row)
+    return out
+
+
+def ranking(data: RunData, metric: Metric, cells: dict[Cell, CellSummary],
+            frame: int) -> list[str]:
+    """The backends at one frame size, best first: by their median at the largest rule
+    count, a backend missing there after those that have it (by its own largest)."""
+    sign = -1 if metric.higher_is_better else 1
+    key = {}
+    for b in data.backends():
+        mine = sorted((n, s.median) for (bb, n, ff), s in cells.items()
+                      if bb == b and ff == frame and b != "none")
+        if mine:
+            key[b] = (-mine[-1][0], sign * mine[-1][1])
+    return sorted(key, key=key.get)
+
+
+def factor(c: Comparison, metric: Metric) -> tuple[float, float | None, float | None]:
+    """a against b as one factor with its 95 % bootstrap interval: for a packet rate,
+    a's time per packet over b's (b's median rate over a's), so above 1 means a is
+    slower; for any other metric a's median over b's."""
+    r = 1 + c.change
+    iv = c.change_ci
+    lo, hi = (1 + iv.low, 1 + iv.high) if iv else (None, None)
+    if metric.unit != "packets/s":
+        return r, lo, hi
+    inv = lambda x: 1 / x if x and x > 0 else None  # noqa: E731
+    return inv(r) or math.nan, inv(hi), inv(lo)
+
+
+def verdict_words(c: Comparison, metric: Metric, a: str, alpha: float = ALPHA) -> str:
+    v = c.verdict(metric, alpha)
+    if v == "same":
+        return "no difference shown"
+    if v == "untestable":
+        return "untestable"
+    if metric.unit == "packets/s":
+        return f"{a} {'faster' if v == 'better' else 'slower'}"
+    higher = (v == "better") == metric.higher_is_better
+    return f"{a} {'higher' if higher else 'lower'}"
 
 
 # -- generator-bound trials ----------------------------------------------------------
@@ -253,43 +356,58 @@ def crossovers(rows: list[CostRow]) -> list[CrossoverRow]:
 
 # -- warnings and conclusions --------------------------------------------------------
 
+@dataclass(frozen=True)
+class Caveat:
+    """One row of the warnings table."""
+    kind: str
+    cells: str
+    detail: str
+
+
 def warnings(data: RunData, bound: set[tuple[Cell, int]],
-             head_cells: dict[Cell, CellSummary]) -> list[str]:
+             head_cells: dict[Cell, CellSummary]) -> list[Caveat]:
     out = []
+    failed: dict[tuple[str, str], list[str]] = {}
     for r in data.records:
         if r.status != "ok":
             what = ("failed verification" if (r.reason or "").startswith("verification")
                     else r.status)
-            out.append(f"{data.label(data.cell(r))} rep {r.repetition}: {what}: {r.reason}")
+            failed.setdefault((what, r.reason or ""), []).append(
+                f"{data.label(data.cell(r))} rep {r.repetition}")
+    for (what, reason), where in failed.items():
+        out.append(Caveat(what, ", ".join(where), f"{what}: {reason}"))
     cells_bound: dict[Cell, int] = {}
     for cell, _ in bound:
         cells_bound[cell] = cells_bound.get(cell, 0) + 1
     if cells_bound:
-        out.append("generator-bound trials (within 5 % of the no-firewall rate: the "
-                   "instrument's own path, the sender or the testbed's forwarding without "
-                   "a firewall, set the rate, not the firewall; left out of the cost "
-                   "model; `--method cpucost` ranks such backends): " +
-                   ", ".join(f"{b} N={n:,} {f} B ({k})"
-                             for (b, n, f), k in sorted(cells_bound.items())))
+        out.append(Caveat(
+            "generator-bound", ", ".join(f"{data.label(c)} ({k})"
+                                         for c, k in sorted(cells_bound.items())),
+            "trials (count in brackets) within 5 % of the no-firewall rate: the "
+            "instrument's own path, not the firewall, set the rate; left out of the cost "
+            "model; `--method cpucost` ranks such backends"))
     head = data.headline()
     if head is not None:
-        few, noisy = [], []
+        few = [data.label(c) for c, s in sorted(head_cells.items()) if s.n < 2]
+        if few:
+            out.append(Caveat("single trial", ", ".join(few),
+                              "one ok trial: no interval, nothing can be concluded"))
+        noisy: dict[str, list[str]] = {}
         for (b, n, f), s in sorted(head_cells.items()):
             w = s.rel_width
-            if s.n < 2:
-                few.append(f"{b} N={n:,} {f} B")
-            elif w is not None and w > NOISY:
-                noisy.append(f"{b} N={n:,} {f} B ({100 * w:.0f} %, n={s.n})")
-        if few:
-            out.append(f"cells with a single ok trial (no interval, nothing can be "
-                       f"concluded): {', '.join(few)}")
-        if noisy:
-            out.append(f"{head.label}: cells too noisy to conclude (95 % interval of the "
-                       f"median wider than {100 * NOISY:.0f} % of it; add repetitions with "
-                       f"--max-repeat): {', '.join(noisy)}")
+            if s.n >= 2 and w is not None and w > NOISY:
+                noisy.setdefault(b, []).append(
+                    f"{f} B ({100 * w:.0f} %)" if b == "none" else
+                    f"N={n:,} {f} B ({100 * w:.0f} %)")
+        for b, where in noisy.items():
+            out.append(Caveat(f"too noisy: {b}", ", ".join(where),
+                              f"{head.label}: 95 % interval of the median wider than "
+                              f"{100 * NOISY:.0f} % of it (in brackets), too noisy to "
+                              f"conclude; add repetitions with --max-repeat"))
         if "none" not in data.backends():
-            out.append("no `none` cell: the no-firewall ceiling was not measured in this "
-                       "run, so generator-bound trials are judged by the calibration only")
+            out.append(Caveat("no none cell", "-",
+                              "the no-firewall ceiling was not measured in this run, so "
+                              "generator-bound trials are judged by the calibration only"))
     return out
 
 
@@ -311,7 +429,7 @@ def format_p(p: float | None) -> str:
     return f"{p:.3f}"
 
 
-def _p_bound(ps: list[float]) -> str:
+def p_bound(ps: list[float]) -> str:
     worst = max(ps)
     return "p < 0.001" if worst < 0.001 else f"p <= {worst:.3f}"
 
@@ -345,7 +463,7 @@ def conclusions(t: PairTable, bound: set[Cell] = frozenset(),
         verb = words[rate].format(label=m.label)
         what = f" ({m.label})" if rate else ""
         s = (f"{t.a} {verb} {t.b}{what} at {_rules_phrase(where, t.rules)} for "
-             f"{t.frame_size}-byte frames, {_p_bound(ps)} (Welch, Holm-adjusted).")
+             f"{t.frame_size}-byte frames, {p_bound(ps)} (Welch, Holm-adjusted).")
         hidden = [n for n in where if (t.a, n, t.frame_size) in bound
                   or (t.b, n, t.frame_size) in bound]
         if hidden:

@@ -9,6 +9,7 @@ experiment's report is report.cells' (droprate's with report.droprate's lead).
 from __future__ import annotations
 
 import csv
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,24 +124,35 @@ def environment_rows(data: RunData) -> list[list[str]]:
 
 def _cell_table(metric: Metric, frame: int, cells: dict, backends: list[str],
                 rules: list[int]) -> Table:
+    """Backends down, rule-set sizes across: each cell's median and, below it, its 95 %
+    interval relative to the median, so ten rule counts fit a 1280-pixel page
+    (cells.csv has the interval itself)."""
     cols = ["backend"] + [f"{n:,}" for n in rules]
+    here = [s for (b, n, f), s in cells.items() if f == frame]
+    usual = max(set(s.n for s in here), key=[s.n for s in here].count) if here else 0
     rows = []
     for b in backends:
         if b == "none":
             s = cells.get(("none", 0, frame))
             if s:
-                rows.append([b] + [_median_text(metric, s)] * len(rules))
+                rows.append([b] + [_median_text(metric, s, usual)] * len(rules))
             continue
         got = [cells.get((b, n, frame)) for n in rules]
         if any(got):
-            rows.append([b] + [_median_text(metric, s) if s else "-" for s in got])
+            rows.append([b] + [_median_text(metric, s, usual) if s else "-" for s in got])
     return Table(cols, rows, f"{metric.label} ({metric.unit}), {frame}-byte frames: median "
-                             f"[95 % interval] (n)", id=f"cells-{metric.key}-{frame}")
+                             f"of {usual} trials per cell (n=... where fewer or more), below "
+                             f"it the median's 95 % bootstrap interval relative to the median",
+                 id=f"cells-{metric.key}-{frame}")
 
 
-def _median_text(metric: Metric, s: an.CellSummary) -> str:
-    ci = f" [{fmt(metric, s.ci.low)}, {fmt(metric, s.ci.high)}]" if s.ci else ""
-    return f"{fmt(metric, s.median)}{ci} ({s.n})"
+def _median_text(metric: Metric, s: an.CellSummary, usual: int = 0) -> str:
+    n = "" if s.n == usual else f" n={s.n}"
+    if not s.ci or not s.median:
+        return f"{fmt(metric, s.median)}" + (f"\n{n.strip()}" if n else "")
+    lo, hi = (100 * (x / s.median - 1) for x in (s.ci.low, s.ci.high))
+    pct = lambda v: f"{v:+.1f}" if abs(v) < 10 else f"{v:+.0f}"  # noqa: E731
+    return f"{fmt(metric, s.median)}\n[{pct(lo)}, {pct(hi)}] %{n}"
 
 
 def pair_table_block(t: an.PairTable) -> Table:
@@ -215,9 +227,45 @@ def experiment_report(data: RunData) -> CellReport:
     return CellReport(data)
 
 
+def times(x: float) -> str:
+    """A factor in three digits or fewer: x0.32, x1.13, x52.4, x165."""
+    return f"x{x:.2f}" if x < 10 else f"x{x:.1f}" if x < 100 else f"x{x:.0f}"
+
+
+def _and(items) -> str:
+    """a, b and c."""
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _where(hit: list[tuple[int, int, object]], cols: list[tuple[int, int, object]]) -> str:
+    """Where a pair differs: (frame, rules, comparison) of the cells that do, among
+    all the pair's cells, in few words."""
+    if len(hit) == len(cols):
+        return "at every rule count and frame size"
+    hit = sorted(hit, key=lambda x: x[:2])
+    frames = list(dict.fromkeys(f for f, _, _ in hit))
+    by_rules: dict[tuple[int, ...], list[int]] = {}
+    for f in frames:
+        by_rules.setdefault(tuple(n for ff, n, _ in hit if ff == f), []).append(f)
+    every = {f: [n for ff, n, _ in cols if ff == f] for f in frames}
+    parts = []
+    for ns, fs in by_rules.items():
+        rules = ("every rule count" if all(list(ns) == every[f] for f in fs) else
+                 "N = " + _and(f"{n:,}" for n in ns))
+        parts.append(f"{rules} ({_and(map(str, fs))} B)")
+    return "at " + "; ".join(parts)
+
+
 class Report:
     """A rule-count sweep's report (backend x rules x frame size): everything it
-    says, computed once and written three ways."""
+    says, computed once and written three ways.
+
+    blocks() opens with the title (blocks()[0]) and the run's line (blocks()[1]); a
+    lead of the caller's, such as the findings table, goes in at index LEAD_AT, in
+    front of the ranking at a glance."""
+
+    LEAD_AT = 2
 
     def __init__(self, data: RunData, pairs: list[tuple[str, str]] | None = None,
                  link_gbps: float = 10.0):
@@ -235,7 +283,7 @@ class Report:
         self.cells = {m.key: an.summaries(data, m) for m in self.metrics}
         self.tables = {m.key: an.pair_tables(data, m, self.cells[m.key], self.pairs)
                        for m in self.metrics}
-        head = data.headline()
+        head = self.head = data.headline()
         head_cells = self.cells[head.key] if head else {}
         bound_trials = an.generator_bound(data, an.ceilings(data, head_cells))
         self.bound = {c for c, _ in bound_trials}
@@ -245,80 +293,276 @@ class Report:
         # (metric, pair table, what it concludes), in report order
         self.compared = [(m, t, an.conclusions(t, self.bound))
                          for m in self.metrics for t in self.tables[m.key]]
+        # the headline against the best backend at each rule count, per frame size
+        self.best = an.against_best(data, head, head_cells) if head else []
+        frames = data.frame_sizes()
+        # the glance shows the smallest frames (the firewall's hardest case) and the largest
+        self.glance_frames = frames[:1] + frames[-1:] if len(frames) > 1 else frames
         self.colour = fg.colours(data.backends())
+        self.marker = fg.markers(data.backends())
         self.figures: list[fg.Figure] = []
 
     def blocks(self) -> list[Block]:
         d = self.data
-        head = d.headline()
         out: list[Block] = [Heading(1, f"fwbench report: {d.name}")]
         desc = d.scenario.get("description", "").rstrip(".")
         out.append(Para(f"{desc + '. ' if desc else ''}Method {d.method}; "
                         f"backends {', '.join(d.backends())}; rule-set sizes "
                         f"{', '.join(f'{n:,}' for n in d.rule_counts())}; frame sizes "
                         f"{', '.join(map(str, d.frame_sizes()))} B.".strip()))
-        out.append(Heading(2, "Conclusions", "conclusions"))
-        claims = [(m, c.text) for m, _, cl in self.compared for c in cl if c.is_difference]
-        out += [Para(s, "conclusion") for m, s in claims if m is head]
-        if rest := [s for m, s in claims if m is not head]:
-            out.append(Bullets(rest))
-        if costs := [s for r in self.cost if (s := an.cost_sentence(r))]:
-            out.append(Bullets(costs))
-        if not claims:
-            out.append(Para("No difference between the backend pairs compared "
-                            f"({'; '.join(f'{a} vs {b}' for a, b in self.pairs) or 'none'}) "
-                            "is shown at any cell; see each table.", "note"))
-        out.append(Para(f"Tests: Welch's two-tailed t-test per cell (seed 000's), Holm's "
-                        f"correction across the cells of each pair and metric, significance "
-                        f"at {an.ALPHA}; Mann-Whitney U and Cliff's delta beside it. With n "
-                        f"trials a side the smallest possible two-tailed Mann-Whitney p is "
-                        f"2/C(2n, n) (0.1 at n = 3).", "note"))
+        out += self.glance()
+        out += self.conclusions()
         out.append(Heading(2, "Environment", "environment"))
         out.append(Table(["", "value"], environment_rows(d), id="environment", kind="kv"))
         out.append(Heading(2, "Warnings", "warnings"))
-        out.append(Bullets(self.warnings, "warning") if self.warnings
-                   else Para("None: every trial verified and measured the firewall.", "note"))
+        if self.warnings:
+            out.append(Table(["kind", "cells", "detail"],
+                             [[w.kind, w.cells, w.detail] for w in self.warnings],
+                             id="warnings", kind="wrap"))
+        else:
+            out.append(Para("None: every trial verified and measured the firewall.", "note"))
         for m in self.metrics:
-            out.append(Heading(2, f"{m.label} ({m.unit})", f"metric-{m.key}"))
-            for f in d.frame_sizes():
-                fig = fg.metric_vs_rules(d, m, f, self.cells[m.key], self.colour)
-                if fig:
-                    out.append(self._figure(fig))
-                out.append(_cell_table(m, f, self.cells[m.key], d.backends(), d.rule_counts()))
-            for t, claims in ((t, cl) for mm, t, cl in self.compared if mm is m):
-                out.append(Heading(3, f"{t.a} vs {t.b}, {m.label}, {t.frame_size} B"))
-                out.append(pair_table_block(t))
-                out += [Para(c.text, "conclusion" if m is head else "") for c in claims]
-        if head is not None:
-            out.append(Heading(2, "Cost per rule", "cost"))
-            out.append(cost_table(self.cost))
-            out.append(Para(ABSOLUTE_NOTE, "note"))
-            for f in d.frame_sizes():
-                fig = fg.cost_model(self.cost, f, self.colour)
-                if fig:
-                    out.append(self._figure(fig))
-            out.append(Heading(3, "Crossovers"))
-            if self.crossings:
-                out.append(Table(
-                    ["backends", "frame B", "equal cost at N", "95 % interval",
-                     "cheaper below", "within measured range"],
-                    [[f"{c.a} / {c.b}", str(c.frame_size), f"{c.crossing.rules:,.0f}",
-                      f"[{c.crossing.interval.low:,.0f}, {c.crossing.interval.high:,.0f}]",
-                      c.cheaper_below, "yes" if c.crossing.inside else "no (extrapolated)"]
-                     for c in self.crossings], id="crossovers"))
-            else:
-                out.append(Para("No two backends' cost lines cross at a rule count the "
-                                "bootstrap supports.", "note"))
+            out += self.metric_section(m)
+        if self.head is not None:
+            out += self.cost_section()
         lat = [fig for f in d.frame_sizes()
                if (fig := fg.latency_percentiles(d, f, self.colour))]
         if lat:
             out.append(Heading(2, "Latency percentiles", "latency"))
             out += [self._figure(x) for x in lat]
-        if head is not None:
-            fig = fg.rate_vs_frame(d, head, self.cells[head.key], self.colour, self.link_bps)
+        if self.head is not None:
+            fig = fg.rate_vs_frame(d, self.head, self.cells[self.head.key], self.colour,
+                                   self.link_bps)
             if fig:
                 out.append(Heading(2, "Rate against frame size", "frames"))
                 out.append(self._figure(fig))
+        out += self.seed000_tables()
+        return out
+
+    # -- the lead ----------------------------------------------------------------------
+
+    def glance(self) -> list[Block]:
+        """Time per packet of every backend against rule-set size, the ranking in words,
+        and the heat map of the headline rate."""
+        head, d = self.head, self.data
+        if head is None or head.unit != "packets/s":
+            return []
+        cells = self.cells[head.key]
+        out: list[Block] = [Heading(2, "Ranking at a glance", "glance")]
+        f = self.glance_frames[0]
+        order = an.ranking(d, head, cells, f)
+        fig = fg.time_per_packet(d, head, f, cells, self.colour, self.marker, order)
+        if fig:
+            out.append(self._figure(fig))
+        for f in self.glance_frames:
+            if s := self._ranking_sentence(f):
+                out.append(Para(s, "conclusion"))
+        for f in self.glance_frames:
+            fig = fg.heat_map(head, f, cells, an.ranking(d, head, cells, f), d.rule_counts())
+            if fig:
+                out.append(self._figure(fig))
+        return out
+
+    def _ranking_sentence(self, frame: int) -> str | None:
+        """Best first at the largest rule count: each backend's time per packet and its
+        factor over the best's."""
+        head, d = self.head, self.data
+        cells = self.cells[head.key]
+        ab = next((x for x in self.best if x.frame_size == frame), None)
+        if ab is None or not ab.best:
+            return None
+        n = max(ab.best)
+        top = cells[(ab.best[n], n, frame)]
+        parts = []
+        for b in an.ranking(d, head, cells, frame):
+            s = cells.get((b, n, frame))
+            if s is None or s.median <= 0:
+                continue
+            c = ab.comparisons.get((b, n))
+            what = "" if c is None else (
+                f" ({times(top.median / s.median)}" +
+                (", no difference shown" if c.verdict(head) == "same" else "") + ")")
+            parts.append(f"{b} {1e9 / s.median:,.0f} ns{what}")
+        none = cells.get(("none", 0, frame))
+        tail = (f"; without a firewall {1e9 / none.median:,.0f} ns" if none and none.median
+                else "")
+        return (f"At {n:,} rules, {frame}-byte frames, best first: " + ", ".join(parts) +
+                f" per packet{tail}.")
+
+    def conclusions(self) -> list[Block]:
+        head = self.head
+        out: list[Block] = [Heading(2, "Conclusions", "conclusions")]
+        if head is None:
+            return out
+        claims = self._pair_sentences(head)
+        if claims:
+            out.append(Bullets(claims))
+        elif self.pairs:
+            out.append(Para("No difference between the backend pairs compared "
+                            f"({'; '.join(f'{a} vs {b}' for a, b in self.pairs)}) "
+                            f"is shown in {head.label} at any cell; see the table.", "note"))
+        for f in self.glance_frames:
+            if t := self._best_table(f):
+                out.append(t)
+        if rows := self._pair_rows(head, self.glance_frames[:1]):
+            out.append(rows)
+        out.append(Para(
+            f"Tests: Welch's two-tailed t-test per cell (seed 000's), Holm's correction "
+            f"across the cells of each pair and metric (against the best: across the "
+            f"backends at each rule count), significance at {an.ALPHA}; factors are ratios of "
+            f"medians with a 95 % bootstrap interval. Mann-Whitney U and Cliff's delta "
+            f"are in comparisons.csv and seed 000's tables below. Where no difference is "
+            f"shown, the data neither show one nor rule one out. Each metric's section "
+            f"has every frame size; the cost per rule is under Cost per rule.", "note"))
+        return out
+
+    def _pair_sentences(self, m: Metric) -> list[str]:
+        """One plain sentence per pair and direction that the corrected tests show, over
+        every frame size, with the range of its factor."""
+        out = []
+        for a, b in self.pairs:
+            tables = [t for mm, t, _ in self.compared if mm is m and (t.a, t.b) == (a, b)]
+            cols = [(t.frame_size, n, c) for t in tables for n, c in zip(t.rules, t.columns)]
+            for kind in ("better", "worse"):
+                hit = [(f, n, c) for f, n, c in cols if c.verdict(m) == kind]
+                if not hit:
+                    continue
+                word = an.verdict_words(hit[0][2], m, a).split(" ", 1)[1]
+                facs = [an.factor(c, m)[0] for _, _, c in hit]
+                ps = [c.welch_holm for _, _, c in hit]
+                what = ("the time per packet" if m.unit == "packets/s" else f"the {m.label}")
+                span = (times(min(facs)) if times(min(facs)) == times(max(facs)) else
+                        f"{times(min(facs))} to {times(max(facs))}")
+                out.append(f"{a} is {word} than {b} ({an.pair_kind(a, b)}) "
+                           f"{_where(hit, cols)}: it takes {span} {what} of {b}, "
+                           f"{an.p_bound(ps)} (Welch, Holm-adjusted).")
+        return out
+
+    def _best_table(self, frame: int) -> Table | None:
+        head = self.head
+        ab = next((x for x in self.best if x.frame_size == frame), None)
+        if ab is None:
+            return None
+        cells = self.cells[head.key]
+        rules = sorted(ab.best)
+        rows = []
+        for b in an.ranking(self.data, head, cells, frame):
+            row = [b]
+            for n in rules:
+                s = cells.get((b, n, frame))
+                c = ab.comparisons.get((b, n))
+                if s is None:
+                    row.append("-")
+                elif ab.best[n] == b:
+                    row.append(f"best\n{1e9 / s.median:,.0f} ns")
+                else:
+                    x, lo, hi = an.factor(c, head)
+                    v = c.verdict(head)
+                    mark = {"same": "≈ ", "untestable": "? "}.get(v, "")
+                    iv = (f"{times(lo)[1:]}-{times(hi)[1:]}" if lo is not None and
+                          hi is not None else "-")
+                    row.append(f"{mark}{times(x)}\n{iv}")
+            rows.append(row)
+        return Table(["backend", *[f"{n:,}" for n in rules]], rows,
+                     f"Each backend against the best at each rule-set size, {head.label}, "
+                     f"{frame}-byte frames: its time per packet over the best's (x), below "
+                     f"it the 95 % bootstrap interval; ≈: no difference shown, ?: "
+                     f"untestable (Welch, Holm-adjusted, {an.ALPHA}); rows best first",
+                     id=f"against-best-{frame}")
+
+    def _pair_rows(self, m: Metric, frames: list[int] | None = None,
+                   ident: str | None = None) -> Table | None:
+        """The compact comparison table of metric m: pair | frame | rules | factor with
+        its interval | p (Welch, Holm) | verdict, pairs grouped by what they answer."""
+        rows, classes = [], []
+        order = {k: i for i, (k, _) in enumerate(an.PAIR_KINDS)}
+        tables = [t for mm, t, _ in self.compared if mm is m
+                  and (frames is None or t.frame_size in frames)]
+        tables.sort(key=lambda t: (order.get(an.pair_kind(t.a, t.b), 99),
+                                   self.pairs.index((t.a, t.b)), t.frame_size))
+        last_kind = last_pair = None
+        for t in tables:
+            kind = an.pair_kind(t.a, t.b)
+            for n, c in zip(t.rules, t.columns):
+                x, lo, hi = an.factor(c, m)
+                iv = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+                if math.isnan(x):   # B's median is 0 (no loss, say): no ratio
+                    x, iv = "-", ""
+                else:
+                    x = f"{x:.2f}"
+                v = an.verdict_words(c, m, t.a)
+                if (t.a, n, t.frame_size) in self.bound or (t.b, n, t.frame_size) in self.bound:
+                    v += " (generator-bound)"
+                pair = f"{t.a} vs {t.b}"
+                rows.append(["" if kind == last_kind else kind,
+                             "" if pair == last_pair else pair, f"{t.frame_size}",
+                             f"{n:,}", f"{x}{iv}", an.format_p(c.welch_holm), v])
+                classes.append("verdict-diff" if c.verdict(m) in ("better", "worse") else "")
+                last_kind, last_pair = kind, pair
+        if not rows:
+            return None
+        what = ("A's time per packet over B's" if m.unit == "packets/s" else
+                f"A's median {m.label} over B's")
+        where = (f", {', '.join(map(str, frames))}-byte frames" if frames else "")
+        return Table(["question", "pair A vs B", "frame B", "rules", "A / B [95 %]",
+                      "p (Welch, Holm)", "verdict"], rows,
+                     f"{m.label}{where}, each pair at each rule-set size: A / B is {what} "
+                     f"with its bootstrap 95 % interval; bold: a difference shown",
+                     id=ident or f"pairs-{m.key}", kind="pairs", row_classes=classes)
+
+    # -- the body ----------------------------------------------------------------------
+
+    def metric_section(self, m: Metric) -> list[Block]:
+        d = self.data
+        out: list[Block] = [Heading(2, f"{m.label} ({m.unit})", f"metric-{m.key}")]
+        for f in d.frame_sizes():
+            fig = fg.metric_vs_rules(d, m, f, self.cells[m.key], self.colour, self.marker)
+            if fig:
+                out.append(self._figure(fig))
+            out.append(_cell_table(m, f, self.cells[m.key], d.backends(), d.rule_counts()))
+        if t := self._pair_rows(m, ident=f"pairs-{m.key}-all"):
+            out.append(Heading(3, f"Pairs, {m.label}"))
+            out.append(t)
+        return out
+
+    def cost_section(self) -> list[Block]:
+        d = self.data
+        out: list[Block] = [Heading(2, "Cost per rule", "cost"), cost_table(self.cost),
+                            Para(ABSOLUTE_NOTE, "note")]
+        if costs := [s for r in self.cost if (s := an.cost_sentence(r))]:
+            out.append(Bullets(costs))
+        for f in d.frame_sizes():
+            fig = fg.cost_model(self.cost, f, self.colour)
+            if fig:
+                out.append(self._figure(fig))
+        out.append(Heading(3, "Crossovers"))
+        if self.crossings:
+            out.append(Table(
+                ["backends", "frame B", "equal cost at N", "95 % interval",
+                 "cheaper below", "within measured range"],
+                [[f"{c.a} / {c.b}", str(c.frame_size), f"{c.crossing.rules:,.0f}",
+                  f"[{c.crossing.interval.low:,.0f}, {c.crossing.interval.high:,.0f}]",
+                  c.cheaper_below, "yes" if c.crossing.inside else "no (extrapolated)"]
+                 for c in self.crossings], id="crossovers"))
+        else:
+            out.append(Para("No two backends' cost lines cross at a rule count the "
+                            "bootstrap supports.", "note"))
+        return out
+
+    def seed000_tables(self) -> list[Block]:
+        """Seed 000's table for each pair (headline metric): rule-set sizes across, the
+        two treatments' means down, the p-values; with its sentences."""
+        head = self.head
+        picked = [(t, cl) for m, t, cl in self.compared if m is head]
+        if not picked:
+            return []
+        out: list[Block] = [Heading(2, "Seed 000's tables", "seed000-tables"),
+                            Para(f"{head.label}, each pair as seed 000 tabulates it; the "
+                                 f"other metrics' are in comparisons.csv.", "note")]
+        for t, claims in picked:
+            out.append(Heading(3, f"{t.a} vs {t.b}, {t.frame_size} B"))
+            out.append(pair_table_block(t))
+            out += [Para(c.text) for c in claims]
         return out
 
     def _figure(self, fig: fg.Figure) -> FigureBlock:
@@ -356,6 +600,13 @@ class Report:
                          r.fit.a_interval.high, r.fit.r_squared, r.fit.points, r.excluded,
                          r.fit.rules_min, r.fit.rules_max, ref.backend if ref else None,
                          *(rel or (None, None, None))])
+        best = []
+        for ab in self.best:
+            for (b, n), c in sorted(ab.comparisons.items(), key=lambda x: (x[0][1], x[0][0])):
+                x, lo, hi = an.factor(c, self.head)
+                best.append([self.head.key, ab.frame_size, n, b, ab.best[n], c.a.median,
+                             c.b.median, x, lo, hi, c.welch.p if c.welch else None,
+                             c.welch_holm, c.verdict(self.head)])
         cross = [[c.a, c.b, c.frame_size, c.crossing.rules, c.crossing.interval.low,
                   c.crossing.interval.high, c.crossing.inside, c.cheaper_below]
                  for c in self.crossings]
@@ -375,6 +626,9 @@ class Report:
                                "points", "generator_bound_excluded", "rules_min",
                                "rules_max", "reference", "b_over_reference",
                                "b_over_reference_low", "b_over_reference_high"], cost),
+            "against_best": (["metric", "frame_size", "rules", "backend", "best", "median",
+                              "median_best", "factor", "factor_ci_low", "factor_ci_high",
+                              "welch_p", "welch_p_holm", "verdict"], best),
             "crossovers": (["a", "b", "frame_size", "rules", "ci_low", "ci_high",
                             "inside_measured_range", "cheaper_below"], cross),
             "trials": (["trial", *self.data.factors, "repetition", "status"] +

@@ -35,8 +35,10 @@ class Table:
     rows: list[list[str]]
     caption: str = ""
     id: str | None = None
-    kind: str = ""          # "pvalues": seed 000's shape
+    kind: str = ""          # "pvalues": seed 000's shape; "wrap": long text cells wrap
     row_classes: list[str] = field(default_factory=list)
+    # A cell's text may hold one "\n": in HTML its second line is set smaller below the
+    # first (a median above its interval), in Markdown the two share a line.
 
 
 @dataclass
@@ -80,17 +82,28 @@ CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:2em auto;
 max-width:1100px;padding:0 1em;color:#1d1d1f}
 h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
-table{border-collapse:collapse;margin:.6em 0 1.2em;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #ccc;padding:.25em .55em;text-align:right;white-space:nowrap}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-variant-numeric:tabular-nums;
+font-size:13px}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}
-table.kv td{text-align:left;white-space:normal}
-caption{caption-side:top;text-align:left;font-style:italic;padding-bottom:.3em}
+table.kv td,table.wrap td{text-align:left;white-space:normal}
+td .sub{color:#555;font-size:.85em}
+table.pairs td:nth-child(-n+2),table.pairs td:last-child{text-align:left}
+tr.verdict-diff td:last-child{font-weight:600}
+p.caption{font-style:italic;margin:1em 0 .3em}
 tr.pvalue td{background:#f6f6f6}tr.holm td{background:#eef4ff;font-weight:600}
 p.conclusion{background:#eef7ee;border-left:4px solid #3a3;padding:.4em .8em}
 p.note{color:#555}ul.warning li{color:#8a4b00}
-figure{margin:1em 0 2em}figure img{max-width:100%;height:auto}
+figure{margin:1em 0 2em}figure img{display:block;max-width:100%;height:auto}
 figcaption{color:#555;font-size:.9em}
 """
+
+
+def _html_cell(text: str) -> str:
+    first, sep, rest = text.partition("\n")
+    if not sep:
+        return html.escape(text)
+    return f'{html.escape(first)}<br><span class="sub">{html.escape(rest)}</span>'
 
 
 def _html_block(b: Block) -> str:
@@ -112,9 +125,11 @@ def _html_block(b: Block) -> str:
         for i, row in enumerate(b.rows):
             rc = b.row_classes[i] if i < len(b.row_classes) else ""
             tr = f'<tr class="{rc}">' if rc else "<tr>"
-            body.append(tr + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
-        cap = f"<caption>{e(b.caption)}</caption>" if b.caption else ""
-        return (f"<table{ident}{cls}>{cap}<thead><tr>{head}</tr></thead>"
+            body.append(tr + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>")
+        # The caption as a paragraph above, not <caption>: that is as wide as its table,
+        # which squeezes a narrow table's caption into a column.
+        cap = f'<p class="caption">{e(b.caption)}</p>' if b.caption else ""
+        return (f"{cap}<table{ident}{cls}><thead><tr>{head}</tr></thead>"
                 f"<tbody>{''.join(body)}</tbody></table>")
     if isinstance(b, FigureBlock):
         f = b.figure
