@@ -228,8 +228,8 @@ def experiment_report(data: RunData) -> CellReport:
 
 
 def times(x: float) -> str:
-    """A factor in three digits or fewer: x0.32, x1.13, x52.4, x165."""
-    return f"x{x:.2f}" if x < 10 else f"x{x:.1f}" if x < 100 else f"x{x:.0f}"
+    """A factor in three digits or fewer: 0.32x, 1.13x, 52.4x, 165x."""
+    return f"{x:.2f}x" if x < 10 else f"{x:.1f}x" if x < 100 else f"{x:.0f}x"
 
 
 def _and(items) -> str:
@@ -430,11 +430,11 @@ class Report:
                 word = an.verdict_words(hit[0][2], m, a).split(" ", 1)[1]
                 facs = [an.factor(c, m)[0] for _, _, c in hit]
                 ps = [c.welch_holm for _, _, c in hit]
-                what = ("the time per packet" if m.unit == "packets/s" else f"the {m.label}")
+                what = ("time per packet" if m.unit == "packets/s" else m.label)
                 span = (times(min(facs)) if times(min(facs)) == times(max(facs)) else
                         f"{times(min(facs))} to {times(max(facs))}")
                 out.append(f"{a} is {word} than {b} ({an.pair_kind(a, b)}) "
-                           f"{_where(hit, cols)}: it takes {span} {what} of {b}, "
+                           f"{_where(hit, cols)}: its {what} is {span} that of {b}, "
                            f"{an.p_bound(ps)} (Welch, Holm-adjusted).")
         return out
 
@@ -455,17 +455,19 @@ class Report:
                     row.append("-")
                 elif ab.best[n] == b:
                     row.append(f"best\n{1e9 / s.median:,.0f} ns")
+                elif math.isnan(an.factor(c, head)[0]):   # a median rate of 0
+                    row.append(f"-\n{fmt(head, s.median)} {head.unit}")
                 else:
                     x, lo, hi = an.factor(c, head)
                     v = c.verdict(head)
                     mark = {"same": "≈ ", "untestable": "? "}.get(v, "")
-                    iv = (f"{times(lo)[1:]}-{times(hi)[1:]}" if lo is not None and
+                    iv = (f"{times(lo)[:-1]}-{times(hi)[:-1]}" if lo is not None and
                           hi is not None else "-")
                     row.append(f"{mark}{times(x)}\n{iv}")
             rows.append(row)
         return Table(["backend", *[f"{n:,}" for n in rules]], rows,
                      f"Each backend against the best at each rule-set size, {head.label}, "
-                     f"{frame}-byte frames: its time per packet over the best's (x), below "
+                     f"{frame}-byte frames: its time per packet over the best's, below "
                      f"it the 95 % bootstrap interval; ≈: no difference shown, ?: "
                      f"untestable (Welch, Holm-adjusted, {an.ALPHA}); rows best first",
                      id=f"against-best-{frame}")

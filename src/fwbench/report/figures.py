@@ -286,7 +286,8 @@ def time_per_packet(data: RunData, metric: Metric, frame: int,
                   f"1e9 / the median {metric.label} per cell: the whole path's time per "
                   f"packet (sender, forwarding, firewall), lower is better; the dashed "
                   f"line is the path without a firewall. Labels give each backend's time "
-                  f"at its largest rule set; log scales.", _svg(fig))
+                  f"at its largest rule set; log scales. The firewall's own CPU time per "
+                  f"packet, where the run recorded it, has its section below.", _svg(fig))
 
 
 def _end_labels(ax, ends: list[tuple[str, float, float, str]], size: float = 9) -> None:
