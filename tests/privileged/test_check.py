@@ -3,6 +3,9 @@ the reference evaluator; and a kernel that does otherwise is caught."""
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from fwbench import backends, check
 from fwbench.backends.iptables import IptablesLegacy
@@ -54,3 +57,26 @@ def test_seed004_nat_on_a_stateless_backend_is_refused_before_any_testbed():
                          "--backends", "xdp-set"], capture_output=True, text=True)
     assert cp.returncode == 2
     assert cp.stderr.strip() == "fwbench: error: xdp-set: unsupported: dnat (rule nat-1)"
+
+
+RULESETS = Path(__file__).parent.parent / "data" / "rulesets"
+
+
+@pytest.mark.parametrize("argv", [
+    # a template, --json last
+    ["--template", "seed000", "--param", "n=5", "--backends", "iptables-legacy", "--json"],
+    # --json right before the rule-set file: the file is the rule set, not the output
+    ["--json", str(RULESETS / "gateway.nft"), "--iface", "eth0=client,eth1=server",
+     "--backends", "nftables"],
+], ids=["template", "json-before-file"])
+def test_check_json_on_stdout_is_the_document_alone(argv):
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", "--corpus", "60", *argv],
+                        capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    rep = json.loads(cp.stdout)               # stdout holds nothing but the document
+    assert rep["ok"] and rep["corpus"] >= 60 and rep["skipped"] == {}
+    assert [b["backend"] for b in rep["backends"]] == [argv[argv.index("--backends") + 1]]
+    assert rep["backends"][0]["packets"] == rep["corpus"]
+    # the human text went to stderr
+    assert "all backends agree with the reference" in cp.stderr
+    assert rep["ruleset"] in cp.stderr
