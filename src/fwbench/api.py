@@ -57,7 +57,8 @@ cost_model(run_dir) -> DataFrame
     has no cost per rule: FwbenchError.
 findings(run_dir) -> DataFrame
     The findings of the study the run belongs to (its scenario's `study`, or the
-    experiment's own study), one row per claim: study, key, claim, seed (the
+    experiment's own study), one row per claim, as the report's findings table
+    decides them (fwbench.report.findings.decide): study, key, claim, seed (the
     seed's figure), test (how it is decided), ours (our figure with its 95 %
     interval), verdict ("holds" / "does not hold" / "not shown"), why; no rows
     when the run belongs to no study.
@@ -70,7 +71,6 @@ unknown metric) raise fwbench.api.FwbenchError with a one-line message.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import threading
@@ -307,32 +307,12 @@ def cost_model(run_dir: PathLike | RunData) -> pd.DataFrame:
     return df
 
 
-# Finding.as_dict()'s keys: the columns of a study's findings, and of a run with none.
-FINDING_COLUMNS = ["study", "key", "claim", "seed", "test", "ours", "verdict", "why"]
-
-
-def _decider():
-    """The function that decides a run's findings: fwbench.findings.for_run, else
-    fwbench.report.findings.decide (the two are being wired together as this is
-    written; whichever exists is used), looked up when called."""
-    from fwbench import findings as fd
-    fn = getattr(fd, "for_run", None)
-    if fn is None:
-        try:
-            fn = getattr(importlib.import_module("fwbench.report.findings"), "decide", None)
-        except ImportError:
-            fn = None
-    if fn is None:
-        raise FwbenchError("this fwbench cannot decide study findings yet "
-                           "(no fwbench.findings.for_run)")
-    return fn
-
-
 def findings(run_dir: PathLike | RunData) -> pd.DataFrame:
-    """The findings of the run's study, one row per claim (Finding.as_dict())."""
-    data = _data(run_dir)
-    rows = [f.as_dict() for f in _decider()(data)]
-    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=FINDING_COLUMNS)
+    """The findings of the run's study, one row per claim: the report's findings
+    table (findings.csv)."""
+    from fwbench.report import findings as fd
+    header, rows = fd.csv_table(fd.decide(_data(run_dir)))
+    return pd.DataFrame(rows, columns=header)
 
 
 def report(run_dir: PathLike, out: PathLike | None = None) -> Path:

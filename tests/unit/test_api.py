@@ -182,43 +182,23 @@ def test_not_a_run_is_one_error(tmp_path):
             f(tmp_path)
 
 
-class _Found:
-    """What findings() reads of a finding: its as_dict()."""
-    def __init__(self, **kw):
-        self.kw = kw
-
-    def as_dict(self):
-        return self.kw
-
-
-def test_findings_come_from_findings_for_run(sweep2, monkeypatch):
-    seen = []
-    row = dict(zip(fw.FINDING_COLUMNS, ("000", "nft-slower", "nftables is slower", "2x",
-                                        "Welch", "3.3x [1.1, 5.6]", "holds", "p = 0.01")))
-
-    def for_run(data):
-        seen.append(data.path)
-        return [_Found(**row)]
-    monkeypatch.setattr(fd, "for_run", for_run, raising=False)
-    df = fw.findings(sweep2)
-    assert seen == [Path(sweep2)]
-    assert list(df.columns) == fw.FINDING_COLUMNS and df.iloc[0].verdict == "holds"
-    monkeypatch.setattr(fd, "for_run", lambda data: [], raising=False)
-    empty = fw.findings(sweep2)
-    assert len(empty) == 0 and list(empty.columns) == fw.FINDING_COLUMNS
-
-
-def test_finding_columns_are_a_findings_record():
-    claim = next(iter(fd.CLAIMS.values()))[0]
-    assert list(fd.Finding(claim, "-", fd.NOT_SHOWN, "why").as_dict()) == fw.FINDING_COLUMNS
+FINDING_COLUMNS = ["study", "key", "claim", "seed", "test", "ours", "verdict", "why"]
 
 
 def test_a_run_of_no_study_has_no_findings(sweep2):
-    try:
-        df = fw.findings(sweep2)
-    except fw.FwbenchError as e:
-        pytest.skip(f"findings are not wired yet: {e}")
-    assert len(df) == 0 and list(df.columns) == fw.FINDING_COLUMNS
+    df = fw.findings(sweep2)
+    assert len(df) == 0 and list(df.columns) == FINDING_COLUMNS
+
+
+def test_a_study_runs_findings_are_its_claims_decided(sweep2):
+    meta = json.loads((sweep2 / "run.json").read_text())
+    meta["scenario"]["study"] = "000"
+    (sweep2 / "run.json").write_text(json.dumps(meta))
+    df = fw.findings(sweep2)
+    assert list(df.columns) == FINDING_COLUMNS
+    assert list(df["key"]) == [c.key for c in fd.CLAIMS["000"]]
+    assert set(df["study"]) == {"000"} and set(df["verdict"]) <= set(fd.VERDICTS)
+    assert all(df["why"])     # every verdict says why, "not shown" too
 
 
 def test_report_is_fwbench_reports(sweep2, tmp_path, monkeypatch):
