@@ -66,6 +66,15 @@ report(run_dir, out=None) -> Path
     Write report.html, report.md and the CSV tables (`fwbench report`) into
     `out` (default the run directory); returns report.html's path.
 
+The five studies:
+
+studies() -> DataFrame
+    What `fwbench study list` shows: id, title, scenario, runs, scale, minutes,
+    claims.
+study(id, out=None) -> Path
+    Run one study (`fwbench study ID`, needs root) and write its report; into a
+    directory holding the study's run, finish it. findings(path) has the verdicts.
+
 Errors a user can cause (a bad scenario key, not root, not a run directory, an
 unknown metric) raise fwbench.api.FwbenchError with a one-line message.
 """
@@ -89,7 +98,7 @@ from fwbench.report import analysis as an
 from fwbench.report.data import RunData, load
 
 __all__ = ["FwbenchError", "run", "resume", "trials", "cells", "cost_model",
-           "findings", "report"]
+           "findings", "report", "studies", "study"]
 
 PathLike = str | os.PathLike
 
@@ -322,4 +331,23 @@ def report(run_dir: PathLike, out: PathLike | None = None) -> Path:
     return build(run_dir, out).html
 
 
-# study(id) -> DataFrame: a study's findings across its runs, with `fwbench study`.
+# -- the studies --------------------------------------------------------------------------
+
+def studies() -> pd.DataFrame:
+    """The five studies (`fwbench study list`): id, title, scenario, what it runs, its
+    scale against the seed, minutes here, and its claims."""
+    from fwbench import studies as st
+    return pd.DataFrame([s.as_dict() for s in st.STUDIES.values()])
+
+
+def study(study_id: str, out: PathLike | None = None) -> Path:
+    """Run one study (`fwbench study ID`; needs root): its scenario, then its report,
+    which opens with its findings; into a directory that holds the study's run it
+    finishes that run. Returns the run directory; findings(path) gives the verdicts."""
+    from fwbench import studies as st
+    if study_id == "all":
+        raise FwbenchError("study('all') is `fwbench study all`; run the studies one "
+                           "by one here")
+    st.get(study_id)
+    _need_root("fwbench.api.study")
+    return st.run(study_id, out, _console()).path

@@ -245,3 +245,16 @@ def test_run_checks_the_scenario_then_refuses_without_root(monkeypatch, tmp_path
     with pytest.raises(fw.FwbenchError, match="must run as root"):
         fw.resume(tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_studies_lists_the_five_and_study_refuses_what_it_cannot_run(monkeypatch):
+    df = fw.studies()
+    assert list(df["id"]) == ["000", "001", "002", "003", "004"]
+    assert {"title", "scenario", "scale", "minutes", "claims"} <= set(df.columns)
+    with pytest.raises(fw.FwbenchError, match="unknown study"):
+        fw.study("9")
+    with pytest.raises(fw.FwbenchError, match="fwbench study all"):
+        fw.study("all")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(fw.FwbenchError, match="must run as root"):
+        fw.study("002")
