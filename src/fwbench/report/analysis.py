@@ -399,11 +399,11 @@ def warnings(data: RunData, bound: set[tuple[Cell, int]],
                 noisy.setdefault(b, []).append(
                     f"{f} B ({100 * w:.0f} %)" if b == "none" else
                     f"N={n:,} {f} B ({100 * w:.0f} %)")
-        for b, where in noisy.items():
-            out.append(Caveat(f"too noisy: {b}", ", ".join(where),
+        for i, (b, where) in enumerate(noisy.items()):   # a row per backend
+            out.append(Caveat("too noisy", f"{b}: {', '.join(where)}", "as above" if i else
                               f"{head.label}: 95 % interval of the median wider than "
-                              f"{100 * NOISY:.0f} % of it (in brackets), too noisy to "
-                              f"conclude; add repetitions with --max-repeat"))
+                              f"{100 * NOISY:.0f} % of it (its width in brackets), too "
+                              f"noisy to conclude; add repetitions with --max-repeat"))
         if "none" not in data.backends():
             out.append(Caveat("no none cell", "-",
                               "the no-firewall ceiling was not measured in this run, so "

@@ -22,8 +22,8 @@ from fwbench.report import figures as fg
 from fwbench.metrics import Metric
 from fwbench.report.data import RunData, load
 from fwbench.report.formats import fmt, fmt_pct
-from fwbench.report.document import (Block, Bullets, FigureBlock, Heading, Para, Table,
-                                     markdown, to_html)
+from fwbench.report.document import (Block, Bullets, Details, FigureBlock, Heading, Para,
+                                     Table, markdown, to_html)
 
 def parse_pairs(text: list[str] | None) -> list[tuple[str, str]] | None:
     if not text:
@@ -430,12 +430,14 @@ class Report:
                 word = an.verdict_words(hit[0][2], m, a).split(" ", 1)[1]
                 facs = [an.factor(c, m)[0] for _, _, c in hit]
                 ps = [c.welch_holm for _, _, c in hit]
-                what = ("time per packet" if m.unit == "packets/s" else m.label)
                 span = (times(min(facs)) if times(min(facs)) == times(max(facs)) else
                         f"{times(min(facs))} to {times(max(facs))}")
-                out.append(f"{a} is {word} than {b} ({an.pair_kind(a, b)}) "
-                           f"{_where(hit, cols)}: its {what} is {span} that of {b}, "
-                           f"{an.p_bound(ps)} (Welch, Holm-adjusted).")
+                claim, what = ((f"is {word} than", "its time per packet is")
+                               if m.unit == "packets/s" else
+                               (f"has a {word} {m.label} than", "it is"))
+                out.append(f"{a} {claim} {b} ({an.pair_kind(a, b)}) {_where(hit, cols)}: "
+                           f"{what} {span} that of {b}, {an.p_bound(ps)} (Welch, "
+                           f"Holm-adjusted).")
         return out
 
     def _best_table(self, frame: int) -> Table | None:
@@ -524,7 +526,12 @@ class Report:
             out.append(_cell_table(m, f, self.cells[m.key], d.backends(), d.rule_counts()))
         if t := self._pair_rows(m, ident=f"pairs-{m.key}-all"):
             out.append(Heading(3, f"Pairs, {m.label}"))
-            out.append(t)
+            said = self._pair_sentences(m)
+            out.append(Bullets(said) if said else Para(
+                f"No difference in {m.label} between the pairs compared is shown at any "
+                f"cell.", "note"))
+            out.append(Details(f"Every pair at every rule count and frame size "
+                               f"({len(t.rows)} rows)", [t]))
         return out
 
     def cost_section(self) -> list[Block]:

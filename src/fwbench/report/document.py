@@ -47,7 +47,15 @@ class FigureBlock:
     file: str               # the SVG beside report.md, for Markdown
 
 
-Block = Heading | Para | Bullets | Table | FigureBlock
+@dataclass
+class Details:
+    """Blocks shown folded under a one-line summary (<details>, no script needed):
+    long tables a reader opens when asked, not scrolls past."""
+    summary: str
+    blocks: list
+
+
+Block = Heading | Para | Bullets | Table | FigureBlock | Details
 
 
 def _md_cell(s: str) -> str:
@@ -75,6 +83,9 @@ def markdown(blocks: list[Block]) -> str:
             out.append("\n".join(lines))
         elif isinstance(b, FigureBlock):
             out.append(f"![{b.figure.title}]({b.file})\n\n*{b.figure.caption}*")
+        elif isinstance(b, Details):
+            out.append(f"<details><summary>{html.escape(b.summary)}</summary>\n\n"
+                       f"{markdown(b.blocks)}\n</details>")
     return "\n\n".join(out) + "\n"
 
 
@@ -96,6 +107,7 @@ p.conclusion{background:#eef7ee;border-left:4px solid #3a3;padding:.4em .8em}
 p.note{color:#555}ul.warning li{color:#8a4b00}
 figure{margin:1em 0 2em}figure img{display:block;max-width:100%;height:auto}
 figcaption{color:#555;font-size:.9em}
+details{margin:.6em 0 1.2em}summary{cursor:pointer;color:#225}
 """
 
 
@@ -135,6 +147,9 @@ def _html_block(b: Block) -> str:
         f = b.figure
         return (f'<figure id="{e(f.id)}"><img src="{f.data_uri}" alt="{e(f.title)}">'
                 f"<figcaption>{e(f.title)}. {e(f.caption)}</figcaption></figure>")
+    if isinstance(b, Details):
+        return (f"<details><summary>{e(b.summary)}</summary>"
+                + "\n".join(_html_block(x) for x in b.blocks) + "</details>")
     raise TypeError(f"not a block: {b!r}")
 
 
