@@ -283,3 +283,18 @@ def test_degradation_ratio_from_the_brackets():
     recs = [rec("iptables-legacy", 6000, 128, 1.0), rec("nftables", 1000, 128, 1.0),
             rec("nftables", 2000, 128, 0.5, 0.5)]
     assert stats.degradation_ratio(recs) == {}
+
+
+def test_a_sender_held_back_counts_as_degraded():
+    # RPS over the sender's CPU: the firewall slows the sender instead of dropping
+    r = rec("nftables", 20000, 128, 5000.0, 0.0)
+    r.metrics["sender_short"] = True
+    recs = [rec("nftables", 1000, 128, flow_pps(128)), r]
+    (d,) = stats.degradation_points(recs).values()
+    assert d.bracket == (1000, 20000)
+    fw = SimulatedFirewall(true_ndr_pps=1e9, sender_max_pps=10_000, seed=1)
+    m = FixedRate(FakeEngine(fw), FixedRateSettings(rules_width=0.5), 20_000)
+    loads = []
+    out = m.run(None, 128, 1.0, rules=20_000, reload=loads.append)
+    assert out["loss_ratio"] == 0 and out["sender_short"]
+    assert out["degradation_bounds"] == [None, 1] and loads == [1, 20_000]

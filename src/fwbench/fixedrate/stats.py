@@ -8,7 +8,7 @@ written before `chain` and `cpus` were factors counts as chain "forward", 1 CPU.
 - `degradation_points(data)`: per (backend, frame_size, chain, cpus), the rule count
   where loss begins: `Degradation(rules, bracket)`, `rules` the largest count that
   still processed every packet and `bracket` (lo, hi) with hi the smallest count
-  that lost. Each repetition's bracket comes from every rule count it measured (the
+  that did not (lost packets, or held the sender back: fixedrate's `degraded`). Each repetition's bracket comes from every rule count it measured (the
   grid's cells and the degradation search's steps); across repetitions the medians
   (median_low: counts that were measured). hi None: no loss up to the largest count
   measured; lo None: loss already at the smallest.
@@ -68,10 +68,17 @@ def cpus_of(r) -> int:
     return r.factors.get("cpus", 1)
 
 
+def _shortfall(point: dict) -> float:
+    """How much of the flow did not get through: the loss ratio, or 1 when the
+    firewall held the sender back instead (methods.fixedrate.degraded), whatever
+    it lost."""
+    return 1.0 if point.get("sender_short") else point["loss_ratio"]
+
+
 def _losses(r) -> list[tuple[int, float]]:
-    """(rules, loss ratio) of the trial itself and of every search step it made."""
-    out = [(r.factors["rules"], r.metrics["loss_ratio"])]
-    out += [(t["rules"], t["loss_ratio"]) for t in r.trials
+    """(rules, shortfall) of the trial itself and of every search step it made."""
+    out = [(r.factors["rules"], _shortfall(r.metrics))]
+    out += [(t["rules"], _shortfall(t)) for t in r.trials
             if "rules" in t and t.get("loss_ratio") is not None]
     return out
 
