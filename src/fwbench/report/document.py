@@ -99,7 +99,8 @@ th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right;white-space:nowr
 th:first-child,td:first-child{text-align:left}
 table.kv td,table.wrap td{text-align:left;white-space:normal}
 td .sub{color:#555;font-size:.85em}
-table.pairs td:nth-child(-n+2),table.pairs td:last-child{text-align:left}
+table.pairs td:nth-child(-n+2),table.pairs td:last-child,table.pairs th:nth-child(-n+2),
+table.pairs th:last-child{text-align:left}
 tr.verdict-diff td:last-child{font-weight:600}
 p.caption{font-style:italic;margin:1em 0 .3em}
 tr.pvalue td{background:#f6f6f6}tr.holm td{background:#eef4ff;font-weight:600}
