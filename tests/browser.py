@@ -18,8 +18,9 @@ started) and removes the profile, also on errors and timeouts.
 With `width=1280` the page is laid out in a viewport that wide and its layout is
 checked (Rendered.layout): text boxes that overlap, text or boxes reaching past
 the page's right edge, and each figure's rendered width with the smallest font
-of its SVG at that width; `screenshot=path` also saves a PNG of the page (the
-first SCREENSHOT_MAX_PX of it) for a human. From a shell:
+of its SVG at that width and the SVG's texts that overlap there; `screenshot=path`
+also saves a PNG of the page (the first SCREENSHOT_MAX_PX of it) for a human.
+From a shell:
 
     .venv/bin/python -m tests.browser results/<run>/report.html --screenshot shot.png
 
@@ -135,7 +136,7 @@ _LAYOUT_JS = """
     const src = img ? (img.getAttribute('src') || '') : '';
     const out = {id: fig.id || '', alt: img ? img.alt : '',
                  width: img ? img.getBoundingClientRect().width : 0,
-                 viewbox_width: null, fonts: []};
+                 viewbox_width: null, fonts: [], text_overlaps: []};
     if (src.startsWith('data:image/svg+xml')) {
       const svg = new DOMParser().parseFromString(
           await (await fetch(src)).text(), 'image/svg+xml').documentElement;
@@ -147,6 +148,27 @@ _LAYOUT_JS = """
         const size = m ? parseFloat(m[1]) : parseFloat(t.getAttribute('font-size') || 'NaN');
         if (!isNaN(size)) out.fonts.push([size, t.textContent.trim().slice(0, 40)]);
       }
+      // The same SVG inline at the image's size, hidden, to measure its text boxes.
+      const holder = document.createElement('div');
+      holder.style.cssText = 'position:absolute;left:0;top:0;visibility:hidden';
+      const copy = document.importNode(svg, true);
+      copy.setAttribute('width', out.width + 'px');
+      copy.setAttribute('height', img.getBoundingClientRect().height + 'px');
+      holder.appendChild(copy);
+      document.body.appendChild(holder);
+      const texts = Array.from(copy.querySelectorAll('text'))
+          .filter(t => t.textContent.trim())
+          .map(t => [t.textContent.trim().slice(0, 30), t.getBoundingClientRect()]);
+      for (let i = 0; i < texts.length; i++)
+        for (let j = i + 1; j < texts.length; j++) {
+          const [a, ra] = texts[i], [b, rb] = texts[j];
+          const w = Math.min(ra.right, rb.right) - Math.max(ra.left, rb.left);
+          const h = Math.min(ra.bottom, rb.bottom) - Math.max(ra.top, rb.top);
+          if (w > %(tol)s && h > %(tol)s)
+            out.text_overlaps.push('"' + a + '" overlaps "' + b + '" (' + w.toFixed(0) +
+                                   ' x ' + h.toFixed(0) + ' px)');
+        }
+      holder.remove();
     }
     figures.push(out);
   }
@@ -164,6 +186,7 @@ class FigureBox:
     width_px: float                # the image's rendered width
     min_font_px: float | None      # its SVG's smallest <text> font at that width (None: none)
     min_font_text: str             # ... and that text
+    text_overlaps: list[str]       # its SVG's text boxes that overlap at that size
 
 
 @dataclass
@@ -186,7 +209,7 @@ def _layout(page: dict) -> Layout:
         scale = f["width"] / vw if vw else None
         figures.append(FigureBox(f["id"], f["alt"], f["width"],
                                  low[0] * scale if low and scale else None,
-                                 low[1] if low else ""))
+                                 low[1] if low else "", f["text_overlaps"]))
     return Layout(figures=figures, **page)
 
 
@@ -568,7 +591,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"figure {f.id}: {f.width_px:.0f} px wide, smallest text "
               + ("none (no SVG text)" if f.min_font_px is None else
                  f"{f.min_font_px:.1f} px ({f.min_font_text!r})"))
-    bad = lay.overlaps or lay.overflows or r.console_errors or r.exceptions
+        for x in f.text_overlaps:
+            print(f"overlap in figure {f.id}: {x}")
+    bad = (lay.overlaps or lay.overflows or r.console_errors or r.exceptions
+           or any(f.text_overlaps for f in lay.figures))
     return 1 if bad else 0
 
 

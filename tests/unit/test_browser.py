@@ -187,16 +187,19 @@ def test_missing_file(tmp_path):
         render(tmp_path / "nope.html")
 
 
-# A figure whose SVG text is 6 px in a 400-unit-wide viewBox, shown 400 px wide.
+# A figure whose SVG text is 6 px in a 400-unit-wide viewBox, shown 400 px wide,
+# with two labels drawn over each other.
 SMALL_TEXT_SVG = base64.b64encode(
     b'<svg xmlns="http://www.w3.org/2000/svg" width="400pt" height="100pt" '
     b'viewBox="0 0 400 100"><text x="10" y="50" style="font-size: 6px">tiny</text>'
-    b'<text x="10" y="80" style="font: 12px sans-serif">big</text></svg>').decode()
+    b'<text x="10" y="80" style="font: 12px sans-serif">big</text>'
+    b'<text x="14" y="82" style="font: 12px sans-serif">over</text></svg>').decode()
 
 
 def test_layout_check_catches_overlap_overflow_and_small_text(chromium, tmp_path):
     """The layout check at 1280 px can fail: a paragraph moved onto a heading, a table
-    wider than the page, a figure with 6-pixel text; and it takes a screenshot."""
+    wider than the page, a figure with 6-pixel text and two labels on each other; and
+    it takes a screenshot."""
     body = ("<h2>Ranking at a glance</h2>"
             "<p style='position:relative;top:-1.6em'>This paragraph sits on the heading.</p>"
             "<p>Clear of everything.</p>"
@@ -218,6 +221,8 @@ def test_layout_check_catches_overlap_overflow_and_small_text(chromium, tmp_path
     (fig,) = lay.figures
     assert fig.width_px == 400 and fig.min_font_px == pytest.approx(6.0)
     assert fig.min_font_text == "tiny"
+    assert len(fig.text_overlaps) == 1 and fig.text_overlaps[0].startswith(
+        '"big" overlaps "over"')
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert lay.screenshot == shot
 

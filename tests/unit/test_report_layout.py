@@ -4,7 +4,8 @@ against the best, eBPF against netfilter, linear against indexed) with their
 tests, warnings as a table, and a layout check in headless Chromium at 1280 px
 (no text box overlaps another, nothing reaches past the page, every figure wide
 enough and its text at least 9 px), on a quick-sized run (10 backends x 3 rule
-counts x 2 frame sizes) and a seed-000-sized one (10 x 10 x 7).
+counts x 2 frame sizes) and a seed-000-sized one (10 x 10 x 7); inside each figure
+too, no two texts overlap.
 
 The runs are synthetic, time per packet a + b*N per backend with 2 % noise, so the
 ranking and the factors are known."""
@@ -231,6 +232,7 @@ def assert_readable(html: Path, figures: int) -> None:
     for f in lay.figures:
         assert f.width_px >= MIN_FIGURE_PX, f
         assert f.min_font_px is not None and f.min_font_px >= MIN_FONT_PX, f
+        assert f.text_overlaps == [], f   # tick labels, line labels, titles
     assert _png_size(shot)[0] == WIDTH
 
 

@@ -83,7 +83,7 @@ def _log_axis(ax, which: str, values: list[float] | None = None) -> None:
     if values:
         axis.set_major_locator(FixedLocator(_spaced(ax, which, sorted(set(values)))))
     else:
-        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_locator(LogLocator(subs=_subs(ax, which)))
     axis.set_major_formatter(FuncFormatter(_plain))
     # no minor ticks: unlabelled, ungridded, and at four panels a figure their
     # placement was most of the time a report took to draw
@@ -107,6 +107,19 @@ def _spaced(ax, which: str, values: list[float]) -> list[float]:
         if math.log10(v / kept[-1]) >= gap:
             kept.append(v)
     return kept
+
+
+def _subs(ax, which: str) -> tuple[float, ...]:
+    """Labels at 1-2-5 steps where the axis has room for them, else at each power of
+    ten (log axis, its limits set)."""
+    lo, hi = getattr(ax, f"get_{which}lim")()
+    if lo <= 0 or hi <= lo:
+        return (1.0, 2.0, 5.0)
+    box, fig = ax.get_position(), ax.figure
+    length = box.width * fig.get_figwidth() if which == "x" else \
+        box.height * fig.get_figheight()
+    room = length / (0.6 if which == "x" else 0.25)   # labels that fit, in inches each
+    return (1.0, 2.0, 5.0) if 3 * math.log10(hi / lo) <= room else (1.0,)
 
 
 def si(v: float) -> str:
@@ -272,8 +285,9 @@ def time_per_packet(data: RunData, metric: Metric, frame: int,
         return None
     if _spread(xs_all) >= 20:
         _log_axis(ax, "x", xs_all)
-    _log_axis(ax, "y")
+    ax.set_yscale("log")
     ax.set_ylim(min(ys_all) / 1.3, max(ys_all) * 1.3)
+    _log_axis(ax, "y")
     if base:
         ends.append((f"none (no firewall)  {1e9 / base.median:,.0f} ns", max(xs_all),
                      1e9 / base.median, "black"))
