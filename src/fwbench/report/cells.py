@@ -131,7 +131,8 @@ class CellReport:
             if s is None:
                 continue
             comp = sec.comparisons.get(c)
-            ci = f" [{fmt(m, s.ci.low)}, {fmt(m, s.ci.high)}]" if s.ci else ""
+            # the intervals on a second line (a space in Markdown): the table fits 1280 px
+            ci = f"\n[{fmt(m, s.ci.low)}, {fmt(m, s.ci.high)}]" if s.ci else ""
             row = [*map(str, c), f"{fmt(m, s.median)}{ci}", str(s.n)]
             if comp is None:
                 rows.append(row + ["reference" if c in sec.references.values() else "-",
@@ -140,7 +141,7 @@ class CellReport:
             iv = comp.change_ci
             rows.append(row + [
                 self.label(sec.references[c]),
-                fmt_pct(comp.change) + (f" [{fmt_pct(iv.low)}, {fmt_pct(iv.high)}]" if iv else ""),
+                fmt_pct(comp.change) + (f"\n[{fmt_pct(iv.low)}, {fmt_pct(iv.high)}]" if iv else ""),
                 an.format_p(comp.welch.p if comp.welch else None),
                 an.format_p(comp.welch_holm),
                 an.format_p(comp.mwu.p if comp.mwu else None),
