@@ -102,11 +102,14 @@ def _spaced(ax, which: str, values: list[float]) -> list[float]:
     label = (max(len(f"{v:,.0f}") for v in values) * 0.08 + 0.15 if which == "x"
              else 0.25)   # inches a label needs along its axis
     gap = math.log10(hi / lo) * label / length
-    kept = [values[0]]
-    for v in values[1:]:
-        if math.log10(v / kept[-1]) >= gap:
+    # powers of ten first (1, 10, 1,000 read better than 50, 500), then the ends
+    first = sorted(values, key=lambda v: (not math.log10(v).is_integer(),
+                                          v not in (values[0], values[-1])))
+    kept: list[float] = []
+    for v in first:
+        if all(abs(math.log10(v / k)) >= gap for k in kept):
             kept.append(v)
-    return kept
+    return sorted(kept)
 
 
 def _subs(ax, which: str) -> tuple[float, ...]:
