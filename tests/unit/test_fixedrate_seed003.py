@@ -298,3 +298,15 @@ def test_a_sender_held_back_counts_as_degraded():
     out = m.run(None, 128, 1.0, rules=20_000, reload=loads.append)
     assert out["loss_ratio"] == 0 and out["sender_short"]
     assert out["degradation_bounds"] == [None, 1] and loads == [1, 20_000]
+
+
+def test_processed_rate_under_overload_is_over_the_arrival_span():
+    from fwbench.methods.fixedrate import processed_rate
+    # keeping up: count over the trial
+    assert processed_rate(7324, 0.5, 0.5, False) == (14648.0, "trial duration")
+    # overloaded: 1,100 processed in the trial and 1,000 more from the backlog after
+    # it, over 0.9 s of arrivals: the rate, not (1,100 + 1,000) / 0.5
+    rate, how = processed_rate(2100, 0.5, 0.9, True)
+    assert how == "arrival span" and rate == pytest.approx(2099 / 0.9)
+    # a span too short to trust (a burst at the end): back to the trial's duration
+    assert processed_rate(2100, 0.5, 0.1, True) == (4200.0, "trial duration")
