@@ -310,3 +310,15 @@ def test_processed_rate_under_overload_is_over_the_arrival_span():
     assert how == "arrival span" and rate == pytest.approx(2099 / 0.9)
     # a span too short to trust (a burst at the end): back to the trial's duration
     assert processed_rate(2100, 0.5, 0.1, True) == (4200.0, "trial duration")
+
+
+def test_a_firewall_that_fell_behind_is_degraded_without_loss():
+    from fwbench.methods.fixedrate import degraded, fell_behind
+    assert not fell_behind(0.52, 0.5) and fell_behind(0.76, 0.5) and not fell_behind(None, 1)
+    # 2,197 packets of the 1280 B flow, none lost, the last 260 ms late
+    assert degraded({"loss_ratio": 0.0, "sender_short": False, "fell_behind": True})
+    assert not degraded({"loss_ratio": 0.0, "sender_short": False, "fell_behind": False})
+    r = rec("nftables", 20000, 1280, 4394.0, 0.0)
+    r.metrics["fell_behind"] = True
+    (d,) = stats.degradation_points([rec("nftables", 10000, 1280, 4394.0), r]).values()
+    assert d.bracket == (10000, 20000)

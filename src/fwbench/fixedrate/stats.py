@@ -8,7 +8,8 @@ written before `chain` and `cpus` were factors counts as chain "forward", 1 CPU.
 - `degradation_points(data)`: per (backend, frame_size, chain, cpus), the rule count
   where loss begins: `Degradation(rules, bracket)`, `rules` the largest count that
   still processed every packet and `bracket` (lo, hi) with hi the smallest count
-  that did not (lost packets, or held the sender back: fixedrate's `degraded`). Each repetition's bracket comes from every rule count it measured (the
+  that did not (lost packets, held the sender back or fell behind: fixedrate's
+  `degraded`). Each repetition's bracket comes from every rule count it measured (the
   grid's cells and the degradation search's steps); across repetitions the medians
   (median_low: counts that were measured). hi None: no loss up to the largest count
   measured; lo None: loss already at the smallest.
@@ -70,9 +71,10 @@ def cpus_of(r) -> int:
 
 def _shortfall(point: dict) -> float:
     """How much of the flow did not get through: the loss ratio, or 1 when the
-    firewall held the sender back instead (methods.fixedrate.degraded), whatever
-    it lost."""
-    return 1.0 if point.get("sender_short") else point["loss_ratio"]
+    firewall held the sender back or fell behind instead (methods.fixedrate's
+    `degraded`), whatever it lost."""
+    return 1.0 if point.get("sender_short") or point.get("fell_behind") \
+        else point["loss_ratio"]
 
 
 def _losses(r) -> list[tuple[int, float]]:
