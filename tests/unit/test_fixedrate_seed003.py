@@ -297,7 +297,31 @@ def test_a_sender_held_back_counts_as_degraded():
     loads = []
     out = m.run(None, 128, 1.0, rules=20_000, reload=loads.append)
     assert out["loss_ratio"] == 0 and out["sender_short"]
-    assert out["degradation_bounds"] == [None, 1] and loads == [1, 20_000]
+    # degraded at one rule twice over before it says so
+    assert out["degradation_bounds"] == [None, 1] and loads == [1, 1, 20_000]
+    assert [t["rules"] for t in out["trials"]] == [1, 1]
+
+
+def test_one_hiccup_at_one_rule_does_not_end_the_search():
+    class Hiccup:
+        """Capacity 1e9 / (500 + 10 N) pps, but the first trial at one rule hiccups."""
+        def __init__(self):
+            self.n, self.hiccups = 20_000, 1
+
+        def reload(self, n):
+            self.n = n
+
+        def measure(self, duration_s, offered_pps):
+            cap = 1e9 / (500 + 10.0 * self.n)
+            if self.n == 1 and self.hiccups:
+                self.hiccups, cap = 0, offered_pps / 2
+            return SimulatedFirewall(true_ndr_pps=cap, seed=self.n).measure(duration_s,
+                                                                            offered_pps)
+    fw = Hiccup()
+    m = FixedRate(FakeEngine(fw), FixedRateSettings(rules_width=0.1), 20_000)
+    out = m.run(None, 128, 1.0, rules=20_000, reload=fw.reload)
+    lo, hi = out["degradation_bounds"]
+    assert lo is not None and lo <= (1e9 / flow_pps(128) - 500) / 10 <= hi
 
 
 def test_processed_rate_under_overload_is_over_the_arrival_span():

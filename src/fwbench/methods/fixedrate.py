@@ -134,7 +134,9 @@ class FixedRate(Method):
 
         lo, hi = 1, n_lossy
         try:
-            if lossy(lo):
+            # A single rule cannot hold the flow back: a degraded point there is the
+            # machine's hiccup (a late sender, another job), so it must repeat.
+            if lossy(lo) and lossy(lo):
                 return {"degradation_rules": None, "degradation_bounds": [None, 1],
                         "trials": steps}
             while (hi - lo) / hi > self.settings.rules_width and hi - lo > 1:
