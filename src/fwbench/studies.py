@@ -62,8 +62,9 @@ STUDIES: dict[str, Study] = {s.id: s for s in (
     Study("003", "Linux OS packet filters analysis (2021)", "seed003-full.toml",
           "fixed-rate flows (128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s) against rule "
           "count; FORWARD and INPUT; 1 and 2 CPUs; where loss begins",
-          "the seed's flows and chains to 40,000 rules, 1 and 2 CPUs (the seed: 1, 2, "
-          "4 vCPUs)", 20),
+          "the seed's flows and chains, iptables-legacy and nftables at 1,000 to 20,000 "
+          "rules, 3 trials of 0.5 s, degradation as grid brackets; 1 and 2 CPUs of a "
+          "2-core machine shared with the sender (the seed: 1, 2, 4 dedicated vCPUs)", 14),
     Study("004", "NFtables and IPtables, a comparison in latency (2017)",
           "seed004-latency.toml",
           "ping RTT with and without bidirectional TCP load, forwarding against NAT",

@@ -137,3 +137,45 @@ def test_seed004_otherwise():
     assert v["load-triples-latency"] == NOT_SHOWN      # no load effect at all
     assert v["nat-equals-forward"] == DOES_NOT_HOLD
     assert v["nft-lower-under-load"] == DOES_NOT_HOLD
+
+
+# --- seed 003 ---------------------------------------------------------------------------
+
+FR = ("backend", "rules", "frame_size", "chain", "cpus")
+
+
+def fr_rec(cell, rep, pps):
+    t = Trial(FR, TrialKey(cell, rep), rep)
+    t.metrics = {"processed_pps": pps, "loss_ratio": 0.0}
+    return t.record("r", "fixedrate", "engine", None, {})
+
+
+def fixedrate(ratio_2cpu=1.0, adv=(5.0, 1.7)) -> RunData:
+    """iptables-legacy and nftables at 6,000 rules, 128 and 1280 B, both chains, 1 and
+    2 CPUs; INPUT = FORWARD on 1 CPU, INPUT `ratio_2cpu` x FORWARD on 2."""
+    rng = random.Random(3)
+    recs = []
+    for b in ("iptables-legacy", "nftables"):
+        for f, a in zip((128, 1280), adv):
+            for chain in ("forward", "input"):
+                for cpus in (1, 2):
+                    base = 10_000.0 / (a if b == "nftables" else 1.0)
+                    base *= ratio_2cpu if (chain, cpus) == ("input", 2) else 1.0
+                    recs += [fr_rec((b, 6000, f, chain, cpus), i,
+                                    base * (1 + rng.gauss(0, 0.01))) for i in range(4)]
+    return RunData(__import__("pathlib").Path("/x"),
+                   {"scenario": {"method": "fixedrate"}, "factors": list(FR)}, recs)
+
+
+def test_seed003_input_against_forward_is_decided_on_one_cpu_and_says_the_rest():
+    found = {f.claim.key: f for f in rf.decide(fixedrate(ratio_2cpu=1.8))}
+    f = found["input-equals-forward"]
+    assert f.verdict == HOLDS and "1 CPU" in f.ours and "2 CPUs" not in f.ours
+    assert "shared with the sender" in f.why and "1.80x" in f.why
+    assert found["advantage-small-packets"].verdict == HOLDS
+    assert found["nft-degrades-earlier"].verdict == NOT_SHOWN     # nothing lost at all
+
+
+def test_seed003_advantage_the_other_way_does_not_hold():
+    found = {f.claim.key: f for f in rf.decide(fixedrate(adv=(1.5, 3.0)))}
+    assert found["advantage-small-packets"].verdict == DOES_NOT_HOLD

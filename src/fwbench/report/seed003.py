@@ -80,20 +80,29 @@ def _advantage(data: RunData, rules: int = 6000) -> Finding:
 
 def _input_forward(data: RunData) -> Finding:
     c = claim("003", "input-equals-forward")
-    got = s3.input_vs_forward(data)
+    every = {k: r for k, r in s3.input_vs_forward(data).items() if k[0] != "none"}
+    # Decided where the firewall has a CPU of its own, as the seed's had: on this
+    # testbed a second firewall CPU is the sender's too (its work there runs in the
+    # sender's system calls), which no chain of the seed's shared.
+    got = {k: r for k, r in every.items() if k[2] == 1} or every
     if not got:
         return Finding(c, "-", NOT_SHOWN, "INPUT and FORWARD were not both measured")
-    ours = "; ".join(f"{b} {f} B: {_iv(r)}" for (b, f, _k), r in sorted(got.items()))
+    note = (f" (on 1 CPU; on {max(k[2] for k in every)} CPUs, one shared with the "
+            f"sender: " + ", ".join(f"{b} {f} B {_iv(r)}" for (b, f, k), r in
+                                    sorted(every.items()) if k != 1) + ")"
+            if len(got) < len(every) else "")
+    ours = "; ".join(f"{b} {f} B, {k} CPU{'s' if k > 1 else ''}: {_iv(r)}"
+                     for (b, f, k), r in sorted(got.items()))
     ivs = [r.interval for r in got.values()]
     outside = sum(1 for iv in ivs if iv and (iv[0] > 1 + EQUAL or iv[1] < 1 - EQUAL))
     inside = sum(1 for iv in ivs if iv and 1 - EQUAL <= iv[0] and iv[1] <= 1 + EQUAL)
     if outside:
         return Finding(c, ours, DOES_NOT_HOLD, f"{outside} of {len(ivs)} intervals wholly "
-                       f"beyond {EQUAL:.0%} of equal")
+                       f"beyond {EQUAL:.0%} of equal{note}")
     if inside == len(ivs):
-        return Finding(c, ours, HOLDS, f"every interval within {EQUAL:.0%} of equal")
+        return Finding(c, ours, HOLDS, f"every interval within {EQUAL:.0%} of equal{note}")
     return Finding(c, ours, NOT_SHOWN, f"{len(ivs) - inside} of {len(ivs)} intervals reach "
-                   f"past {EQUAL:.0%}")
+                   f"past {EQUAL:.0%}{note}")
 
 
 def findings(data: RunData) -> list[Finding]:
