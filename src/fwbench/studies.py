@@ -46,7 +46,7 @@ STUDIES: dict[str, Study] = {s.id: s for s in (
     Study("000", "iptables vs nftables, latency and throughput (2018)", "seed000-full.toml",
           "10 rule-set sizes x 7 frame sizes; iptables, nftables, ipset, nft set, plus "
           "iptables-nft and 4 eBPF filters; rate at full throttle and ping RTT",
-          "the seed's full matrix; 3 trials of 0.5 s a cell, up to 6 within a 55-minute "
+          "the seed's full matrix; 3 trials of 0.5 s a cell, up to 6 within a 50-minute "
           "budget (the seed: 20 x 120 s, about eight days)", 55),
     Study("001", "Performance evaluation of netfilter (2015)", "seed001-echo.toml",
           "n clients echoing through the gateway: TCP/UDP, IPv4/IPv6, threads/epoll, "
