@@ -95,6 +95,40 @@ struct fwb_counters {
 };
 
 /*
+ * The sink's time series (the update experiment's view of a trial): for each of
+ * the first FWB_SERIES_STREAMS streams, per slot of scheduled send time
+ * (slot k holds packets due in [base + k * slot_ns, base + (k + 1) * slot_ns)),
+ * the distinct packets received, their latency sum and maximum. Indexed by when
+ * a packet was due, not when it arrived, so a slot short of what was sent in it
+ * is that slot's loss. Packets due before the base or past the last slot are
+ * counted in the stream's span only.
+ */
+#define FWB_SERIES_STREAMS 2
+#define FWB_SERIES_SLOTS 32768
+
+struct fwb_series_slot {
+	__u64 packets;
+	__u64 lat_sum_ns;
+	__u64 lat_max_ns;
+};
+
+/*
+ * Per series stream, over the whole armed trial: the earliest and latest
+ * scheduled time among packets received (when a flow began and stopped
+ * passing), and the longest gap between two arrivals, with the arrival that
+ * ended it.
+ */
+struct fwb_span {
+	__u64 received;
+	__u64 first_sched_ns;
+	__u64 last_sched_ns;
+	__u64 last_arrival_ns;
+	__u64 max_gap_ns;
+	__u64 max_gap_end_ns;
+	__u64 outside;		/* due before the base or past the last slot */
+};
+
+/*
  * Duplicates and reordering, for any trial length and rate. Per stream, a
  * window of the FWB_WINDOW_WORDS 64-bit words of sequence numbers that ends
  * at the word of the highest number seen (FWB_WINDOW numbers, less up to 63

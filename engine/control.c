@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * The stdin control protocol the receivers (sink, recv) share: `arm COOKIE`,
- * `read`, `quit`; every answer is one JSON line on stdout.
+ * `read`, `quit`, and for a receiver with a time series `series BASE_NS
+ * SLOT_NS` and `read-series`; every answer is one JSON line on stdout.
  */
 #include <string.h>
 #include "engine.h"
@@ -12,13 +13,33 @@ void control_loop(const struct rx_ops *ops)
 	struct json j;
 
 	while (fgets(line, sizeof(line), stdin)) {
+		unsigned long long base, width;
 		unsigned long cookie;
+		const char *why;
 
 		if (sscanf(line, "arm %lu", &cookie) == 1 && cookie &&
 		    cookie <= UINT32_MAX) {
 			ops->arm(ops->ctx, (uint32_t)cookie);
 			json_begin(&j, stdout);
 			json_u64(&j, "armed", cookie);
+			json_end(&j);
+		} else if (sscanf(line, "series %llu %llu", &base, &width) == 2) {
+			why = ops->series ? ops->series(ops->ctx, base, width)
+					  : "series: this receiver keeps none";
+			json_begin(&j, stdout);
+			if (why) {
+				json_str(&j, "error", why);
+			} else {
+				json_u64(&j, "series_base_ns", base);
+				json_u64(&j, "series_slot_ns", width);
+			}
+			json_end(&j);
+		} else if (!strncmp(line, "read-series", 11)) {
+			json_begin(&j, stdout);
+			if (ops->read_series)
+				ops->read_series(ops->ctx, &j);
+			else
+				json_str(&j, "error", "read-series: this receiver keeps none");
 			json_end(&j);
 		} else if (!strncmp(line, "read", 4)) {
 			json_begin(&j, stdout);
@@ -29,7 +50,7 @@ void control_loop(const struct rx_ops *ops)
 		} else {
 			json_begin(&j, stdout);
 			json_str(&j, "error",
-				 "unknown command (arm COOKIE | read | quit)");
+				 "unknown command (arm COOKIE | read | series BASE_NS SLOT_NS | read-series | quit)");
 			json_end(&j);
 		}
 	}

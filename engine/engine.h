@@ -25,12 +25,16 @@ void json_rx_report(struct json *j, const char *mode, uint32_t cookie,
 /*
  * A receiver driven over stdin: `arm COOKIE` starts a trial (reset, then
  * count packets carrying COOKIE), `read` prints the trial's report as one
- * JSON line, `quit` or end of input stops.
+ * JSON line, `quit` or end of input stops. A receiver that keeps a time
+ * series (the sink) also takes `series BASE_NS SLOT_NS` (for the next arm;
+ * returns NULL or why not) and `read-series`; for others they are NULL.
  */
 struct rx_ops {
 	void (*arm)(void *ctx, uint32_t cookie);
 	void (*report)(void *ctx, struct json *j);
 	void *ctx;
+	const char *(*series)(void *ctx, uint64_t base_ns, uint64_t slot_ns);
+	void (*read_series)(void *ctx, struct json *j);
 };
 
 void control_loop(const struct rx_ops *ops);

@@ -176,7 +176,7 @@ static const char recv_usage[] =
 int cmd_recv(int argc, char **argv)
 {
 	struct receiver *r = NULL;
-	struct rx_ops ops = { recv_arm, recv_report, NULL };
+	struct rx_ops ops = { .arm = recv_arm, .report = recv_report };
 	struct bench_addr addr;
 	struct sockaddr_storage ss = { 0 };
 	struct timeval tv = { .tv_usec = 100000 };

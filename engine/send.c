@@ -40,12 +40,13 @@ struct send_cfg {
 	int threads, ncpus, cpus[MAX_THREADS];
 	uint32_t cookie;
 	uint64_t seq_start;	/* first sequence number of every stream */
+	uint32_t stream_base;	/* the first thread's stream number */
 	int batch;
 	bool via_xdp;		/* XDP live frames instead of the packet socket */
 	uint32_t xdp_batch;	/* the kernel's page-pool batch per run */
 	struct xdp_gen *xdp;
 	uint64_t t0;
-	volatile int stop;	/* a start failed: senders end early */
+	volatile int stop;	/* a start failed, or SIGINT/SIGTERM: end early */
 };
 
 struct sender {
@@ -235,7 +236,7 @@ static void *sender_main(void *arg)
 			uint64_t seq = s->sent + k;
 			struct fwb_stamp st = {
 				.cookie = c->cookie,
-				.stream = s->stream,
+				.stream = (uint16_t)(c->stream_base + s->stream),
 				.seq = (uint32_t)(c->seq_start + seq),
 				.sched_ns = due_at(c, interval, seq, now),
 			};
@@ -304,6 +305,7 @@ static const struct option send_opts[] = {
 	{ "seq-start", required_argument, NULL, 'Q' },
 	{ "via", required_argument, NULL, 'V' },
 	{ "xdp-batch", required_argument, NULL, 'X' },
+	{ "stream", required_argument, NULL, 'y' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
 };
@@ -313,7 +315,7 @@ static const char send_usage[] =
 "         --dst ADDR [--src-count N] [--dst-count N] [--sport P] [--sport-count N]\n"
 "         [--dport P] [--frame-size B] [--mtu B] [--rate PPS] (--duration S | --count N)\n"
 "         [--threads T] [--cpus LIST] [--cookie C] [--batch N] [--payload-text STR]\n"
-"         [--seq-start N] [--via packet|xdp] [--xdp-batch N]\n"
+"         [--seq-start N] [--via packet|xdp] [--xdp-batch N] [--stream N]\n"
 "  Frame size includes the 4-byte FCS (RFC 2544): 64..MTU+18. Rate 0 = open throttle.\n"
 "  --payload-text writes STR right after the 18-byte stamp of every packet (for\n"
 "  content-matching firewalls); the frame must have room for both.\n"
@@ -323,6 +325,9 @@ static const char send_usage[] =
 "  instead of a packet socket: one CPU of --cpus per thread; the interface's\n"
 "  veth peer must take XDP frames (GRO on, or an XDP program), else the kernel\n"
 "  drops them unseen. --xdp-batch is the kernel's page-pool batch (default 64).\n"
+"  --stream N numbers the threads' streams from N (default 0), so two senders\n"
+"  of one trial keep their sequence numbers apart (not with --via xdp).\n"
+"  SIGINT or SIGTERM ends the run early; the report says so (`stopped`).\n"
 "  Addresses must lie in 198.18.0.0/15 or 2001:2::/48.\n";
 
 static void parse_send(int argc, char **argv, struct send_cfg *c)
@@ -368,6 +373,7 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 			else if (strcmp(optarg, "packet"))
 				usage_error("--via: %s is not packet or xdp", optarg);
 			break;
+		case 'y': c->stream_base = parse_u64("stream", optarg, 0, FWB_MAX_STREAMS - 1); break;
 		case 'X': c->xdp_batch = parse_u64("xdp-batch", optarg, 1, 256); break;
 		case 'B': c->batch = parse_u64("batch", optarg, 1, MAX_BATCH); have_batch = true; break;
 		case 'h': fputs(send_usage, stdout); exit(0);
@@ -410,9 +416,15 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 		srandom(now_ns() ^ getpid());
 		c->cookie = (uint32_t)random() | 1;
 	}
+	if (c->stream_base + c->threads > FWB_MAX_STREAMS)
+		usage_error("--stream: streams %u..%u run past the receivers' %d",
+			    c->stream_base, c->stream_base + c->threads - 1,
+			    FWB_MAX_STREAMS);
 	c->ifindex = if_index_or_die(c->ifname);
 	if (!c->via_xdp)
 		return;
+	if (c->stream_base)
+		usage_error("--stream: the XDP sender numbers its own streams");
 	if (have_batch)
 		usage_error("--batch: the packet socket's; --via xdp paces per frame");
 	if (c->ncpus < c->threads)
@@ -471,6 +483,7 @@ int cmd_send(int argc, char **argv)
 	/* Start a little ahead, so every thread's schedule shares t0; the XDP
 	 * sender first times its runs (100-200 ms). */
 	c.t0 = now_ns() + (c.via_xdp && c.rate > 0 ? 300000000ULL : 2000000ULL);
+	install_stop_handlers(&c.stop);
 	for (; running < c.threads; running++) {
 		if (pthread_create(&tid[running], NULL, sender_main,
 				   &s[running])) {
@@ -501,9 +514,10 @@ int cmd_send(int argc, char **argv)
 			lag_hist[i] += s[t].lag_hist[i];
 	}
 	/* The sender's active time: the whole window in duration mode, so a
-	 * sender that fell behind shows a lower achieved rate. */
-	active_s = (end - c.t0) / 1e9;
-	if (c.duration_s > 0 && active_s < c.duration_s)
+	 * sender that fell behind shows a lower achieved rate; up to the last
+	 * packet when a signal ended the run. */
+	active_s = end > c.t0 ? (end - c.t0) / 1e9 : 0;
+	if (c.duration_s > 0 && active_s < c.duration_s && !c.stop)
 		active_s = c.duration_s;
 	achieved = active_s > 0 ? sent / active_s : 0;
 
@@ -523,6 +537,7 @@ int cmd_send(int argc, char **argv)
 			      c.frame.dst_count);
 	json_u64(&j, "cookie", c.cookie);
 	json_u64(&j, "t0_ns", c.t0);
+	json_bool(&j, "stopped", c.stop);
 	json_u64(&j, "end_ns", end);
 	json_u64(&j, "sent", sent);
 	json_u64(&j, "send_errors", errors);
@@ -532,7 +547,7 @@ int cmd_send(int argc, char **argv)
 	json_arr(&j, "streams");
 	for (t = 0; t < c.threads; t++) {
 		json_obj(&j, NULL);
-		json_u64(&j, "stream", t);
+		json_u64(&j, "stream", c.stream_base + t);
 		json_u64(&j, "sent", s[t].sent);
 		json_u64(&j, "quota",
 			 s[t].quota == UINT64_MAX ? 0 : s[t].quota);

@@ -16,6 +16,7 @@
 #include "common.h"
 
 const volatile __u16 engine_port = 9;	/* UDP destination port, set at load */
+const volatile __u16 port_count = 1;	/* ports engine_port.. counted */
 const volatile __u64 late_ns = 1000000000ULL;
 
 /* Written by user space when a trial is armed; 0 = disarmed. */
@@ -24,6 +25,19 @@ volatile __u32 cookie;
 struct fwb_counters counters;
 __u64 hist[FWB_HIST_BUCKETS];
 __u64 next_seq[FWB_MAX_STREAMS];	/* per stream: highest seen + 1 (common.h) */
+
+/* The time series (common.h), written by user space before arming; 0 = none. */
+volatile __u64 series_base_ns;
+volatile __u64 series_slot_ns;
+struct fwb_span spans[FWB_SERIES_STREAMS];
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, FWB_SERIES_STREAMS * FWB_SERIES_SLOTS);
+	__type(key, __u32);
+	__type(value, struct fwb_series_slot);
+} series SEC(".maps");
 
 /* The duplicate and reorder window of every stream (common.h). */
 struct {
@@ -57,9 +71,48 @@ static __always_inline struct udphdr *engine_udp(void *data, void *end)
 	} else {
 		return NULL;
 	}
-	if ((void *)(udp + 1) > end || udp->dest != bpf_htons(engine_port))
+	if ((void *)(udp + 1) > end)
+		return NULL;
+	if ((__u16)(bpf_ntohs(udp->dest) - engine_port) >= port_count)
 		return NULL;
 	return udp;
+}
+
+/* A received packet into its stream's span and series slot (common.h). */
+static __always_inline void series_add(__u16 stream, __u64 sched, __u64 now,
+				       __u64 lat)
+{
+	__u64 base = series_base_ns, width = series_slot_ns, k;
+	struct fwb_series_slot *slot;
+	struct fwb_span *span;
+	__u32 key;
+
+	if (!width || stream >= FWB_SERIES_STREAMS)
+		return;
+	span = &spans[stream];
+	span->received++;
+	if (!span->first_sched_ns || sched < span->first_sched_ns)
+		span->first_sched_ns = sched;
+	if (sched > span->last_sched_ns)
+		span->last_sched_ns = sched;
+	if (span->last_arrival_ns && now - span->last_arrival_ns > span->max_gap_ns) {
+		span->max_gap_ns = now - span->last_arrival_ns;
+		span->max_gap_end_ns = now;
+	}
+	span->last_arrival_ns = now;
+	k = sched >= base ? (sched - base) / width : FWB_SERIES_SLOTS;
+	if (k >= FWB_SERIES_SLOTS) {
+		span->outside++;
+		return;
+	}
+	key = stream * FWB_SERIES_SLOTS + (__u32)k;
+	slot = bpf_map_lookup_elem(&series, &key);
+	if (!slot)
+		return;
+	slot->packets++;
+	slot->lat_sum_ns += lat;
+	if (lat > slot->lat_max_ns)
+		slot->lat_max_ns = lat;
 }
 
 SEC("xdp")
@@ -135,6 +188,7 @@ int fwb_sink(struct xdp_md *ctx)
 		counters.lat_max_ns = lat;
 	if (!counters.lat_min_ns || lat < counters.lat_min_ns)
 		counters.lat_min_ns = lat ? lat : 1;
+	series_add(st.stream, st.sched_ns, now, lat);
 	return XDP_DROP;
 }
 

@@ -22,6 +22,9 @@ struct sink {
 	struct fwb_sink *skel;
 	struct fwb_slot *window;	/* the map, mapped here: arming clears it */
 	size_t window_len;
+	struct fwb_series_slot *series;	/* likewise */
+	size_t series_len;
+	uint64_t base_ns, slot_ns;	/* the series the next arm starts */
 	uint32_t cookie;
 };
 
@@ -36,6 +39,10 @@ static void sink_arm(void *ctx, uint32_t cookie)
 	memset(bss->hist, 0, sizeof(bss->hist));
 	memset(bss->next_seq, 0, sizeof(bss->next_seq));
 	memset(s->window, 0, s->window_len);
+	memset(s->series, 0, s->series_len);
+	memset(bss->spans, 0, sizeof(bss->spans));
+	bss->series_base_ns = s->base_ns;
+	bss->series_slot_ns = s->slot_ns;
 	__atomic_store_n(&bss->cookie, cookie, __ATOMIC_SEQ_CST);
 	s->cookie = cookie;
 }
@@ -51,9 +58,73 @@ static void sink_report(void *ctx, struct json *j)
 	json_rx_report(j, "sink", s->cookie, &c, hist);
 }
 
+static const char *sink_series(void *ctx, uint64_t base_ns, uint64_t slot_ns)
+{
+	struct sink *s = ctx;
+
+	if (slot_ns && slot_ns < 1000)
+		return "series: slots of at least 1000 ns";
+	s->base_ns = base_ns;
+	s->slot_ns = slot_ns;
+	return NULL;
+}
+
+/* One stream's span and its slots from the first to the last holding a packet. */
+static void json_stream_series(struct json *j, const struct fwb_span *sp,
+			       const struct fwb_series_slot *slots)
+{
+	int first = -1, last = -1;
+
+	for (int k = 0; k < FWB_SERIES_SLOTS; k++)
+		if (slots[k].packets) {
+			if (first < 0)
+				first = k;
+			last = k;
+		}
+	json_u64(j, "received", sp->received);
+	json_u64(j, "first_sched_ns", sp->first_sched_ns);
+	json_u64(j, "last_sched_ns", sp->last_sched_ns);
+	json_u64(j, "max_gap_ns", sp->max_gap_ns);
+	json_u64(j, "max_gap_end_ns", sp->max_gap_end_ns);
+	json_u64(j, "outside", sp->outside);
+	json_u64(j, "first_slot", first < 0 ? 0 : first);
+	json_arr(j, "packets");
+	for (int k = first; first >= 0 && k <= last; k++)
+		json_u64(j, NULL, slots[k].packets);
+	json_close_arr(j);
+	json_arr(j, "lat_sum_ns");
+	for (int k = first; first >= 0 && k <= last; k++)
+		json_u64(j, NULL, slots[k].lat_sum_ns);
+	json_close_arr(j);
+	json_arr(j, "lat_max_ns");
+	for (int k = first; first >= 0 && k <= last; k++)
+		json_u64(j, NULL, slots[k].lat_max_ns);
+	json_close_arr(j);
+}
+
+static void sink_read_series(void *ctx, struct json *j)
+{
+	struct sink *s = ctx;
+	struct fwb_span spans[FWB_SERIES_STREAMS];
+
+	memcpy(spans, (void *)s->skel->bss->spans, sizeof(spans));
+	json_u64(j, "cookie", s->cookie);
+	json_u64(j, "base_ns", s->skel->bss->series_base_ns);
+	json_u64(j, "slot_ns", s->skel->bss->series_slot_ns);
+	json_arr(j, "streams");
+	for (int t = 0; t < FWB_SERIES_STREAMS; t++) {
+		json_obj(j, NULL);
+		json_u64(j, "stream", t);
+		json_stream_series(j, &spans[t], s->series + t * FWB_SERIES_SLOTS);
+		json_close_obj(j);
+	}
+	json_close_arr(j);
+}
+
 static const struct option sink_opts[] = {
 	{ "ifname", required_argument, NULL, 'i' },
 	{ "port", required_argument, NULL, 'p' },
+	{ "ports", required_argument, NULL, 'n' },
 	{ "late-us", required_argument, NULL, 'l' },
 	{ "xdp-mode", required_argument, NULL, 'x' },
 	{ "help", no_argument, NULL, 'h' },
@@ -61,10 +132,13 @@ static const struct option sink_opts[] = {
 };
 
 static const char sink_usage[] =
-"usage: fwbench-engine sink --ifname IF [--port P] [--late-us US]\n"
+"usage: fwbench-engine sink --ifname IF [--port P] [--ports N] [--late-us US]\n"
 "         [--xdp-mode native|generic]\n"
-"  Counts, time-stamps and drops engine packets to UDP port P in XDP on IF;\n"
-"  everything else passes. Then reads commands on stdin: arm COOKIE | read | quit.\n";
+"  Counts, time-stamps and drops engine packets to UDP ports P..P+N-1 (N 1 by\n"
+"  default) in XDP on IF; everything else passes. Then reads commands on stdin:\n"
+"  arm COOKIE | read | series BASE_NS SLOT_NS | read-series | quit. `series`\n"
+"  makes the next arm keep a time series of the first streams by scheduled\n"
+"  time (slots of SLOT_NS from BASE_NS, CLOCK_MONOTONIC; 0 0 = none).\n";
 
 static int silent_libbpf(enum libbpf_print_level level, const char *fmt,
 			 va_list ap)
@@ -75,10 +149,11 @@ static int silent_libbpf(enum libbpf_print_level level, const char *fmt,
 int cmd_sink(int argc, char **argv)
 {
 	const char *ifname = NULL;
-	uint64_t port = 9, late_us = 1000000;
+	uint64_t port = 9, ports = 1, late_us = 1000000;
 	uint32_t flags = XDP_FLAGS_DRV_MODE;
 	struct sink s = { 0 };
-	struct rx_ops ops = { sink_arm, sink_report, &s };
+	struct rx_ops ops = { sink_arm, sink_report, &s, sink_series,
+			      sink_read_series };
 	volatile int stop = 0;
 	int opt, ifindex, err, ret = EXIT_RUNTIME;
 	struct json j;
@@ -88,6 +163,7 @@ int cmd_sink(int argc, char **argv)
 		switch (opt) {
 		case 'i': ifname = optarg; break;
 		case 'p': port = parse_u64("port", optarg, 1, 65535); break;
+		case 'n': ports = parse_u64("ports", optarg, 1, 1024); break;
 		case 'l': late_us = parse_u64("late-us", optarg, 1, 3600000000ULL); break;
 		case 'x':
 			if (!strcmp(optarg, "native"))
@@ -106,6 +182,8 @@ int cmd_sink(int argc, char **argv)
 		usage_error("sink: unexpected argument %s", argv[optind]);
 	if (!ifname)
 		usage_error("sink: --ifname is required");
+	if (port + ports - 1 > 65535)
+		usage_error("sink: --ports: ports run past 65535");
 	ifindex = if_index_or_die(ifname);
 	libbpf_set_print(silent_libbpf);
 
@@ -115,6 +193,7 @@ int cmd_sink(int argc, char **argv)
 		goto out;
 	}
 	s.skel->rodata->engine_port = port;
+	s.skel->rodata->port_count = ports;
 	s.skel->rodata->late_ns = late_us * 1000ULL;
 	err = fwb_sink__load(s.skel);
 	if (err) {
@@ -127,6 +206,15 @@ int cmd_sink(int argc, char **argv)
 	if (s.window == MAP_FAILED) {
 		note("cannot map the sink's duplicate detector: %s", strerror(errno));
 		s.window = NULL;
+		goto out;
+	}
+	s.series_len = (size_t)FWB_SERIES_STREAMS * FWB_SERIES_SLOTS *
+		       sizeof(struct fwb_series_slot);
+	s.series = mmap(NULL, s.series_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+			bpf_map__fd(s.skel->maps.series), 0);
+	if (s.series == MAP_FAILED) {
+		note("cannot map the sink's time series: %s", strerror(errno));
+		s.series = NULL;
 		goto out;
 	}
 	err = bpf_xdp_attach(ifindex, bpf_program__fd(s.skel->progs.fwb_sink),
@@ -143,6 +231,7 @@ int cmd_sink(int argc, char **argv)
 	json_str(&j, "mode", "sink");
 	json_str(&j, "xdp_mode", flags == XDP_FLAGS_DRV_MODE ? "native" : "generic");
 	json_u64(&j, "port", port);
+	json_u64(&j, "ports", ports);
 	json_end(&j);
 	control_loop(&ops);
 	bpf_xdp_detach(ifindex, flags, NULL);
@@ -150,6 +239,8 @@ int cmd_sink(int argc, char **argv)
 out:
 	if (s.window)
 		munmap(s.window, s.window_len);
+	if (s.series)
+		munmap(s.series, s.series_len);
 	fwb_sink__destroy(s.skel);
 	return ret;
 }

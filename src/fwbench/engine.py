@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import select
+import signal
 import subprocess
 from pathlib import Path
 
@@ -58,7 +59,7 @@ class Receiver:
     """
 
     def __init__(self, tb: NetnsTestbed, kind: str = "sink", late_us: int = 1_000_000,
-                 port: int = ENGINE_PORT, version: int = 4, at=None):
+                 port: int = ENGINE_PORT, version: int = 4, at=None, ports: int = 1):
         if kind not in ("sink", "recv"):
             raise FwbenchError(f"engine receiver {kind!r}: expected sink or recv")
         srv = at if at is not None else tb.topo.server
@@ -67,7 +68,9 @@ class Receiver:
                                "before its rules; receive there with recv")
         argv = [str(binary()), kind, "--port", str(port), "--late-us", str(late_us)]
         if kind == "sink":
-            argv += ["--ifname", srv.ifname]
+            argv += ["--ifname", srv.ifname, "--ports", str(ports)]
+        elif ports != 1:
+            raise FwbenchError("engine recv: one port only; count several with the sink")
         else:
             argv += ["--bind", srv.ip4 if version == 4 else srv.ip6,
                      "--cpu", str(tb.topo.settings.server_cpu)]
@@ -108,6 +111,24 @@ class Receiver:
     def read(self) -> dict:
         return self._ask("read")
 
+    def series(self, base_ns: int, slot_ns: int) -> None:
+        """Keep a time series from the next arm on (the sink only): per slot of
+        `slot_ns` of scheduled send time from `base_ns` (CLOCK_MONOTONIC, as
+        time.monotonic_ns() reads it), for streams 0 and 1. 0, 0: none."""
+        got = self._ask(f"series {base_ns} {slot_ns}")
+        if "error" in got:
+            raise FwbenchError(f"engine {self.kind}: {got['error']}")
+
+    def read_series(self) -> dict:
+        """The armed trial's series: base_ns, slot_ns and per stream its span
+        (received, first/last scheduled time received, longest gap between
+        arrivals) and its slots from `first_slot` on (packets, latency sum and
+        maximum), engine/common.h's fwb_span and fwb_series_slot."""
+        got = self._ask("read-series", timeout_s=30.0)
+        if "error" in got:
+            raise FwbenchError(f"engine {self.kind}: {got['error']}")
+        return got
+
     def close(self) -> None:
         if self._p.poll() is None:
             try:
@@ -120,11 +141,7 @@ class Receiver:
 
 
 def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: float,
-         cookie: int, threads: int = 1, cpus: list[int] | None = None,
-         sport_count: int = 1, src_count: int = 1, src: str | None = None,
-         dst: str | None = None,
-         dport: int = ENGINE_PORT, count: int | None = None,
-         payload_text: str | None = None, seq_start: int = 0, via: str = "packet") -> dict:
+         cookie: int, **kw) -> dict:
     """Run the sender in the client namespace for one trial and return its report.
 
     By default it sends seed 000's test flow from the client to the server;
@@ -134,7 +151,52 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
     packet; `seq_start` is every stream's first sequence number (for tests of
     the receivers' duplicate and reorder window); `via` "xdp" sends with XDP live
     frames instead of an AF_PACKET socket (the testbed must have GRO on the
-    firewall's ingress: TestbedSettings.ingress_gro)."""
+    firewall's ingress: TestbedSettings.ingress_gro); `stream` numbers the
+    threads' streams from there."""
+    argv = _send_argv(tb, frame_size=frame_size, rate_pps=rate_pps,
+                      duration_s=duration_s, cookie=cookie, **kw)
+    cp = tb.executor.run("client", argv, check=False, timeout=duration_s + 30)
+    if cp.returncode != 0:
+        raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")
+    return _parse(cp.stdout, "engine sender")
+
+
+class Sender:
+    """A sender in the client namespace that runs until `stop()` (or for at most
+    `duration_s`): for trials whose end is not known when they start, such as a
+    rule-set update under traffic. Arguments as send()'s; `stop()` returns its
+    report (`stopped` true when the signal ended it, its rate then over the time
+    it ran)."""
+
+    def __init__(self, tb: NetnsTestbed, *, frame_size: int, rate_pps: float,
+                 duration_s: float, cookie: int, **kw):
+        self._tb = tb
+        argv = _send_argv(tb, frame_size=frame_size, rate_pps=rate_pps,
+                          duration_s=duration_s, cookie=cookie, **kw)
+        self._p = tb.spawn("client", argv, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+
+    def stop(self, timeout_s: float = 10.0) -> dict:
+        if self._p.poll() is None:
+            self._p.send_signal(signal.SIGTERM)
+        try:
+            out, err = self._p.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._tb.forget(self._p)
+            raise FwbenchError("engine sender: did not stop within "
+                               f"{timeout_s:g} s of SIGTERM") from None
+        self._tb.forget(self._p)
+        if self._p.returncode != 0:
+            raise FwbenchError(f"engine sender: {_one_line(err)}")
+        return _parse(out, "engine sender")
+
+
+def _send_argv(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: float,
+               cookie: int, threads: int = 1, cpus: list[int] | None = None,
+               sport_count: int = 1, src_count: int = 1, src: str | None = None,
+               dst: str | None = None, dport: int = ENGINE_PORT, count: int | None = None,
+               payload_text: str | None = None, seq_start: int = 0, via: str = "packet",
+               stream: int = 0) -> list[str]:
     t = tb.topo
     cpus = cpus if cpus is not None else [t.settings.sender_cpu]
     argv = [str(binary()), "send", "--ifname", t.client.ifname, "--src-mac", t.client.mac,
@@ -153,7 +215,6 @@ def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: floa
         argv += ["--seq-start", str(seq_start)]
     if via != "packet":
         argv += ["--via", via]
-    cp = tb.executor.run("client", argv, check=False, timeout=duration_s + 30)
-    if cp.returncode != 0:
-        raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")
-    return _parse(cp.stdout, "engine sender")
+    if stream:
+        argv += ["--stream", str(stream)]
+    return argv
