@@ -4,8 +4,10 @@
  * back what the kernel holds, or run packets through it without traffic.
  *
  *   fwbench-bpf load --hook xdp|tc --mode linear|set --ifname IF
- *                    [--local ADDR]... [--xdp-mode native|generic]  < RULES
+ *                    [--local ADDR]... [--xdp-mode native|generic]
+ *                    [--room N]  < RULES
  *   fwbench-bpf dump --hook xdp|tc --ifname IF
+ *   fwbench-bpf update --hook xdp|tc --ifname IF  < CHANGES
  *   fwbench-bpf test-run --hook xdp|tc --mode linear|set --rules FILE
  *                    [--local ADDR]...  < PACKETS (one hex frame per line)
  *
@@ -15,6 +17,11 @@
  * array scanned in order. The attachment outlives this process; the kernel
  * keeps program and maps while they are attached, so `dump` finds them again
  * from the interface, with no pinning and nothing left behind once detached.
+ * `--room N` sizes the set and the counters for N more set elements than the
+ * rules hold, so that `update` can add them in place: CHANGES has one line per
+ * element, `add DADDR PROTO PORT SLOT` (SLOT: its counter slot, past the drop
+ * slot) or `del DADDR PROTO PORT`, applied in order, each atomic for the packets
+ * that meet the set (one map update).
  * Output is one JSON line; errors are one line on stderr, exit 2 for bad
  * input, 1 when the kernel refuses.
  */
@@ -48,6 +55,7 @@ struct opts {
 	__u32 local[FWB_MAX_LOCAL];
 	int nlocal;
 	__u32 xdp_flags;
+	__u32 room;		/* set elements `update` may add */
 };
 
 static const struct option long_opts[] = {
@@ -57,13 +65,15 @@ static const struct option long_opts[] = {
 	{ "local", required_argument, NULL, 'l' },
 	{ "rules", required_argument, NULL, 'r' },
 	{ "xdp-mode", required_argument, NULL, 'x' },
+	{ "room", required_argument, NULL, 'R' },
 	{ 0 }
 };
 
 static const char usage[] =
 "usage: fwbench-bpf load --hook xdp|tc --mode linear|set --ifname IF [--local ADDR]...\n"
-"                        [--xdp-mode native|generic] < RULES\n"
+"                        [--xdp-mode native|generic] [--room N] < RULES\n"
 "       fwbench-bpf dump --hook xdp|tc --ifname IF\n"
+"       fwbench-bpf update --hook xdp|tc --ifname IF < CHANGES\n"
 "       fwbench-bpf test-run --hook xdp|tc --mode linear|set --rules FILE\n"
 "                        [--local ADDR]... < PACKETS\n";
 
@@ -90,6 +100,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 				usage_error("at most %d --local addresses", FWB_MAX_LOCAL);
 			if (inet_pton(AF_INET, optarg, &o->local[o->nlocal++]) != 1)
 				usage_error("--local: not an IPv4 address: %s", optarg);
+			break;
+		case 'R':
+			o->room = parse_u64("room", optarg, 0, 1 << 24);
 			break;
 		case 'x':
 			if (strcmp(optarg, "native") == 0)
@@ -236,7 +249,8 @@ static int load_filter(const struct opts *o, const struct line *lines,
 		else
 			L->n_rules++;
 	}
-	L->slots = n + 1;	/* one per line, and the default drop */
+	/* One per line, the default drop's, and one per element of room. */
+	L->slots = n + 1 + o->room;
 	L->n_chunks = (L->n_rules + FWB_CHUNK - 1) / FWB_CHUNK;
 
 	t0 = now_ns();
@@ -255,7 +269,8 @@ static int load_filter(const struct opts *o, const struct line *lines,
 		skel->rodata->local_addrs[i] = o->local[i];
 	bpf_map__set_max_entries(skel->maps.rules,
 				 L->n_chunks ? L->n_chunks : 1);
-	bpf_map__set_max_entries(skel->maps.set, L->n_set ? L->n_set : 1);
+	bpf_map__set_max_entries(skel->maps.set,
+				 L->n_set + o->room ? L->n_set + o->room : 1);
 	bpf_map__set_max_entries(skel->maps.counters, L->slots);
 	L->prog = is_xdp(o) ? skel->progs.fwb_xdp_filter :
 			      skel->progs.fwb_tc_filter;
@@ -313,6 +328,8 @@ static int cmd_load(int argc, char **argv)
 	parse_opts(argc, argv, &o);
 	if (!o.mode || !o.ifname)
 		usage_error("load needs --mode and --ifname");
+	if (o.room && strcmp(o.mode, "set"))
+		usage_error("--room: the set's, so set mode only");
 	ifindex = if_index_or_die(o.ifname);
 	lines = read_rules(stdin, &n);
 	if (!lines || load_filter(&o, lines, n, &L))
@@ -434,65 +451,115 @@ static int json_counters(struct json *j, int fd, __u32 slots)
 
 #define MAX_MAPS 16
 
+/* fwbench's filter as attached at a hook: the program and its maps, open. */
+struct attached {
+	struct bpf_prog_info info;
+	__u32 map_ids[MAX_MAPS];
+	int prog_fd, map_fds[MAX_MAPS];
+	int rules_fd, set_fd, cnt_fd, ro_fd;
+	__u32 cnt_slots, set_max, ro_size;
+};
+
+static void close_attached(struct attached *a)
+{
+	for (int i = 0; i < MAX_MAPS; i++)
+		if (a->map_fds[i] >= 0)
+			close(a->map_fds[i]);
+	if (a->prog_fd >= 0)
+		close(a->prog_fd);
+}
+
+/* Open the program at o's hook on o's interface and find its maps by name. */
+static int open_attached(const struct opts *o, struct attached *a)
+{
+	__u32 len = sizeof(a->info), prog_id, i;
+
+	memset(a, 0, sizeof(*a));
+	a->prog_fd = a->rules_fd = a->set_fd = a->cnt_fd = a->ro_fd = -1;
+	for (i = 0; i < MAX_MAPS; i++)
+		a->map_fds[i] = -1;
+	if (attached_prog(o, &prog_id))
+		return -1;
+	a->prog_fd = bpf_prog_get_fd_by_id(prog_id);
+	if (a->prog_fd < 0) {
+		note("cannot open the attached program: %s", strerror(errno));
+		return -1;
+	}
+	a->info.nr_map_ids = MAX_MAPS;
+	a->info.map_ids = (__u64)(unsigned long)a->map_ids;
+	if (bpf_obj_get_info_by_fd(a->prog_fd, &a->info, &len)) {
+		note("cannot read the program's info: %s", strerror(errno));
+		return -1;
+	}
+	for (i = 0; i < a->info.nr_map_ids && i < MAX_MAPS; i++) {
+		struct bpf_map_info mi = { 0 };
+		__u32 ml = sizeof(mi);
+		int fd = bpf_map_get_fd_by_id(a->map_ids[i]);
+
+		a->map_fds[i] = fd;
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &mi, &ml)) {
+			note("cannot open map %u: %s", a->map_ids[i],
+			     strerror(errno));
+			return -1;
+		}
+		if (strcmp(mi.name, "rules") == 0)
+			a->rules_fd = fd;
+		else if (strcmp(mi.name, "set") == 0)
+			a->set_fd = fd, a->set_max = mi.max_entries;
+		else if (strcmp(mi.name, "counters") == 0)
+			a->cnt_fd = fd, a->cnt_slots = mi.max_entries;
+		else if (strstr(mi.name, ".rodata"))
+			a->ro_fd = fd, a->ro_size = mi.value_size;
+	}
+	if (a->rules_fd < 0 || a->set_fd < 0 || a->cnt_fd < 0 || a->ro_fd < 0 ||
+	    a->ro_size != sizeof(struct fwb_filter__rodata)) {
+		note("the program on %s is not fwbench's filter (%s)", o->ifname,
+		     a->info.name);
+		return -1;
+	}
+	return 0;
+}
+
+/* The kernel's own charge for a map (its fdinfo's memlock), 0 when unknown. */
+static uint64_t map_memlock(int fd)
+{
+	char path[64], line[128];
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "memlock: %llu", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
 static int cmd_dump(int argc, char **argv)
 {
 	struct opts o;
-	struct bpf_prog_info info = { 0 };
-	__u32 len = sizeof(info), map_ids[MAX_MAPS], prog_id, i;
-	int prog_fd = -1, map_fds[MAX_MAPS], ret = EXIT_RUNTIME;
-	int rules_fd = -1, set_fd = -1, cnt_fd = -1, ro_fd = -1;
-	__u32 cnt_slots = 0, ro_size = 0, zero = 0, id;
+	struct attached a;
+	int ret = EXIT_RUNTIME, rules_fd, set_fd;
+	__u32 zero = 0, id, i;
 	char tag[2 * BPF_TAG_SIZE + 1], addr[INET_ADDRSTRLEN];
 	struct fwb_filter__rodata ro;
 	struct fwb_chunk chunk;
 	struct fwb_key k, *prev = NULL;
+	struct bpf_prog_info info;
 	struct json j;
 
-	for (i = 0; i < MAX_MAPS; i++)
-		map_fds[i] = -1;
 	parse_opts(argc, argv, &o);
 	if (!o.ifname)
 		usage_error("dump needs --ifname");
-	if (attached_prog(&o, &prog_id))
+	if (open_attached(&o, &a))
 		goto out;
-	prog_fd = bpf_prog_get_fd_by_id(prog_id);
-	if (prog_fd < 0) {
-		note("cannot open the attached program: %s", strerror(errno));
-		goto out;
-	}
-	info.nr_map_ids = MAX_MAPS;
-	info.map_ids = (__u64)(unsigned long)map_ids;
-	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len)) {
-		note("cannot read the program's info: %s", strerror(errno));
-		goto out;
-	}
-	for (i = 0; i < info.nr_map_ids && i < MAX_MAPS; i++) {
-		struct bpf_map_info mi = { 0 };
-		__u32 ml = sizeof(mi);
-		int fd = bpf_map_get_fd_by_id(map_ids[i]);
-
-		map_fds[i] = fd;
-		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &mi, &ml)) {
-			note("cannot open map %u: %s", map_ids[i],
-			     strerror(errno));
-			goto out;
-		}
-		if (strcmp(mi.name, "rules") == 0)
-			rules_fd = fd;
-		else if (strcmp(mi.name, "set") == 0)
-			set_fd = fd;
-		else if (strcmp(mi.name, "counters") == 0)
-			cnt_fd = fd, cnt_slots = mi.max_entries;
-		else if (strstr(mi.name, ".rodata"))
-			ro_fd = fd, ro_size = mi.value_size;
-	}
-	if (rules_fd < 0 || set_fd < 0 || cnt_fd < 0 || ro_fd < 0 ||
-	    ro_size != sizeof(struct fwb_filter__rodata)) {
-		note("the program on %s is not fwbench's filter (%s)", o.ifname,
-		     info.name);
-		goto out;
-	}
-	if (bpf_map_lookup_elem(ro_fd, &zero, &ro)) {
+	info = a.info;
+	rules_fd = a.rules_fd;
+	set_fd = a.set_fd;
+	if (bpf_map_lookup_elem(a.ro_fd, &zero, &ro)) {
 		note("cannot read the filter's settings: %s", strerror(errno));
 		goto out;
 	}
@@ -505,6 +572,16 @@ static int cmd_dump(int argc, char **argv)
 	json_str(&j, "tag", tag);
 	json_u64(&j, "xlated_len", info.xlated_prog_len);
 	json_u64(&j, "jited_len", info.jited_prog_len);
+	json_close_obj(&j);
+	/* maps: {name: bytes the kernel charges for it} */
+	json_obj(&j, "map_memlock");
+	for (i = 0; i < a.info.nr_map_ids && i < MAX_MAPS; i++) {
+		struct bpf_map_info mi = { 0 };
+		__u32 ml = sizeof(mi);
+
+		if (!bpf_obj_get_info_by_fd(a.map_fds[i], &mi, &ml))
+			json_u64(&j, mi.name, map_memlock(a.map_fds[i]));
+	}
 	json_close_obj(&j);
 	json_str(&j, "mode", ro.mode == FWB_SET ? "set" : "linear");
 	json_u64(&j, "drop_slot", ro.drop_slot);
@@ -551,16 +628,102 @@ static int cmd_dump(int argc, char **argv)
 		prev = &k;
 	}
 	json_close_arr(&j);
-	if (json_counters(&j, cnt_fd, cnt_slots))
+	if (json_counters(&j, a.cnt_fd, a.cnt_slots))
 		goto out;
 	json_end(&j);
 	ret = 0;
 out:
-	for (i = 0; i < MAX_MAPS; i++)
-		if (map_fds[i] >= 0)
-			close(map_fds[i]);
-	if (prog_fd >= 0)
-		close(prog_fd);
+	close_attached(&a);
+	return ret;
+}
+
+/* `add DADDR PROTO PORT SLOT` or `del DADDR PROTO PORT` into *key, *slot. */
+static int parse_change(const char *buf, size_t lineno, struct fwb_key *key,
+			__u32 *slot)
+{
+	char op[8], addr[64];
+	unsigned proto, port, s = 0;
+	int n = sscanf(buf, "%7s %63s %u %u %u", op, addr, &proto, &port, &s);
+	int add = strcmp(op, "add") == 0;
+
+	if (n < 4 || (!add && strcmp(op, "del")) || (add && n != 5) ||
+	    (!add && n != 4) || proto > 255 || port > 65535)
+		usage_error("changes line %zu: expected `add DADDR PROTO PORT SLOT` "
+			    "or `del DADDR PROTO PORT`", lineno);
+	memset(key, 0, sizeof(*key));
+	if (inet_pton(AF_INET, addr, &key->daddr) != 1)
+		usage_error("changes line %zu: not an IPv4 address: %s", lineno, addr);
+	key->proto = proto;
+	key->port = port;
+	*slot = s;
+	return add;
+}
+
+static int cmd_update(int argc, char **argv)
+{
+	struct opts o;
+	struct attached a;
+	struct fwb_filter__rodata ro;
+	struct fwb_key key;
+	char buf[256];
+	size_t lineno = 0, added = 0, deleted = 0;
+	__u32 zero = 0, slot;
+	uint64_t t0 = now_ns();
+	struct json j;
+	int ret = EXIT_RUNTIME, err;
+
+	parse_opts(argc, argv, &o);
+	if (!o.ifname)
+		usage_error("update needs --ifname");
+	if (open_attached(&o, &a))
+		goto out;
+	if (bpf_map_lookup_elem(a.ro_fd, &zero, &ro)) {
+		note("cannot read the filter's settings: %s", strerror(errno));
+		goto out;
+	}
+	if (ro.mode != FWB_SET) {
+		note("the filter on %s is in linear mode: its rules are read-only "
+		     "data the verifier checked; change them by loading anew", o.ifname);
+		goto out;
+	}
+	while (fgets(buf, sizeof(buf), stdin)) {
+		lineno++;
+		if (buf[0] == '\n' || buf[0] == '#')
+			continue;
+		if (parse_change(buf, lineno, &key, &slot)) {
+			if (slot <= ro.drop_slot || slot >= a.cnt_slots) {
+				note("changes line %zu: slot %u is not one of the room's "
+				     "(%u..%u)", lineno, slot, ro.drop_slot + 1,
+				     a.cnt_slots - 1);
+				goto out;
+			}
+			err = bpf_map_update_elem(a.set_fd, &key, &slot, BPF_NOEXIST);
+			if (err) {
+				note("changes line %zu: %s", lineno,
+				     errno == E2BIG ? "the set is full: load it with "
+				     "--room for more" : errno == EEXIST ?
+				     "already in the set" : strerror(errno));
+				goto out;
+			}
+			added++;
+		} else {
+			if (bpf_map_delete_elem(a.set_fd, &key)) {
+				note("changes line %zu: %s", lineno, errno == ENOENT ?
+				     "not in the set" : strerror(errno));
+				goto out;
+			}
+			deleted++;
+		}
+	}
+	json_begin(&j, stdout);
+	json_u64(&j, "added", added);
+	json_u64(&j, "deleted", deleted);
+	json_u64(&j, "set_max", a.set_max);
+	json_num(&j, "update_ms", ms_since(t0));
+	json_end(&j);
+	ret = 0;
+out:
+	close_attached(&a);
 	return ret;
 }
 
@@ -655,11 +818,13 @@ out:
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		usage_error("no command: load, dump or test-run (--help for usage)");
+		usage_error("no command: load, dump, update or test-run (--help for usage)");
 	if (strcmp(argv[1], "load") == 0)
 		return cmd_load(argc - 1, argv + 1);
 	if (strcmp(argv[1], "dump") == 0)
 		return cmd_dump(argc - 1, argv + 1);
+	if (strcmp(argv[1], "update") == 0)
+		return cmd_update(argc - 1, argv + 1);
 	if (strcmp(argv[1], "test-run") == 0)
 		return cmd_test_run(argc - 1, argv + 1);
 	if (strcmp(argv[1], "--version") == 0) {
@@ -670,5 +835,5 @@ int main(int argc, char **argv)
 		fputs(usage, stdout);
 		return 0;
 	}
-	usage_error("unknown command %s (load, dump, test-run)", argv[1]);
+	usage_error("unknown command %s (load, dump, update, test-run)", argv[1]);
 }

@@ -54,12 +54,30 @@ def _json(cp: subprocess.CompletedProcess) -> dict:
 
 
 def load(ex: Executor, host: str, hook: str, mode: str, ifname: str, rules: str,
-         local: tuple[str, ...] = (), xdp_mode: str = "native") -> dict:
+         local: tuple[str, ...] = (), xdp_mode: str = "native", room: int = 0) -> dict:
+    return _json(ex.run(host, load_argv(hook, mode, ifname, local, xdp_mode, room),
+                        input=rules))
+
+
+def load_argv(hook: str, mode: str, ifname: str, local: tuple[str, ...] = (),
+              xdp_mode: str = "native", room: int = 0) -> list[str]:
+    """The loader's command line: it reads the rules on stdin, loads a new program
+    with new maps and attaches it in place of whatever program is there, in one
+    step (XDP's attach replaces; tc's with BPF_TC_F_REPLACE). `room`: set elements
+    `update` may add later (set mode)."""
     argv = [str(binary()), "load", "--hook", hook, "--mode", mode, "--ifname", ifname,
             "--xdp-mode", xdp_mode]
     for a in local:
         argv += ["--local", a]
-    return _json(ex.run(host, argv, input=rules))
+    if room:
+        argv += ["--room", str(room)]
+    return argv
+
+
+def update_argv(hook: str, ifname: str) -> list[str]:
+    """The loader's command line that changes the attached set filter's elements in
+    place: `add DADDR PROTO PORT SLOT` / `del DADDR PROTO PORT` lines on stdin."""
+    return [str(binary()), "update", "--hook", hook, "--ifname", ifname]
 
 
 def dump(ex: Executor, host: str, hook: str, ifname: str) -> dict:
