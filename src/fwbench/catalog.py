@@ -15,4 +15,5 @@ EXPERIMENTS: dict[str, str] = {
     "droprate": "fwbench.droprate.experiment:DropRate",
     "loadlatency": "fwbench.loadlatency.experiment:LoadLatency",
     "echo": "fwbench.echo.experiment:Echo",
+    "update": "fwbench.update.experiment:Update",
 }

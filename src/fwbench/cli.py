@@ -288,13 +288,15 @@ def cmd_backends(args, out: Console) -> int:
         jsonout.emit(listing)
         return 0
     t = Table(title="fwbench backends")
-    for col in ("backend", "status", "versions", "what it is"):
+    for col in ("backend", "status", "versions", "what it is", "updates"):
         t.add_column(col)
     for row in listing:
         why = row["reason"]
         versions = "; ".join(f"{v}" for v in row["versions"].values() if v) or "-"
+        updates = "\n".join(f"{name}{' (atomic)' if m['atomic'] else ''}: {m['runs']}"
+                            for name, m in row["mechanisms"].items()) or "-"
         t.add_row(row["name"], "[green]available[/]" if not why
-                  else f"[red]unavailable[/]: {why}", versions, row["description"])
+                  else f"[red]unavailable[/]: {why}", versions, row["description"], updates)
     out.print(t)
     return 0
 

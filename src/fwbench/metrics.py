@@ -150,6 +150,21 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("server_cs_per_msg", "server context switches per message", "", False,
                _m("context_switches", "server_per_msg"), log_ok=False),
         _LOAD_TIME),
+    # Rule-set updates under traffic: cells are (backend, rules, kind, mechanism).
+    "update": (
+        Metric("update_ms", "time until the kernel held the new rule set", "ms", False,
+               lambda r: 1e3 * r.metrics["update_s"], column="in effect ms"),
+        Metric("command_ms", "update command time", "ms", False,
+               lambda r: 1e3 * r.metrics["command_s"], column="command ms"),
+        Metric("kept_lost", "kept flow: packets lost", "packets", False,
+               _m("kept", "lost"), log_ok=False),
+        Metric("kept_gap_ms", "kept flow: longest gap between arrivals", "ms", False,
+               lambda r: 1e3 * r.metrics["kept"]["max_gap_s"]),
+        Metric("kept_peak_us", "kept flow: latency peak", "µs", False,
+               _m("kept", "peak_latency_us")),
+        Metric("kept_recovery_ms", "kept flow: time until back to its baseline", "ms",
+               False, lambda r: 1e3 * r.metrics["kept"]["recovery_s"], log_ok=False),
+        _LOAD_TIME),
 }
 
 # What each method's headline means, for the title of the table that ends a run.
@@ -163,6 +178,7 @@ TITLES: dict[str, str] = {
     "droprate": "a UDP flood disposed of per second, sender and firewall on one CPU",
     "loadlatency": "ping RTT through the firewall, with and without TCP load both ways",
     "echo": "seed 001: n clients echoing messages through the firewall, bytes one way",
+    "update": "a rule-set update under traffic: when it took effect, what a kept flow saw",
 }
 
 

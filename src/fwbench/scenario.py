@@ -22,6 +22,7 @@ from fwbench.errors import FwbenchError
 from fwbench.findings import STUDY_IDS
 from fwbench.frames import check_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
+from fwbench.ruleset.templates.updates import KINDS as UPDATE_KINDS
 from fwbench.testbed.topology import TestbedSettings
 from fwbench.traffic.engine import EngineSettings
 
@@ -239,6 +240,57 @@ class LoadLatencySettings(BaseModel):
         return v
 
 
+class UpdateSettings(BaseModel):
+    """Rule-set updates under traffic (fwbench.update): every backend changes its
+    loaded rule set by each kind of update with each mechanism it has, while a
+    fixed-rate flow the update leaves alone runs through the firewall."""
+    model_config = _STRICT
+    kinds: Annotated[list[str], Field(min_length=1)] = Field(
+        ["add-end", "delete", "element-add", "element-delete", "replace-all"],
+        description="updates (fwbench.ruleset.templates.updates.KINDS); each backend "
+                    "runs those that change what it holds (rules or set elements)")
+    mechanisms: Annotated[list[Literal["reload", "batch", "commands", "map"]],
+                          Field(min_length=1)] = Field(
+        ["reload", "batch", "commands", "map"],
+        description="how the change is made: reload (the whole new rule set in one "
+                    "step), batch (the changes in one command), commands (one command a "
+                    "change), map (eBPF set filters: their hash map changed in place); "
+                    "each backend runs those it has (`fwbench backends`)")
+    reload_kinds: Literal["all", "replace-all"] = Field(
+        "all", description="which kinds a reload makes: every kind, or only replace-all")
+    flow_pps: Annotated[int, Field(gt=0, le=999_999)] = Field(
+        10_000, description="the kept flow, which no update touches: packets per second")
+    probe_pps: Annotated[int, Field(gt=0, le=999_999)] = Field(
+        5_000, description="the probe flow, which the update starts or stops, at most: "
+                             "packets per second (its interval is the timing's resolution)")
+    probe_rule_checks_pps: Annotated[float, Field(gt=0)] = Field(
+        5e6, description="a linear rule set's probe rate is held to this many rule "
+                         "checks per second (rules it crosses x rate), so the probe's own "
+                         "cost stays a small part of the firewall CPU")
+    before_s: Annotated[float, Field(gt=0, le=60)] = Field(
+        0.5, description="traffic before the update: the kept flow's baseline")
+    after_s: Annotated[float, Field(gt=0, le=60)] = Field(
+        0.5, description="traffic after the update's last command ends")
+    slot_ms: Annotated[float, Field(ge=0.01, le=1000)] = Field(
+        1.0, description="the time series' slot (by scheduled send time)")
+
+    @field_validator("kinds", "mechanisms")
+    @classmethod
+    def _distinct(cls, v: list) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError("a value is listed twice")
+        return v
+
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in UPDATE_KINDS:
+                raise ValueError(f"unknown update kind {name!r} "
+                                 f"(known: {', '.join(UPDATE_KINDS)})")
+        return v
+
+
 ECHO_PROTOCOLS = ("tcp", "udp", "sctp")
 ECHO_SERVERS = ("threads", "epoll")
 ECHO_TRANSACTIONS = ("echo", "crr")
@@ -350,6 +402,7 @@ class Scenario(BaseModel):
     droprate: DropRateSettings = DropRateSettings()
     loadlatency: LoadLatencySettings = LoadLatencySettings()
     echo: EchoSettings = EchoSettings()
+    update: UpdateSettings = UpdateSettings()
     adaptive: AdaptiveSettings = AdaptiveSettings()
 
     @property

@@ -25,7 +25,11 @@ def test_backends_json_lists_every_registry_backend():
     listing = json.loads(cp.stdout)          # the whole of stdout is the document
     assert [b["name"] for b in listing] == backends.names()
     for b in listing:
-        assert set(b) == {"name", "available", "reason", "versions", "description"}
+        assert set(b) == {"name", "available", "reason", "versions", "description",
+                          "mechanisms"}
+        assert all(set(m) == {"runs", "atomic"} for m in b["mechanisms"].values())
+        assert set(b["mechanisms"]) <= {"reload", "batch", "commands", "map"}
+        assert bool(b["mechanisms"]) == (b["name"] != "none")
         assert isinstance(b["available"], bool) and b["description"]
         assert isinstance(b["versions"], dict)
         assert all(v is None or isinstance(v, str) for v in b["versions"].values())

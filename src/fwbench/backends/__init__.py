@@ -36,12 +36,15 @@ def get(name: str) -> Backend:
 
 def listing() -> list[dict]:
     """Every backend, as `fwbench backends --json` prints it: name, available,
-    reason (why it cannot run here, else None), versions (tool -> version or None)
-    and description."""
+    reason (why it cannot run here, else None), versions (tool -> version or None),
+    description and its update mechanisms (name -> what it runs, and whether the
+    kernel sees the whole change in one step: atomic)."""
     out = []
     for name in names():
         b = get(name)
         why = b.unavailable()
         out.append({"name": name, "available": why is None, "reason": why,
-                    "versions": b.versions(), "description": b.description})
+                    "versions": b.versions(), "description": b.description,
+                    "mechanisms": {m: {"runs": runs, "atomic": atomic}
+                                   for m, (runs, atomic) in b.mechanisms.items()}})
     return out

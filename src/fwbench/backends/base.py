@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from fwbench import proc
-from fwbench.errors import MeasurementInvalid
+from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.backends import kernel
 from fwbench.ruleset import corpus as corpora
 from fwbench.ruleset.evaluate import Evaluator, RateLimits
@@ -41,6 +41,13 @@ _DIFFERENCES_SHOWN = 3
 class LoadStats:
     load_time_s: float
     files: dict[str, int]  # rendered file name -> bytes
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a rule-set update, run in the firewall namespace."""
+    argv: tuple[str, ...]
+    input: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,9 @@ class Backend(abc.ABC):
     # How a template with the choice holds its entries for this backend: one rule
     # each ("linear") or the elements of one set ("set").
     layout = "linear"
+    # How this backend can change a loaded rule set (fwbench.update): mechanism ->
+    # (what it runs, whether the kernel sees the whole change in one step).
+    mechanisms: dict[str, tuple[str, bool]] = {}
 
     def unavailable(self) -> str | None:
         """None when the backend can run here, else why not (one line)."""
@@ -110,8 +120,10 @@ class Backend(abc.ABC):
         """File name -> text, exactly what load() feeds the kernel."""
 
     @abc.abstractmethod
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
-        """Load the rendered files in one step (restore files, nft -f)."""
+    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
+        """Load the rendered files in one step (restore files, nft -f). `room`: set
+        elements the loaded rule set must take later without a reload, for a
+        backend whose sets are sized when loaded (eBPF's maps); others ignore it."""
 
     @abc.abstractmethod
     def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
@@ -151,12 +163,12 @@ class Backend(abc.ABC):
             cached = _renderings[self.name] = (key, self.render(rs, ifs))
         return cached[1]
 
-    def apply(self, tb: NetnsTestbed, rs: RuleSet) -> LoadStats:
+    def apply(self, tb: NetnsTestbed, rs: RuleSet, room: int = 0) -> LoadStats:
         self.check(rs)
         files = self.rendering(rs, interfaces(tb))
         kernel.flush_all(tb)
         t0 = time.perf_counter()
-        self.load(tb, files)
+        self.load(tb, files, room)
         took = time.perf_counter() - t0
         _fresh[self.name] = (rs.digest(), tb.topo.run_id)
         return LoadStats(took, {k: len(v) for k, v in files.items()})
@@ -174,6 +186,20 @@ class Backend(abc.ABC):
     def verify(self, tb: NetnsTestbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
                seed: int = 0) -> Verification:
         return verify(self, tb, rs, sample, seed)
+
+    def charged_memory(self, tb: NetnsTestbed) -> dict[str, int]:
+        """Bytes the kernel charges for this backend's loaded objects by its own
+        accounting, where it keeps one per object (eBPF: each map's memlock);
+        empty for the rest, whose memory only /proc/meminfo's totals show."""
+        return {}
+
+    def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
+                     new: RuleSet) -> list[Step]:
+        """The commands that turn the loaded `old` into `new` by `mechanism` (one
+        of `mechanisms`), prepared so that running them is all that is left: what
+        they need from the kernel (nft rule handles) is read here. Raises
+        FwbenchError when the mechanism cannot make this change."""
+        raise FwbenchError(f"{self.name} has no update mechanism {mechanism!r}")
 
 
 def interfaces(tb: NetnsTestbed) -> Interfaces:

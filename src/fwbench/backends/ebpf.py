@@ -14,7 +14,7 @@ from __future__ import annotations
 import platform
 
 from fwbench import bpf, proc
-from fwbench.backends.base import Backend, interfaces, ordered_differences, \
+from fwbench.backends.base import Backend, Step, interfaces, ordered_differences, \
     unordered_differences
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
@@ -41,6 +41,10 @@ class _Ebpf(Backend):
     mode: str     # "linear" or "set"
     tools = ("ip", "tc")
     max_rules = 1_000_000
+    mechanisms = {
+        "reload": ("fwbench-bpf load: a new program and maps attached in place of the "
+                   "old", True),
+    }
 
     @property
     def set_mode(self) -> bool:
@@ -79,10 +83,25 @@ class _Ebpf(Backend):
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         return {"rules.bpf": self._rendering(rs).text}
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
+    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
         ifs = interfaces(tb)
         bpf.load(tb.executor, "fw", self.hook, self.mode, ifs.client_side,
-                 files["rules.bpf"], ifs.local4)
+                 files["rules.bpf"], ifs.local4, room=room)
+
+    def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
+                     new: RuleSet) -> list[Step]:
+        ifs = interfaces(tb)
+        if mechanism == "reload":
+            return [Step(tuple(bpf.load_argv(self.hook, self.mode, ifs.client_side,
+                                             ifs.local4)),
+                         self.render(new, ifs)["rules.bpf"])]
+        if mechanism != "map" or mechanism not in self.mechanisms:
+            return super().update_steps(mechanism, tb, old, new)
+        return [Step(tuple(bpf.update_argv(self.hook, ifs.client_side)),
+                     map_changes(self._rendering(old).text, self._rendering(new).text))]
+
+    def charged_memory(self, tb: NetnsTestbed) -> dict[str, int]:
+        return {"bpf_maps": sum(self._dump(tb)["map_memlock"].values())}
 
     def _dump(self, tb: NetnsTestbed) -> dict:
         return bpf.dump(tb.executor, "fw", self.hook, interfaces(tb).client_side)
@@ -121,6 +140,29 @@ class _Ebpf(Backend):
         return out
 
 
+def map_changes(old: str, new: str) -> str:
+    """The set elements between two renderings as `fwbench-bpf update` input:
+    deletions, then additions, each new element given the next counter slot past
+    the old rendering's drop slot (the loader's room). The rules must be the same."""
+    before, after = old.splitlines(), new.splitlines()
+    rules = lambda lines: [ln for ln in lines if ln.startswith("rule ")]  # noqa: E731
+    if rules(before) != rules(after):
+        raise FwbenchError("a map update changes set elements; these rule sets differ "
+                           "in their rules: only a reload can")
+    was, now = set(before), set(after)
+    out = [f"del {ln[4:]}" for ln in before if ln.startswith("set ") and ln not in now]
+    added = [ln for ln in after if ln.startswith("set ") and ln not in was]
+    out += [f"add {ln[4:]} {len(before) + 1 + i}" for i, ln in enumerate(added)]
+    return "".join(line + "\n" for line in out)
+
+
+_SET_MECHANISMS = {
+    **_Ebpf.mechanisms,
+    "map": ("fwbench-bpf update: one hash-map update or delete per element, in place "
+            "(the set loaded with room for the additions)", False),
+}
+
+
 class XdpLinear(_Ebpf):
     name = "xdp-linear"
     hook, mode = "xdp", "linear"
@@ -131,6 +173,7 @@ class XdpSet(_Ebpf):
     name = "xdp-set"
     hook, mode = "xdp", "set"
     layout = "set"
+    mechanisms = _SET_MECHANISMS
     description = "eBPF at XDP (native), entries in a hash keyed (daddr, proto, port)"
 
 
@@ -144,4 +187,5 @@ class TcSet(_Ebpf):
     name = "tc-set"
     hook, mode = "tc", "set"
     layout = "set"
+    mechanisms = _SET_MECHANISMS
     description = "eBPF at tc ingress (cls_bpf), entries in a hash keyed (daddr, proto, port)"

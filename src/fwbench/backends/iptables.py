@@ -13,12 +13,14 @@ import functools
 
 from fwbench import proc
 from fwbench.backends import kernel
-from fwbench.backends.base import Backend, Snapshot, interfaces, ordered_differences, \
+from fwbench.backends.base import Backend, Snapshot, Step, interfaces, ordered_differences, \
     unordered_differences
+from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import ipset as ipset_render
 from fwbench.ruleset.render import iptables as ipt_render
 from fwbench.testbed.netns import NetnsTestbed
+from fwbench.backends import delta
 
 
 def _file(version: int) -> str:
@@ -39,6 +41,11 @@ def _has_sets(rs: RuleSet) -> bool:
 class _Iptables(Backend):
     variant: str  # "legacy" or "nft"
     reads_once = True
+    mechanisms = {
+        "reload": ("iptables-restore of the whole rule set", True),
+        "batch": ("iptables-restore --noflush of the changed rules, one commit", True),
+        "commands": ("one iptables -A/-I/-R/-D per changed rule", False),
+    }
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -64,13 +71,57 @@ class _Iptables(Backend):
             files[_file(v)] = ipt_render.render(rs, ifs, v)
         return files
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
+    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
         # A set must exist before the rule that names it.
         if "sets.ipset" in files:
             kernel.ipset_restore(tb, files["sets.ipset"])
         for v in (4, 6):
             if _file(v) in files:
                 kernel.ipt_restore(tb, kernel.xt(self.variant, v), files[_file(v)])
+
+    def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
+                     new: RuleSet) -> list[Step]:
+        ifs = interfaces(tb)
+        before, after = self.render(old, ifs), self.render(new, ifs)
+        if "sets.ipset" in before or "sets.ipset" in after:
+            return self._set_steps(mechanism, before, after)
+        steps: list[Step] = []
+        for v in (4, 6):
+            f = _file(v)
+            if f not in after:
+                continue
+            tool = kernel.xt(self.variant, v).tool
+            if mechanism == "reload":
+                steps.append(Step((f"{tool}-restore",), after[f]))
+                continue
+            changes = delta.iptables_changes(before.get(f, ""), after[f])
+            if mechanism == "batch":
+                steps.append(Step((f"{tool}-restore", "--noflush"),
+                                  delta.iptables_restore_text(changes)))
+            elif mechanism == "commands":
+                steps += [Step(tuple(delta.iptables_argv(tool, c))) for c in changes]
+            else:
+                return super().update_steps(mechanism, tb, old, new)
+        return steps
+
+    def _set_steps(self, mechanism: str, before: dict[str, str],
+                   after: dict[str, str]) -> list[Step]:
+        """An ipset-held rule set: element changes by ipset; a reload swaps a new
+        set in, then restores the rules."""
+        if mechanism == "reload":
+            return [Step(("ipset", "restore"), delta.ipset_swap_text(after["sets.ipset"])),
+                    *(Step((f"{kernel.xt(self.variant, v).tool}-restore",), after[_file(v)])
+                      for v in (4, 6) if _file(v) in after)]
+        if any(before.get(_file(v)) != after.get(_file(v)) for v in (4, 6)):
+            raise FwbenchError(f"{self.name}: the update changes rules, not only set "
+                               f"elements: only a reload can")
+        changes = delta.ipset_changes(before.get("sets.ipset", ""), after["sets.ipset"])
+        if mechanism == "batch":
+            return [Step(("ipset", "restore"),
+                         "".join(delta.ipset_line(c) + "\n" for c in changes))]
+        if mechanism == "commands":
+            return [Step(("ipset", *delta.ipset_line(c).split(" "))) for c in changes]
+        raise FwbenchError(f"{self.name} has no update mechanism {mechanism!r}")
 
     def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
         return _counted(kernel.ipt_save(tb, kernel.xt(self.variant, v), counters=True)
@@ -195,6 +246,12 @@ class Ipset(_Iptables):
     layout = "set"
     description = "ipset hash:ip,port holding every entry, one iptables-legacy rule"
     max_rules = 1_000_000
+    mechanisms = {
+        "reload": ("ipset restore of a new set swapped in (ipset swap), then "
+                   "iptables-restore of the rules", True),
+        "batch": ("one ipset restore of the added and deleted elements", False),
+        "commands": ("one ipset add/del per element", False),
+    }
 
     @property
     def tools(self) -> tuple[str, ...]:

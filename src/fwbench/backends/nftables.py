@@ -19,17 +19,24 @@ from __future__ import annotations
 
 from fwbench import proc
 from fwbench.backends import kernel
-from fwbench.backends.base import Backend, Snapshot, interfaces, ordered_differences, \
+from fwbench.backends.base import Backend, Snapshot, Step, interfaces, ordered_differences, \
     unordered_differences
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import nft as nft_render
 from fwbench.testbed.netns import NetnsTestbed
+from fwbench.backends import delta
 
 
 class _Nft(Backend):
     tools = ("nft",)
     reads_once = True
+    mechanisms = {
+        "reload": ("one nft -f: flush ruleset, then the whole rule set", True),
+        "batch": ("one nft -f of the changed rules and elements, one transaction", True),
+        "commands": ("one nft add/insert/replace/delete rule or add/delete element per "
+                     "change, rules by handle", False),
+    }
 
     def versions(self) -> dict[str, str | None]:
         return {"nft": proc.version_line(["nft", "-v"])}
@@ -40,8 +47,27 @@ class _Nft(Backend):
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         return {"rules.nft": nft_render.render(rs, ifs)}
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
+    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
         kernel.nft_load(tb, files["rules.nft"])
+
+    def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
+                     new: RuleSet) -> list[Step]:
+        ifs = interfaces(tb)
+        after = self.render(new, ifs)["rules.nft"]
+        if mechanism == "reload":
+            return [Step(("nft", "-f", "-"), "flush ruleset\n" + after)]
+        if mechanism not in self.mechanisms:
+            return super().update_steps(mechanism, tb, old, new)
+        rules, elements = delta.nft_changes(self.render(old, ifs)["rules.nft"], after)
+        handles: dict[str, int] = {}
+        if any(c.op in ("delete", "replace") for c in rules):
+            # What a tool that keeps no state of its own does: list the handles.
+            handles = {rid: r.handle for r in kernel.nft_dump(tb).rules
+                       if (rid := kernel.nft_rule_id(r.comment)) is not None}
+        if mechanism == "batch":
+            return [Step(("nft", "-f", "-"), delta.nft_transaction(rules, elements, handles))]
+        return [*(Step(("nft", delta.nft_rule_command(c, handles))) for c in rules),
+                *(Step(("nft", delta.nft_element_command([e]))) for e in elements)]
 
     def unavailable(self) -> str | None:
         why = super().unavailable()

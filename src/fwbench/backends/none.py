@@ -18,7 +18,7 @@ class NoFirewall(Backend):
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         return {}
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
+    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
         pass  # apply() has already flushed every firewall
 
     def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:

@@ -221,6 +221,9 @@ def experiment_report(data: RunData) -> CellReport:
     if data.method == "echo":
         from fwbench.report import echo
         return echo.report(data)
+    if data.method == "update":
+        from fwbench.report import update
+        return update.report(data)
     if data.method == "fixedrate":    # with chain and cpus factors (seed 003 in full)
         from fwbench.report import fixedrate
         return fixedrate.report(data)

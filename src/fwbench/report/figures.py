@@ -134,7 +134,7 @@ def si(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _svg(fig) -> bytes:
+def svg(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
@@ -152,7 +152,7 @@ def _finish(fig, ax, ident: str, title: str, xlabel: str, ylabel: str,
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     elif legend:
         ax.legend(ncols=2)
-    return Figure(ident, title, caption, _svg(fig))
+    return Figure(ident, title, caption, svg(fig))
 
 
 def _spread(values: list[float]) -> float:
@@ -253,7 +253,7 @@ def _finish_facets(fig, axes, ident: str, title: str, xlabel: str, ylabel: str,
         if i % 2 == 0:
             ax.set_ylabel(ylabel)
     fig.suptitle(title)
-    return Figure(ident, title, caption, _svg(fig))
+    return Figure(ident, title, caption, svg(fig))
 
 
 def time_per_packet(data: RunData, metric: Metric, frame: int,
@@ -304,7 +304,7 @@ def time_per_packet(data: RunData, metric: Metric, frame: int,
                   f"packet (sender, forwarding, firewall), lower is better; the dashed "
                   f"line is the path without a firewall. Labels give each backend's time "
                   f"at its largest rule set; log scales. The firewall's own CPU time per "
-                  f"packet, where the run recorded it, has its section below.", _svg(fig))
+                  f"packet, where the run recorded it, has its section below.", svg(fig))
 
 
 def _end_labels(ax, ends: list[tuple[str, float, float, str]], size: float = 9) -> None:
@@ -380,7 +380,7 @@ def heat_map(metric: Metric, frame: int, cells: dict[tuple, CellSummary],
     return Figure(f"fig-heat-{frame}", f"{title}, heat map",
                   f"Median {metric.label} per cell ({metric.unit}, k = thousand, "
                   f"M = million) {what}; rows best first at the largest rule set.",
-                  _svg(fig))
+                  svg(fig))
 
 
 def _percentiles(rec, method: str) -> dict[str, float] | None:
@@ -560,8 +560,10 @@ def time_series(ident: str, title: str, series: dict[str, list[tuple[float, floa
 
 def points(ident: str, title: str, series: dict[str, list[tuple[float, float]]],
            xlabel: str, ylabel: str, caption: str, log_x: bool = False,
-           zero_line: bool = False, marker: str = "o", ms: float = 4) -> Figure | None:
-    """One line with markers per label through its (x, y) points."""
+           zero_line: bool = False, marker: str = "o", ms: float = 4,
+           log_y: bool = False, legend: bool | str = True) -> Figure | None:
+    """One line with markers per label through its (x, y) points; `legend` as
+    _finish takes it."""
     drawn = {k: v for k, v in series.items() if v}
     if not drawn:
         return None
@@ -572,6 +574,8 @@ def points(ident: str, title: str, series: dict[str, list[tuple[float, float]]],
                 color=colour[label], label=label)
     if log_x and all(p[0] > 0 for v in drawn.values() for p in v):
         _log_axis(ax, "x")
+    if log_y and all(p[1] > 0 for v in drawn.values() for p in v):
+        _log_axis(ax, "y")
     if zero_line:
         ax.axhline(0, color="#555", lw=0.8)
-    return _finish(fig, ax, ident, title, xlabel, ylabel, caption)
+    return _finish(fig, ax, ident, title, xlabel, ylabel, caption, legend)

@@ -66,6 +66,40 @@ def _entry_match(daddr: str, proto: str, port: int) -> Match:
 CHAINS = ("forward", "input")
 
 
+def entry_rule(rid: str, daddr: str, proto: str, port: int, counter: bool = True) -> Rule:
+    """One entry as a linear rule: accept `proto` to daddr:port."""
+    return Rule(rid, _entry_match(daddr, proto, port), ACCEPT, counter=counter)
+
+
+def skeleton(version: int, entries: list[Rule], sets: tuple[Set, ...] = (), *,
+             server: str, chain: str = "forward", control_port: int = 5201,
+             tail: tuple[Rule, ...] = ()) -> Table:
+    """Seed 000's table around `entries`: the base chain at `chain`'s hook (policy
+    drop) jumps by input interface to from_client, which holds the entries, then
+    the control and ping rules, then `tail` (rules appended after them, as
+    `iptables -A` appends), or to from_server, which accepts the return path."""
+    icmp, echo = ("icmp", 8) if version == 4 else ("icmpv6", 128)
+    rules = [*entries, Rule(CONTROL_RULE, _entry_match(server, "tcp", control_port)),
+             Rule(PING_RULE, Match(dst=Prefix.of(server), proto=icmp, icmp_type=echo)),
+             *tail]
+    return Table("ip" if version == 4 else "ip6", TABLE, (
+        # The skeleton's rules count nothing in nft, as seed 000's files had it.
+        Chain(chain, (Rule("from-client", Match(iif=Iface(CLIENT)), jump("from_client"),
+                           counter=False),
+                      Rule("from-server", Match(iif=Iface(SERVER)), jump("from_server"),
+                           counter=False)),
+              hook=chain, priority=0, type="filter", policy="drop"),
+        Chain("from_client", tuple(rules)),
+        Chain("from_server", (Rule("return-path", counter=False),)),
+    ), sets)
+
+
+def filler(i: int, server: str) -> tuple[str, str, int]:
+    """The i-th filler entry (0-based): (daddr, "tcp", port), TCP to ports from
+    40000 on, then to the spill addresses; no UDP test flow matches one."""
+    return _filler(i, server)
+
+
 def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool = True,
             test_port: int = 5201, control_port: int = 5201,
             chain: str = "forward") -> RuleSet:
@@ -84,7 +118,6 @@ def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool 
     if local:
         server = addresses.FW_CLIENT_SIDE[version]
     icmp, echo = ("icmp", 8) if version == 4 else ("icmpv6", 128)
-    family = "ip" if version == 4 else "ip6"
     entries = [_filler(i, server) for i in range(n - 1)] + [(server, "udp", test_port)]
 
     sets: tuple[Set, ...] = ()
@@ -97,19 +130,8 @@ def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool 
         sets = (Set(SET_NAME, ("addr", "proto", "port"), tuple(entries), version),)
         rules = [Rule(SET_RULE, Match(sets=(SetRef(SET_NAME, ("daddr", "proto", "dport")),)))]
         test_rule = SET_RULE
-    rules += [Rule(CONTROL_RULE, _entry_match(server, "tcp", control_port)),
-              Rule(PING_RULE, Match(dst=Prefix.of(server), proto=icmp, icmp_type=echo))]
-
-    table = Table(family, TABLE, (
-        # The skeleton's rules count nothing in nft, as seed 000's files had it.
-        Chain(chain, (Rule("from-client", Match(iif=Iface(CLIENT)), jump("from_client"),
-                           counter=False),
-                      Rule("from-server", Match(iif=Iface(SERVER)), jump("from_server"),
-                           counter=False)),
-              hook=chain, priority=0, type="filter", policy="drop"),
-        Chain("from_client", tuple(rules)),
-        Chain("from_server", (Rule("return-path", counter=False),)),
-    ), sets)
+    table = skeleton(version, rules, sets, server=server, chain=chain,
+                     control_port=control_port)
 
     flow = Packet(version, "client", client, server, "udp", PROBE_SPORT, test_port)
     probes = (
