@@ -140,6 +140,18 @@ static const char sink_usage[] =
 "  makes the next arm keep a time series of the first streams by scheduled\n"
 "  time (slots of SLOT_NS from BASE_NS, CLOCK_MONOTONIC; 0 0 = none).\n";
 
+/* An mmapable map into this process, or NULL with a note naming `what`. */
+static void *map_shared(const struct bpf_map *map, size_t len, const char *what)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       bpf_map__fd(map), 0);
+
+	if (p != MAP_FAILED)
+		return p;
+	note("cannot map the sink's %s: %s", what, strerror(errno));
+	return NULL;
+}
+
 static int silent_libbpf(enum libbpf_print_level level, const char *fmt,
 			 va_list ap)
 {
@@ -201,22 +213,13 @@ int cmd_sink(int argc, char **argv)
 		goto out;
 	}
 	s.window_len = (size_t)FWB_WINDOW_SLOTS * sizeof(struct fwb_slot);
-	s.window = mmap(NULL, s.window_len, PROT_READ | PROT_WRITE, MAP_SHARED,
-			bpf_map__fd(s.skel->maps.window), 0);
-	if (s.window == MAP_FAILED) {
-		note("cannot map the sink's duplicate detector: %s", strerror(errno));
-		s.window = NULL;
-		goto out;
-	}
+	s.window = map_shared(s.skel->maps.window, s.window_len,
+			      "duplicate detector");
 	s.series_len = (size_t)FWB_SERIES_STREAMS * FWB_SERIES_SLOTS *
 		       sizeof(struct fwb_series_slot);
-	s.series = mmap(NULL, s.series_len, PROT_READ | PROT_WRITE, MAP_SHARED,
-			bpf_map__fd(s.skel->maps.series), 0);
-	if (s.series == MAP_FAILED) {
-		note("cannot map the sink's time series: %s", strerror(errno));
-		s.series = NULL;
+	s.series = map_shared(s.skel->maps.series, s.series_len, "time series");
+	if (!s.window || !s.series)
 		goto out;
-	}
 	err = bpf_xdp_attach(ifindex, bpf_program__fd(s.skel->progs.fwb_sink),
 			     flags, NULL);
 	if (err) {

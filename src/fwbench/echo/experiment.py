@@ -30,7 +30,6 @@ import time
 
 from rich.console import Console, RenderableType
 
-from fwbench import backends as registry
 from fwbench import engine, proc, statecheck
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all, flush_conntrack
@@ -103,7 +102,6 @@ class Echo(Experiment):
     def __init__(self, sc: Scenario):
         super().__init__(sc)
         self.s = sc.echo
-        self.backends: dict[str, Backend] = {}
         self.rulesets: dict[tuple, RuleSet] = {}
         self.baseline_mem: dict[str, int] = {}
         self._sctp = design.sctp_missing() if "sctp" in self._all("protocols") else None
@@ -114,10 +112,6 @@ class Echo(Experiment):
             got |= set(getattr(d, name) or ())
         return got
 
-    def _backend(self, name: str) -> Backend:
-        if name not in self.backends:
-            self.backends[name] = registry.get(name)
-        return self.backends[name]
 
     def ruleset(self, cell: tuple) -> RuleSet:
         c = dict(zip(FACTORS, cell))
@@ -143,7 +137,7 @@ class Echo(Experiment):
         c = dict(zip(FACTORS, cell))
         if c["protocol"] == "sctp":
             return f"sctp: {self._sctp}"
-        b = self._backend(c["backend"])
+        b = self.backend(c["backend"])
         if why := b.unavailable():
             return f"backend {b.name} cannot run here: {why}"
         if not b.filters:
@@ -184,8 +178,7 @@ class Echo(Experiment):
     def versions(self, planned: Planned) -> dict[str, str | None]:
         out = {"conntrack": proc.version_line(["conntrack", "-V"]),
                "fwbench-engine": engine.version()}
-        for n in planned.scenario.backends:
-            out.update(self._backend(n).versions())
+        out.update(self.backend_versions(planned.scenario.backends))
         return out
 
     # --- the testbed session -----------------------------------------------------------
@@ -229,7 +222,7 @@ class Echo(Experiment):
     def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         c = dict(zip(FACTORS, key.cell))
-        rs, backend = self.ruleset(key.cell), self._backend(c["backend"])
+        rs, backend = self.ruleset(key.cell), self.backend(c["backend"])
         spec = self.spec(key.cell)
         t = Trial(self.factors, key, idx)
         say = step or (lambda line: None)

@@ -20,7 +20,9 @@ from datetime import datetime, timezone
 
 from rich.console import Console, RenderableType
 
+from fwbench import backends as registry
 from fwbench import statecheck
+from fwbench.backends.base import Backend
 from fwbench.errors import FwbenchError
 from fwbench.plan import Cell, TrialKey
 from fwbench.results import SCHEMA_VERSION, TrialRecord
@@ -127,10 +129,25 @@ class Experiment(abc.ABC):
 
     def __init__(self, sc: Scenario):
         self.sc = sc
+        self._backends: dict[str, Backend] = {}
 
     @property
     def method(self) -> str:
         return self.sc.method
+
+    def backend(self, name: str) -> Backend:
+        """The backend of that name, one instance for the experiment's life (its
+        renderings and checks are remembered there)."""
+        if name not in self._backends:
+            self._backends[name] = registry.get(name)
+        return self._backends[name]
+
+    def backend_versions(self, names) -> dict[str, str | None]:
+        """Every named backend's tool versions, for run.json's environment."""
+        out: dict[str, str | None] = {}
+        for n in names:
+            out.update(self.backend(n).versions())
+        return out
 
     # --- before any testbed ----------------------------------------------------------
 

@@ -47,7 +47,6 @@ class Sweep(Experiment):
 
     def __init__(self, sc: Scenario):
         super().__init__(sc)
-        self.backends: dict[str, Backend] = {}
         self.method_ = None     # the method with its instruments, made by open()
         self.rulesets: dict[tuple, RuleSet] = {}
         self.kept: Kept | None = None   # what stays loaded (keep_loaded), and its proof
@@ -57,14 +56,10 @@ class Sweep(Experiment):
         make_method(self.sc)    # settings a search would reject, rejected now
         if ALL not in self.sc.backends:
             for name in self.sc.backends:
-                b = self._backend(name)
+                b = self.backend(name)
                 if why := b.unavailable():
                     raise FwbenchError(f"backend {name} cannot run here: {why}")
 
-    def _backend(self, name: str) -> Backend:
-        if name not in self.backends:
-            self.backends[name] = registry.get(name)
-        return self.backends[name]
 
     def plan(self) -> Planned:
         sc = self.sc
@@ -88,8 +83,7 @@ class Sweep(Experiment):
 
     def versions(self, planned: Planned) -> dict[str, str | None]:
         out = dict(make_method(planned.scenario).versions())
-        for n in planned.scenario.backends:
-            out.update(self._backend(n).versions())
+        out.update(self.backend_versions(planned.scenario.backends))
         return out
 
     def topology(self) -> Topology:
@@ -136,7 +130,7 @@ class Sweep(Experiment):
         method = self.method_
         if isinstance(method, Method):
             method.on_step = step
-        backend = self._backend(key.cell[0])
+        backend = self.backend(key.cell[0])
         rs = _ruleset_for(key.cell[1], backend, self.sc, self.rulesets)
         kept = self.kept if self.sc.keep_loaded else None
         self.kept = None

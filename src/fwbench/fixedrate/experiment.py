@@ -92,7 +92,7 @@ class FixedRateSweep(Sweep):
         cpus = sorted(set(fr.cpus))
         if "input" in chains:
             for name in p.scenario.backends:
-                b = self._backend(name)
+                b = self.backend(name)
                 try:
                     b.check(seed000(1, layout=b.layout, chain="input"))
                 except Unsupported as e:
@@ -150,7 +150,7 @@ class FixedRateSweep(Sweep):
     def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         b, rules, frame_size, chain, cpus = key.cell
-        backend = self._backend(b)
+        backend = self.backend(b)
         method = self.methods[chain]
         method.on_step = step
         rs = self._rules(rules, backend, chain)

@@ -19,7 +19,6 @@ import time
 
 from rich.console import Console, RenderableType
 
-from fwbench import backends as registry
 from fwbench import engine, proc, statecheck
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all, flush_conntrack
@@ -55,15 +54,10 @@ class LoadLatency(Experiment):
         super().__init__(sc)
         self.s = sc.loadlatency
         self.rulesets: dict[str, RuleSet] = {n: templates.get(n)() for n in self.s.rulesets}
-        self.backends: dict[str, Backend] = {}
         self.load = TcpBidirLoad(self.s.streams, SERVICE_PORT)
         self.reference = None       # the no-firewall load, measured by open()
         self.traffic: EngineTraffic | None = None   # the probes' engine, per session
 
-    def _backend(self, name: str) -> Backend:
-        if name not in self.backends:
-            self.backends[name] = registry.get(name)
-        return self.backends[name]
 
     # --- before any testbed ----------------------------------------------------------
 
@@ -97,7 +91,7 @@ class LoadLatency(Experiment):
         wanted = list(self.sc.backends) if explicit else list(NETFILTER)
         chosen, skipped = [], {}
         for name in wanted:
-            why = self._refusal(self._backend(name))
+            why = self._refusal(self.backend(name))
             if why and explicit:
                 raise FwbenchError(why)
             if why:
@@ -123,8 +117,7 @@ class LoadLatency(Experiment):
         out = {**self.load.versions(), "ping": proc.version_line(["ping", "-V"]),
                "conntrack": proc.version_line(["conntrack", "-V"]),
                "fwbench-engine": engine.version()}
-        for n in planned.scenario.backends:
-            out.update(self._backend(n).versions())
+        out.update(self.backend_versions(planned.scenario.backends))
         return out
 
     # --- the testbed session -----------------------------------------------------------
@@ -166,7 +159,7 @@ class LoadLatency(Experiment):
     def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         name, bname, load, entries = key.cell
-        rs, backend = self.rulesets[name], self._backend(bname)
+        rs, backend = self.rulesets[name], self.backend(bname)
         t = Trial(self.factors, key, idx)
         say = step or (lambda line: None)
         try:

@@ -105,13 +105,8 @@ class Update(Experiment):
     def __init__(self, sc: Scenario):
         super().__init__(sc)
         self.s = sc.update
-        self.backends: dict[str, Backend] = {}
         self.pairs: dict[tuple, tuple[RuleSet, RuleSet]] = {}
 
-    def _backend(self, name: str) -> Backend:
-        if name not in self.backends:
-            self.backends[name] = registry.get(name)
-        return self.backends[name]
 
     # --- before any testbed ----------------------------------------------------------
 
@@ -127,7 +122,7 @@ class Update(Experiment):
                                f"entries, not {small[0]}")
         if ALL not in self.sc.backends:
             for name in self.sc.backends:
-                if why := self._backend(name).unavailable():
+                if why := self.backend(name).unavailable():
                     raise FwbenchError(f"backend {name} cannot run here: {why}")
 
     def plan(self) -> Planned:
@@ -135,7 +130,7 @@ class Update(Experiment):
         wanted = list(self.sc.backends) if explicit else registry.names()
         cells, notes, skipped = [], [], {}
         for name in wanted:
-            b = self._backend(name)
+            b = self.backend(name)
             why = b.unavailable() or (None if b.filters else "it holds no rule set")
             if why is None and max(self.sc.rules) > b.max_rules:
                 why = f"it holds at most {b.max_rules:,} rules in fwbench"
@@ -184,8 +179,7 @@ class Update(Experiment):
 
     def versions(self, planned: Planned) -> dict[str, str | None]:
         out = {"fwbench-engine": engine.version()}
-        for n in planned.scenario.backends:
-            out.update(self._backend(n).versions())
+        out.update(self.backend_versions(planned.scenario.backends))
         return out
 
     # --- the testbed session -----------------------------------------------------------
@@ -202,6 +196,12 @@ class Update(Experiment):
             "probe": {"dport": tpl.PROBE_PORT, "pps_at_most": self.s.probe_pps, "stream": 1,
                       "rule_checks_pps": self.s.probe_rule_checks_pps}}}
 
+    def blocks(self):
+        # One size's cells back to back in each round (in a shuffled order, the
+        # sizes in one too): the rule-set pairs of a size are built once a round,
+        # not once a trial (seconds each at 100,000 entries).
+        return lambda cell: cell[1]
+
     def cell_label(self, key: TrialKey) -> str:
         b, n, kname, mech = key.cell
         return f"{b} N={n:,} {kname} by {mech}"
@@ -211,7 +211,7 @@ class Update(Experiment):
     def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         bname, n, kname, mech = key.cell
-        b = self._backend(bname)
+        b = self.backend(bname)
         k = tpl.KINDS[kname]
         old, new = self._pair(kname, n, b.layout)
         t = Trial(self.factors, key, idx)
