@@ -14,8 +14,8 @@ from __future__ import annotations
 import platform
 
 from fwbench import bpf, proc
-from fwbench.backends.base import Backend, Step, interfaces, ordered_differences, \
-    unordered_differences
+from fwbench.backends.base import Backend, Snapshot, Step, interfaces, \
+    ordered_differences, unordered_differences
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import bpf as bpf_render
@@ -41,6 +41,7 @@ class _Ebpf(Backend):
     mode: str     # "linear" or "set"
     tools = ("ip", "tc")
     max_rules = 1_000_000
+    reads_once = True
     mechanisms = {
         "reload": ("fwbench-bpf load: a new program and maps attached in place of the "
                    "old", True),
@@ -107,10 +108,20 @@ class _Ebpf(Backend):
         return bpf.dump(tb.executor, "fw", self.hook, interfaces(tb).client_side)
 
     def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+        return self._counters(self._dump(tb), rs)
+
+    def _counters(self, d: dict, rs: RuleSet) -> dict[str, int]:
         """A rule's packets: the sum of its slots (a set rule has one per element)."""
-        counts = self._dump(tb)["counters"]
+        counts = d["counters"]
         return {rid: sum(counts[s][0] for s in slots if s < len(counts))
                 for rid, slots in self._rendering(rs).slots.items()}
+
+    def snapshot(self, tb: NetnsTestbed, rs: RuleSet) -> Snapshot:
+        """differences, entries and counters from one dump (at 100,000 rules a dump
+        takes seconds)."""
+        d = self._dump(tb)
+        return Snapshot(self._differences(tb, d, rs), len(d["set"]) + len(d["rules"]),
+                        self._counters(d, rs))
 
     def counted_ids(self, rs: RuleSet) -> frozenset[str]:
         """Rules with a slot: the skeleton (the jumps by interface, the return path)
@@ -125,10 +136,12 @@ class _Ebpf(Backend):
         return len(self._rendering(rs).text.splitlines())
 
     def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
+        return self._differences(tb, self._dump(tb), rs)
+
+    def _differences(self, tb: NetnsTestbed, d: dict, rs: RuleSet) -> list[str]:
         """The set as a set (it dumps in hash order), the rule array in scan order,
         and the settings the program was loaded with."""
         ifs = interfaces(tb)
-        d = self._dump(tb)
         want = self._rendering(rs).text.splitlines()
         n_set = sum(1 for line in want if line.startswith("set "))
         out = unordered_differences("BPF set", want[:n_set], _lines(d["set"], "set"))

@@ -94,14 +94,15 @@ class _Nft(Backend):
         dump = kernel.nft_dump(tb)
         files = self.rendering(rs, interfaces(tb))
         key = (self.name, rs.digest(), interfaces(tb))
-        proven = _proven.get(self.name)
-        if self.expected_entries(rs) > TEXT_CHECK_ENTRIES and proven is not None \
-                and proven[0] == key:
-            out = dump_differences(proven[1], dump)
+        proven = _proven.get(key)
+        if self.expected_entries(rs) > TEXT_CHECK_ENTRIES and proven is not None:
+            out = dump_differences(proven, dump)
         else:
             out = self._text_differences(tb, files["rules.nft"])
             if not out:
-                _proven[self.name] = (key, dump)
+                _proven[key] = dump
+                while len(_proven) > PROVEN_KEPT:
+                    del _proven[next(iter(_proven))]
         return Snapshot(out, dump.entries(), dump.counters())
 
     def _text_differences(self, tb: NetnsTestbed, rendered: str) -> list[str]:
@@ -117,9 +118,11 @@ class _Nft(Backend):
 # Past this many rules and set elements, a rendering is compared in nft's text only
 # at its first load (see the module's docstring); up to it, at every load.
 TEXT_CHECK_ENTRIES = 20_000
-# Backend name -> (backend, rule-set digest, interfaces) and the netlink dump of a
-# load of that rendering that matched it in nft's text.
-_proven: dict[str, tuple[tuple, kernel.NftDump]] = {}
+# (backend, rule-set digest, interfaces) -> the netlink dump of a load of that
+# rendering that matched it in nft's text; the latest PROVEN_KEPT (an update trial
+# loads one rule set and changes it into another, trial after trial).
+_proven: dict[tuple, kernel.NftDump] = {}
+PROVEN_KEPT = 4
 
 
 def dump_differences(proven: kernel.NftDump, got: kernel.NftDump) -> list[str]:
