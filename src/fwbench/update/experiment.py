@@ -26,6 +26,7 @@ until it returned to its baseline.
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import statistics
 import time
@@ -268,6 +269,7 @@ class Update(Experiment):
         s, frame = self.s, self.sc.frame_sizes[0]
         rx = engine.Receiver(tb, "sink", port=tpl.KEEP_PORT, ports=2)
         senders: list[engine.Sender] = []
+        restore: list = []
         try:
             slot_ns = int(s.slot_ms * 1e6)
             rx.series(time.monotonic_ns(), slot_ns)
@@ -279,6 +281,12 @@ class Update(Experiment):
                     tb, frame_size=frame, rate_pps=rate, duration_s=SENDER_LIMIT_S,
                     cookie=cookie, dport=dport, stream=stream,
                     cpus=[tb.topo.settings.sender_cpu]))
+            # This process (the commands' parent, the memory sampler) leaves the
+            # sender's CPU to the sender: on it, it delayed the sending by up to
+            # 16 ms at every reload, which the kept flow's latency then showed.
+            affinity = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {tb.topo.settings.firewall_cpu})
+            restore.append(lambda: os.sched_setaffinity(0, affinity))
             time.sleep(s.before_s)
             out: dict = {"steps": len(steps)}
             # The update runs on the firewall's CPU, beside its packet processing,
@@ -310,6 +318,8 @@ class Update(Experiment):
                        probe_sender=reports[1], sink=rx.read(), series=rx.read_series())
             return out
         finally:
+            for undo in restore:
+                undo()
             for snd in senders:
                 try:
                     snd.stop()
