@@ -31,7 +31,7 @@ class _Opened(IptablesLegacy):
     """iptables-legacy whose kernel gets the measured flow's rule as DROP."""
     name = "iptables-legacy-opened"
 
-    def load(self, tb, files):
+    def load(self, tb, files, room=0):
         text = files["rules.iptables"]
         rid = '"fwb:allow-5"'
         line = next(ln for ln in text.splitlines() if rid in ln)

@@ -13,7 +13,7 @@ def run(*args, stdin=""):
 
 
 @pytest.mark.parametrize("args, stdin, says", [
-    ([], "", "no command: load, dump or test-run"),
+    ([], "", "no command: load, dump, update or test-run"),
     (["fly"], "", "unknown command fly"),
     (["load", "--hook", "xdp"], "", "load needs --mode and --ifname"),
     (["load", "--hook", "nic", "--mode", "set", "--ifname", "lo"], "", "--hook: xdp or tc"),
