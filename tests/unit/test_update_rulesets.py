@@ -230,3 +230,10 @@ def test_bpf_map_changes_give_new_elements_the_room_slots():
     with pytest.raises(FwbenchError, match="only a reload"):
         map_changes(bpf_render.render(lin_old, False).text,
                     bpf_render.render(lin_new, False).text)
+
+
+def test_an_ipv6_update_run_is_refused_in_one_line():
+    from fwbench.scenario import from_dict
+    from fwbench.update.experiment import Update
+    with pytest.raises(FwbenchError, match="IPv4 only"):
+        Update(from_dict({"method": "update", "family": "ipv6", "frame_sizes": [84]})).check()

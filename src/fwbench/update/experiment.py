@@ -112,6 +112,10 @@ class Update(Experiment):
     # --- before any testbed ----------------------------------------------------------
 
     def check(self) -> None:
+        if self.sc.version != 4:
+            # The engine's two flows and the eBPF filters are IPv4: an IPv6 rule set
+            # would let neither flow through, and every trial would fail.
+            raise FwbenchError(f"{METHOD}: IPv4 only (family = \"ipv4\")")
         proc.require(REQUIRED_TOOLS)
         engine.binary()
         if len(self.sc.frame_sizes) != 1:
