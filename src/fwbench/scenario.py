@@ -256,8 +256,16 @@ class UpdateSettings(BaseModel):
                     "step), batch (the changes in one command), commands (one command a "
                     "change), map (eBPF set filters: their hash map changed in place); "
                     "each backend runs those it has (`fwbench backends`)")
+    commands_max_work: Annotated[int, Field(gt=0)] = Field(
+        10_000_000,
+        description="a `commands` cell changing rules is left out when its changes x "
+                    "rules exceed this: each change is one process that reads the whole "
+                    "rule set (iptables rewrites it; ~0.5 s at 100,000 rules here), so "
+                    "1 % of 100,000 rules would take ~8 min a trial")
     reload_kinds: Literal["all", "replace-all"] = Field(
-        "all", description="which kinds a reload makes: every kind, or only replace-all")
+        "all", description="which kinds a reload makes: every kind, or replace-all "
+                           "and the others only on a backend whose one mechanism is reload "
+                           "(the eBPF linear filters)")
     flow_pps: Annotated[int, Field(gt=0, le=999_999)] = Field(
         10_000, description="the kept flow, which no update touches: packets per second")
     probe_pps: Annotated[int, Field(gt=0, le=999_999)] = Field(

@@ -237,3 +237,43 @@ def test_an_ipv6_update_run_is_refused_in_one_line():
     from fwbench.update.experiment import Update
     with pytest.raises(FwbenchError, match="IPv4 only"):
         Update(from_dict({"method": "update", "family": "ipv6", "frame_sizes": [84]})).check()
+
+
+def test_commands_cells_that_would_run_for_hours_are_left_out_with_the_reason():
+    from types import SimpleNamespace
+    from fwbench.scenario import UpdateSettings
+    from fwbench.update.experiment import cells_of
+    b = SimpleNamespace(name="iptables-legacy", layout="linear",
+                        mechanisms={"batch": (1, True), "commands": (2, False)})
+    s = UpdateSettings(kinds=["add-end", "add-1pct"], mechanisms=["batch", "commands"])
+    cells, left = cells_of(b, s, [10_000, 100_000])
+    assert ("iptables-legacy", 100_000, "add-1pct", "batch") in cells
+    assert ("iptables-legacy", 10_000, "add-1pct", "commands") in cells
+    assert ("iptables-legacy", 100_000, "add-end", "commands") in cells
+    assert ("iptables-legacy", 100_000, "add-1pct", "commands") not in cells
+    assert left == ["iptables-legacy add-1pct by commands at 100,000 rules: 1,000 commands, "
+                    "each one process that reads the whole rule set (changes x rules "
+                    "100,000,000 > commands_max_work 10,000,000); batch makes the same "
+                    "changes in one"]
+    s = UpdateSettings(kinds=["add-1pct"], mechanisms=["commands"],
+                       commands_max_work=10 ** 8)
+    assert len(cells_of(b, s, [10_000, 100_000])[0]) == 2
+    sets = SimpleNamespace(name="ipset", layout="set", mechanisms={"commands": (2, False)})
+    s = UpdateSettings(kinds=["elements-add-10pct"], mechanisms=["commands"])
+    assert len(cells_of(sets, s, [100_000, 1_000_000])[0]) == 2
+
+
+def test_reload_kinds_replace_all_keeps_a_reload_where_it_is_the_only_way():
+    from types import SimpleNamespace
+    from fwbench.scenario import UpdateSettings
+    from fwbench.update.experiment import cells_of
+    s = UpdateSettings(kinds=["add-end", "replace-all"], mechanisms=["reload", "batch"],
+                       reload_kinds="replace-all")
+    linear_bpf = SimpleNamespace(name="xdp-linear", layout="linear",
+                                 mechanisms={"reload": ("", True)})
+    ipt = SimpleNamespace(name="iptables-nft", layout="linear",
+                          mechanisms={"reload": ("", True), "batch": ("", True)})
+    assert [c[2:] for c in cells_of(linear_bpf, s, [10_000])[0]] == \
+        [("add-end", "reload"), ("replace-all", "reload")]
+    assert [c[2:] for c in cells_of(ipt, s, [10_000])[0]] == \
+        [("add-end", "batch"), ("replace-all", "reload")]

@@ -82,10 +82,22 @@ def cells_of(b: Backend, s, sizes: list[int]) -> tuple[list[tuple], list[str]]:
                 left.append(f"{b.name} replace-all by {mech}: a whole new rule set is a "
                             f"reload")
             elif mech == "reload" and s.reload_kinds == "replace-all" \
-                    and kname != "replace-all":
+                    and kname != "replace-all" \
+                    and set(b.mechanisms) & set(s.mechanisms) != {"reload"}:
+                # A reload's cost hardly depends on what changed (the whole rule set
+                # is loaded again): it is measured on replace-all, and on the other
+                # kinds only where it is the one way asked of the backend.
                 continue
             else:
-                cells += [(b.name, n, kname, mech) for n in sizes]
+                fits = sizes
+                if mech == "commands" and k.layout == "linear":
+                    fits = [n for n in sizes if k.changed(n) * n <= s.commands_max_work]
+                    left += [f"{b.name} {kname} by commands at {n:,} rules: "
+                             f"{k.changed(n):,} commands, each one process that reads "
+                             f"the whole rule set (changes x rules {k.changed(n) * n:,} "
+                             f"> commands_max_work {s.commands_max_work:,}); batch makes "
+                             f"the same changes in one" for n in sizes if n not in fits]
+                cells += [(b.name, n, kname, mech) for n in fits]
     return cells, left
 
 
