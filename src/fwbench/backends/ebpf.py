@@ -12,16 +12,19 @@ verification applies unchanged.
 from __future__ import annotations
 
 import platform
+from collections import OrderedDict
 
 from fwbench import bpf, proc
 from fwbench.backends.base import Backend, Snapshot, Step, interfaces, \
-    ordered_differences, unordered_differences
+    ordered_differences, remembered, unordered_differences
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import bpf as bpf_render
 from fwbench.testbed.netns import NetnsTestbed
 
 _probe_cache: dict[tuple[str, str], str | None] = {}
+# (set mode, rule-set digest) -> its rendering, the latest few.
+_renderings: OrderedDict[tuple, bpf_render.BpfRendering] = OrderedDict()
 
 
 def _lines(rows: list[list], kind: str) -> list[str]:
@@ -79,7 +82,11 @@ class _Ebpf(Backend):
         bpf_render.check(rs)
 
     def _rendering(self, rs: RuleSet) -> bpf_render.BpfRendering:
-        return bpf_render.render(rs, self.set_mode)
+        """The rendering with its counter slots, remembered (a verification reads it
+        for the listing, the entries and every counter: seconds a time at 100,000
+        rules)."""
+        return remembered(_renderings, (self.set_mode, rs.digest()),
+                          lambda: bpf_render.render(rs, self.set_mode))
 
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         return {"rules.bpf": self._rendering(rs).text}
@@ -95,7 +102,7 @@ class _Ebpf(Backend):
         if mechanism == "reload":
             return [Step(tuple(bpf.load_argv(self.hook, self.mode, ifs.client_side,
                                              ifs.local4)),
-                         self.render(new, ifs)["rules.bpf"])]
+                         self._rendering(new).text)]
         if mechanism != "map" or mechanism not in self.mechanisms:
             return super().update_steps(mechanism, tb, old, new)
         return [Step(tuple(bpf.update_argv(self.hook, ifs.client_side)),

@@ -10,11 +10,12 @@ its type and elements. Counters are read by the `fwb:` id comment on each rule.
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 
 from fwbench import proc
 from fwbench.backends import kernel
 from fwbench.backends.base import Backend, Snapshot, Step, interfaces, ordered_differences, \
-    unordered_differences
+    remembered, unordered_differences
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import ipset as ipset_render
@@ -82,7 +83,7 @@ class _Iptables(Backend):
     def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
                      new: RuleSet) -> list[Step]:
         ifs = interfaces(tb)
-        before, after = self.render(old, ifs), self.render(new, ifs)
+        before, after = self.rendering(old, ifs), self.rendering(new, ifs)
         if "sets.ipset" in before or "sets.ipset" in after:
             return self._set_steps(mechanism, before, after)
         steps: list[Step] = []
@@ -142,14 +143,10 @@ class _Iptables(Backend):
         """Rules of an inet table land in both iptables and ip6tables unless their
         addresses pin one version: counted in the rendering (remembered per rule set,
         as it takes a second at 100,000 rules)."""
-        key = rs.digest()
-        if key not in _expected:
-            _expected.clear()
-            _expected[key] = sum(
-                len(kernel.ipt_ids(ipt_render.render(rs, Interfaces("a", "b"), v)))
-                for v in sorted(rs.versions)) \
-                + sum(len(s.elements) for t in rs.tables for s in t.sets)
-        return _expected[key]
+        return remembered(_expected, rs.digest(), lambda: sum(
+            len(kernel.ipt_ids(ipt_render.render(rs, Interfaces("a", "b"), v)))
+            for v in sorted(rs.versions)) + sum(len(s.elements) for t in rs.tables
+                                                 for s in t.sets))
 
     def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
         return self.snapshot(tb, rs).differences
@@ -185,15 +182,15 @@ class _Iptables(Backend):
 _ids: list = [None, frozenset()]
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=8)
 def _rendered_tables(text: str) -> dict[str, list[str]]:
     """save_tables of a rendered file, which every verification of a rule set
     compares with: the same text trial after trial. Not to be changed."""
     return kernel.save_tables(text)
 
 
-# Rule-set digest -> its expected entries (the latest only).
-_expected: dict[str, int] = {}
+# Rule-set digest -> its expected entries (the latest few).
+_expected: OrderedDict[str, int] = OrderedDict()
 
 
 def _counted(saves) -> dict[str, int]:

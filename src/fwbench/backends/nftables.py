@@ -53,12 +53,12 @@ class _Nft(Backend):
     def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
                      new: RuleSet) -> list[Step]:
         ifs = interfaces(tb)
-        after = self.render(new, ifs)["rules.nft"]
+        after = self.rendering(new, ifs)["rules.nft"]
         if mechanism == "reload":
             return [Step(("nft", "-f", "-"), "flush ruleset\n" + after)]
         if mechanism not in self.mechanisms:
             return super().update_steps(mechanism, tb, old, new)
-        rules, elements = delta.nft_changes(self.render(old, ifs)["rules.nft"], after)
+        rules, elements = delta.nft_changes(self.rendering(old, ifs)["rules.nft"], after)
         handles: dict[str, int] = {}
         if any(c.op in ("delete", "replace") for c in rules):
             # What a tool that keeps no state of its own does: list the handles.
@@ -122,7 +122,7 @@ TEXT_CHECK_ENTRIES = 20_000
 # rendering that matched it in nft's text; the latest PROVEN_KEPT (an update trial
 # loads one rule set and changes it into another, trial after trial).
 _proven: dict[tuple, kernel.NftDump] = {}
-PROVEN_KEPT = 4
+PROVEN_KEPT = 8
 
 
 def dump_differences(proven: kernel.NftDump, got: kernel.NftDump) -> list[str]:
