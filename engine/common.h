@@ -115,8 +115,8 @@ struct fwb_series_slot {
 /*
  * Per series stream, over the whole armed trial: the earliest and latest
  * scheduled time among packets received (when a flow began and stopped
- * passing), and the longest gap between two arrivals, with the arrival that
- * ended it.
+ * passing), the earliest arrival (a bound on when it began), and the longest
+ * gap between two arrivals, with the arrival that ended it.
  */
 struct fwb_span {
 	__u64 received;
@@ -126,6 +126,7 @@ struct fwb_span {
 	__u64 max_gap_ns;
 	__u64 max_gap_end_ns;
 	__u64 outside;		/* due before the base or past the last slot */
+	__u64 first_arrival_ns;	/* the earliest arrival (the sink's clock) */
 };
 
 /*

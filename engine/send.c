@@ -25,7 +25,8 @@
 
 #define MAX_THREADS FWB_MAX_STREAMS
 #define MAX_BATCH 256
-#define SPIN_NS 150000ULL	/* sleep until this close to a due time, then spin */
+/* Sleep until this close to a due time, then spin (--spin-us). */
+#define SPIN_NS_DEFAULT 150000ULL
 /* Counts are 64-bit throughout; receivers extend the 32-bit wire numbers. */
 #define MAX_COUNT 1000000000000000ULL
 
@@ -41,6 +42,7 @@ struct send_cfg {
 	uint32_t cookie;
 	uint64_t seq_start;	/* first sequence number of every stream */
 	uint32_t stream_base;	/* the first thread's stream number */
+	uint64_t spin_ns;	/* spin this long before a due time, sleep before */
 	int batch;
 	bool via_xdp;		/* XDP live frames instead of the packet socket */
 	uint32_t xdp_batch;	/* the kernel's page-pool batch per run */
@@ -61,13 +63,13 @@ struct sender {
 	int fail_errno;
 };
 
-static void wait_until(uint64_t t)
+static void wait_until(uint64_t t, uint64_t spin_ns)
 {
 	uint64_t now = now_ns();
 
-	if (t > now + SPIN_NS) {
+	if (t > now + spin_ns) {
 		struct timespec ts;
-		uint64_t wake = t - SPIN_NS;
+		uint64_t wake = t - spin_ns;
 
 		ts.tv_sec = wake / 1000000000ULL;
 		ts.tv_nsec = wake % 1000000000ULL;
@@ -208,7 +210,7 @@ static void *sender_main(void *arg)
 		msgs[k].msg_hdr.msg_iov = &iov[k];
 		msgs[k].msg_hdr.msg_iovlen = 1;
 	}
-	wait_until(c->t0);
+	wait_until(c->t0, c->spin_ns);
 	while (s->sent < s->quota && !c->stop) {
 		uint64_t now = now_ns(), due, n;
 		int k, r, refused;
@@ -223,7 +225,8 @@ static void *sender_main(void *arg)
 				uint64_t next = due_at(c, interval, s->sent,
 						       now);
 
-				wait_until(next < deadline ? next : deadline);
+				wait_until(next < deadline ? next : deadline,
+					   c->spin_ns);
 				continue;
 			}
 			n = due - s->sent;
@@ -306,6 +309,7 @@ static const struct option send_opts[] = {
 	{ "via", required_argument, NULL, 'V' },
 	{ "xdp-batch", required_argument, NULL, 'X' },
 	{ "stream", required_argument, NULL, 'y' },
+	{ "spin-us", required_argument, NULL, 'W' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
 };
@@ -316,6 +320,7 @@ static const char send_usage[] =
 "         [--dport P] [--frame-size B] [--mtu B] [--rate PPS] (--duration S | --count N)\n"
 "         [--threads T] [--cpus LIST] [--cookie C] [--batch N] [--payload-text STR]\n"
 "         [--seq-start N] [--via packet|xdp] [--xdp-batch N] [--stream N]\n"
+"         [--spin-us U]\n"
 "  Frame size includes the 4-byte FCS (RFC 2544): 64..MTU+18. Rate 0 = open throttle.\n"
 "  --payload-text writes STR right after the 18-byte stamp of every packet (for\n"
 "  content-matching firewalls); the frame must have room for both.\n"
@@ -327,6 +332,9 @@ static const char send_usage[] =
 "  drops them unseen. --xdp-batch is the kernel's page-pool batch (default 64).\n"
 "  --stream N numbers the threads' streams from N (default 0), so two senders\n"
 "  of one trial keep their sequence numbers apart (not with --via xdp).\n"
+"  --spin-us U: at a rate, sleep until U microseconds before each due time, then\n"
+"  spin (default 150). Two senders sharing a CPU need it well below their\n"
+"  packet interval, or the one spinning keeps the other from its schedule.\n"
 "  SIGINT or SIGTERM ends the run early; the report says so (`stopped`).\n"
 "  Addresses must lie in 198.18.0.0/15 or 2001:2::/48.\n";
 
@@ -342,7 +350,7 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 		.frame = { .src_count = 1, .dst_count = 1, .sport = 10000,
 			   .sport_count = 1, .dport = 9 },
 		.frame_size = 64, .mtu = 1500, .threads = 1, .batch = 64,
-		.xdp_batch = 64,
+		.xdp_batch = 64, .spin_ns = SPIN_NS_DEFAULT,
 	};
 	opterr = 0;	/* our own one-line message instead */
 	while ((opt = getopt_long(argc, argv, "", send_opts, NULL)) != -1) {
@@ -374,6 +382,7 @@ static void parse_send(int argc, char **argv, struct send_cfg *c)
 				usage_error("--via: %s is not packet or xdp", optarg);
 			break;
 		case 'y': c->stream_base = parse_u64("stream", optarg, 0, FWB_MAX_STREAMS - 1); break;
+		case 'W': c->spin_ns = parse_u64("spin-us", optarg, 0, 1000000) * 1000; break;
 		case 'X': c->xdp_batch = parse_u64("xdp-batch", optarg, 1, 256); break;
 		case 'B': c->batch = parse_u64("batch", optarg, 1, MAX_BATCH); have_batch = true; break;
 		case 'h': fputs(send_usage, stdout); exit(0);

@@ -100,6 +100,8 @@ static __always_inline void series_add(__u16 stream, __u64 sched, __u64 now,
 		span->max_gap_end_ns = now;
 	}
 	span->last_arrival_ns = now;
+	if (!span->first_arrival_ns || now < span->first_arrival_ns)
+		span->first_arrival_ns = now;
 	k = sched >= base ? (sched - base) / width : FWB_SERIES_SLOTS;
 	if (k >= FWB_SERIES_SLOTS) {
 		span->outside++;

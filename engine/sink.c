@@ -84,6 +84,7 @@ static void json_stream_series(struct json *j, const struct fwb_span *sp,
 	json_u64(j, "received", sp->received);
 	json_u64(j, "first_sched_ns", sp->first_sched_ns);
 	json_u64(j, "last_sched_ns", sp->last_sched_ns);
+	json_u64(j, "first_arrival_ns", sp->first_arrival_ns);
 	json_u64(j, "max_gap_ns", sp->max_gap_ns);
 	json_u64(j, "max_gap_end_ns", sp->max_gap_end_ns);
 	json_u64(j, "outside", sp->outside);

@@ -196,7 +196,7 @@ def _send_argv(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s
                sport_count: int = 1, src_count: int = 1, src: str | None = None,
                dst: str | None = None, dport: int = ENGINE_PORT, count: int | None = None,
                payload_text: str | None = None, seq_start: int = 0, via: str = "packet",
-               stream: int = 0) -> list[str]:
+               stream: int = 0, spin_us: int | None = None) -> list[str]:
     t = tb.topo
     cpus = cpus if cpus is not None else [t.settings.sender_cpu]
     argv = [str(binary()), "send", "--ifname", t.client.ifname, "--src-mac", t.client.mac,
@@ -217,4 +217,6 @@ def _send_argv(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s
         argv += ["--via", via]
     if stream:
         argv += ["--stream", str(stream)]
+    if spin_us is not None:
+        argv += ["--spin-us", str(spin_us)]
     return argv

@@ -42,6 +42,8 @@ def test_the_sink_series_counts_each_stream_as_scheduled(testbed):
         assert 0.9 < rep["sent"] / (rep["offered_pps"] * 1.0) < 1.2
         assert s.received == rep["sent"] and s.outside == 0
         assert s.first_sched_ns == rep["t0_ns"]
+        # The first packet arrives after it was due, on the same clock.
+        assert rep["t0_ns"] < s.first_arrival_ns < rep["t0_ns"] + 100_000_000
         assert s.last_sched_ns == sched.due()[-1]
         want = sched.per_slot(base, 1_000_000, s.first_slot + len(s.packets))
         assert s.packets.tolist() == want[s.first_slot:].tolist()

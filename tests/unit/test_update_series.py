@@ -57,6 +57,24 @@ def test_a_stopping_probe_is_placed_after_its_last_packet():
                                                          0).problem
 
 
+def test_a_lagging_sender_widens_the_interval_to_what_the_packets_prove():
+    from dataclasses import replace
+    sched = series.Schedule(t0_ns=0, rate_pps=1000, sent=1000)
+    # The first packet through was due at 503 ms but sent late, arriving at 507:
+    # the change came between 502 ms (the packet before met the firewall no
+    # earlier) and 507 ms (the first through had passed it by then).
+    probe = replace(stream([0] * 503 + [1] * 497, received=497, first=503 * MS,
+                           last=999 * MS), first_arrival_ns=507 * MS)
+    e = series.probe_effect(probe, sched, True, 500 * MS, 510 * MS)
+    assert e.problem is None and e.at_ns == int(504.5 * MS) and e.half_ns == int(2.5 * MS)
+    # Stopping: the next packet due 610 ms may have met the firewall up to the
+    # sender's largest lag, 4 ms, later.
+    sched = series.Schedule(t0_ns=0, rate_pps=100, sent=100)
+    probe = stream([1], received=61, first=0, last=600 * MS)
+    e = series.probe_effect(probe, sched, False, 550 * MS, 700 * MS, lag_ns=4 * MS)
+    assert e.problem is None and e.at_ns == 607 * MS and e.half_ns == 7 * MS
+
+
 def test_the_kept_flow_loss_gap_peak_and_recovery():
     # 10 packets a ms for 1 s; the update starts at 500 ms; slots 520..529 lose
     # everything, and slot 530 arrives late (2 ms).

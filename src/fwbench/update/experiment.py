@@ -55,6 +55,11 @@ FACTORS = ("backend", "rules", "kind", "mechanism")
 REQUIRED_TOOLS = {"ip": "iproute2", "taskset": "util-linux"}
 # The senders run until stopped; this only bounds a run that lost its way.
 SENDER_LIMIT_S = 3600
+# The two senders share a CPU: each sleeps until this close to its next packet.
+# With the engine's default (150 us, above the kept flow's 100 us interval) the
+# kept flow's sender never slept, and the probe's fell ~4 ms (p99) behind its
+# schedule; at 20 us both keep it to ~0.1 ms (p99) here.
+SENDER_SPIN_US = 20
 # After the senders stop, for the last packets to reach the sink.
 DRAIN_S = 0.05
 # A command of an update may take this long before the trial gives up on it.
@@ -296,7 +301,7 @@ class Update(Experiment):
                 senders.append(engine.Sender(
                     tb, frame_size=frame, rate_pps=rate, duration_s=SENDER_LIMIT_S,
                     cookie=cookie, dport=dport, stream=stream,
-                    cpus=[tb.topo.settings.sender_cpu]))
+                    cpus=[tb.topo.settings.sender_cpu], spin_us=SENDER_SPIN_US))
             # This process (the commands' parent, the memory sampler) leaves the
             # sender's CPU to the sender: on it, it delayed the sending by up to
             # 16 ms at every reload, which the kept flow's latency then showed.
@@ -355,7 +360,8 @@ class Update(Experiment):
         kept_sched = series.Schedule(ks["t0_ns"], ks["offered_pps"], ks["sent"])
         probe_sched = series.Schedule(ps["t0_ns"], ps["offered_pps"], ps["sent"])
         start, end = ran["start_ns"], ran["end_ns"]
-        eff = series.probe_effect(streams[1], probe_sched, k.probe == "starts", start, end)
+        eff = series.probe_effect(streams[1], probe_sched, k.probe == "starts", start, end,
+                                  int((ps.get("send_lag_ns") or {}).get("max", 0)))
         m = {
             "update_s": (eff.at_ns - start) / 1e9 if not eff.problem else None,
             "update_resolution_s": eff.half_ns / 1e9,

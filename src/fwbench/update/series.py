@@ -35,6 +35,7 @@ class Stream:
     packets: np.ndarray
     lat_sum_ns: np.ndarray
     lat_max_ns: np.ndarray
+    first_arrival_ns: int = 0      # the earliest arrival; 0: not known
 
     @classmethod
     def of(cls, d: dict) -> "Stream":
@@ -42,7 +43,8 @@ class Stream:
                    d["max_gap_end_ns"], d["outside"], d["first_slot"],
                    np.asarray(d["packets"], dtype=np.int64),
                    np.asarray(d["lat_sum_ns"], dtype=np.int64),
-                   np.asarray(d["lat_max_ns"], dtype=np.int64))
+                   np.asarray(d["lat_max_ns"], dtype=np.int64),
+                   d.get("first_arrival_ns", 0))
 
 
 @dataclass(frozen=True)
@@ -76,17 +78,27 @@ class Effect:
 
 
 def probe_effect(probe: Stream, sched: Schedule, starts: bool, start_ns: int,
-                 end_ns: int) -> Effect:
+                 end_ns: int, lag_ns: int = 0) -> Effect:
     """When the update reached the kernel, from the probe flow (`starts`: the
     update lets it through; else it stops it); `problem` says why the probe
-    cannot tell (then the trial is not valid)."""
+    cannot tell (then the trial is not valid).
+
+    A packet meets the firewall at or after its scheduled time (the sender is
+    never early, and may lag), and before it arrives. Starting: the change came
+    after the last packet dropped met the firewall (at or after its schedule, one
+    interval before the first that passed) and before the first that passed
+    arrived. Stopping: after the last that passed met the firewall (at or after
+    its schedule) and before the next met it: its schedule plus at most `lag_ns`,
+    the most the sender fell behind. The middle of that interval, +- half of it."""
     i = sched.interval_ns
     half = int(i / 2)
     if starts:
         if not probe.received:
             return Effect(0, half, "the probe flow never passed: the change did not "
                                    "take effect while the probe ran")
-        at = int(probe.first_sched_ns - i / 2)
+        lo = probe.first_sched_ns - i
+        hi = max(probe.first_arrival_ns, probe.first_sched_ns)
+        at, half = int((lo + hi) / 2), int((hi - lo) / 2)
         if probe.first_sched_ns < start_ns - i:
             return Effect(at, half, "the probe flow passed before the update began: "
                                     "the rule set before it already let it through")
@@ -100,7 +112,8 @@ def probe_effect(probe: Stream, sched: Schedule, starts: bool, start_ns: int,
     if not probe.received or probe.first_sched_ns >= start_ns:
         return Effect(0, half, "the probe flow did not pass before the update: the "
                                "rule set before it did not let it through")
-    at = int(probe.last_sched_ns + i / 2)
+    lo, hi = probe.last_sched_ns, probe.last_sched_ns + i + lag_ns
+    at, half = int((lo + hi) / 2), int((hi - lo) / 2)
     if probe.last_sched_ns >= sched.due()[-1] - i:
         return Effect(at, half, "the probe flow still passed when it ended: the change "
                                 "did not take effect while the probe ran")
