@@ -74,8 +74,10 @@ def latency_table(cs: dict[Key, list[TrialRecord]]) -> Table:
     return Table(["kind", "rules", "backend", "mechanism", "in effect ms [95 %]",
                   "resolution ms", "command ms", "effect - exit ms", "n"], rows,
                  "In effect: from the update's first command starting to the probe flow "
-                 "starting or stopping (mean over trials, t interval); resolution: half "
-                 "the probe's packet interval, each trial's own uncertainty; command: the "
+                 "starting or stopping (mean over trials, t interval); resolution: each "
+                 "trial's own uncertainty (mean), half the span its probe packets bound "
+                 "the change to: from the schedule of the last packet the old rules "
+                 "decided to the arrival of the first the new ones did; command: the "
                  "commands' wall time (median); effect - exit: negative when the kernel "
                  "held the new rule set before the last command ended", id="update-latency")
 
