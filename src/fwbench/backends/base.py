@@ -157,8 +157,9 @@ class Backend(abc.ABC):
         return rs.rule_count + sum(len(s.elements) for t in rs.tables for s in t.sets)
 
     def rendering(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
-        """`render`, remembered for the latest rule set and interfaces: a sweep loads
-        the same rule set trial after trial, and verification compares against it."""
+        """`render`, remembered for the latest few rule sets and interfaces: a sweep
+        loads the same rule set trial after trial, an update trial two, and
+        verification compares against them."""
         return remembered(_renderings, (self.name, rs.digest(), ifs),
                           lambda: self.render(rs, ifs))
 
