@@ -1,6 +1,7 @@
 """Every backend loads N = 1,000 and verifies; probes get the right verdicts; a
 rule set that is not the one asked for fails verification, with a reason naming what
 differs. Run against the real kernel in a fresh testbed."""
+from collections import OrderedDict
 from dataclasses import replace
 
 import pytest
@@ -259,7 +260,7 @@ def test_one_element_replaced_fails_verification(testbed, backend):
 def netlink_path(monkeypatch):
     from fwbench.backends import nftables
     monkeypatch.setattr(nftables, "TEXT_CHECK_ENTRIES", 0)
-    monkeypatch.setattr(nftables, "_proven", {})
+    monkeypatch.setattr(nftables, "_proven", OrderedDict())
     return nftables
 
 

@@ -277,3 +277,19 @@ def test_reload_kinds_replace_all_keeps_a_reload_where_it_is_the_only_way():
         [("add-end", "reload"), ("replace-all", "reload")]
     assert [c[2:] for c in cells_of(ipt, s, [10_000])[0]] == \
         [("add-end", "batch"), ("replace-all", "reload")]
+
+
+def test_the_latest_few_rule_sets_are_remembered_and_the_oldest_dropped():
+    from collections import OrderedDict
+    from fwbench.backends.base import remember, remembered
+    cache, made = OrderedDict(), []
+
+    def make(k):
+        made.append(k)
+        return k * 10
+    for k in (1, 2, 1, 3, 4, 1, 2):
+        assert remembered(cache, k, lambda: make(k), kept=3) == k * 10
+    # 1 was used again before 3 and 4 came, so it stayed; 2 was dropped for 4.
+    assert made == [1, 2, 3, 4, 2] and list(cache) == [4, 1, 2]
+    remember(cache, 5, 50, kept=3)
+    assert list(cache) == [1, 2, 5]

@@ -288,7 +288,13 @@ def remembered(cache: OrderedDict, key, make: Callable[[], T], kept: int = REMEM
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
-    cache[key] = value = make()
+    return remember(cache, key, make(), kept)
+
+
+def remember(cache: OrderedDict, key, value: T, kept: int = REMEMBERED) -> T:
+    """cache[key] = value, the oldest dropped past `kept`."""
+    cache[key] = value
+    cache.move_to_end(key)
     while len(cache) > kept:
         cache.popitem(last=False)
     return value

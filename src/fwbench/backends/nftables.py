@@ -17,10 +17,12 @@ every rule's expressions in order, every set's elements (count and hash).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from fwbench import proc
 from fwbench.backends import kernel
 from fwbench.backends.base import Backend, Snapshot, Step, interfaces, ordered_differences, \
-    unordered_differences
+    remember, unordered_differences
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import nft as nft_render
@@ -100,9 +102,7 @@ class _Nft(Backend):
         else:
             out = self._text_differences(tb, files["rules.nft"])
             if not out:
-                _proven[key] = dump
-                while len(_proven) > PROVEN_KEPT:
-                    del _proven[next(iter(_proven))]
+                remember(_proven, key, dump, PROVEN_KEPT)
         return Snapshot(out, dump.entries(), dump.counters())
 
     def _text_differences(self, tb: NetnsTestbed, rendered: str) -> list[str]:
@@ -121,7 +121,7 @@ TEXT_CHECK_ENTRIES = 20_000
 # (backend, rule-set digest, interfaces) -> the netlink dump of a load of that
 # rendering that matched it in nft's text; the latest PROVEN_KEPT (an update trial
 # loads one rule set and changes it into another, trial after trial).
-_proven: dict[tuple, kernel.NftDump] = {}
+_proven: OrderedDict[tuple, kernel.NftDump] = OrderedDict()
 PROVEN_KEPT = 8
 
 
