@@ -21,13 +21,23 @@ class CpuSample:
 
     @staticmethod
     def now() -> "CpuSample":
-        out: dict[int, dict[str, int]] = {}
+        """This machine's."""
         with open("/proc/stat") as f:
-            for line in f:
-                name, *vals = line.split()
-                if not name.startswith("cpu") or name == "cpu":
-                    continue
-                out[int(name[3:])] = {k: int(v) for k, v in zip(_FIELDS, vals)}
+            return CpuSample.parse(f.read())
+
+    @staticmethod
+    def of(tb, role: str = "fw") -> "CpuSample":
+        """The machine's that testbed host `role` runs on."""
+        return CpuSample.parse(tb.machine_file(role, "/proc/stat"))
+
+    @staticmethod
+    def parse(text: str) -> "CpuSample":
+        out: dict[int, dict[str, int]] = {}
+        for line in text.splitlines():
+            name, *vals = line.split()
+            if not name.startswith("cpu") or name == "cpu":
+                continue
+            out[int(name[3:])] = {k: int(v) for k, v in zip(_FIELDS, vals)}
         return CpuSample(out)
 
 

@@ -433,14 +433,13 @@ def table_state(tb: NetnsTestbed) -> dict:
         "udp_timeout_s": _read(tb, "nf_conntrack_udp_timeout"),
     })
     try:
-        with open("/proc/slabinfo") as f:
-            out["slab"] = parse_slabinfo(f.read())
-    except OSError:
+        out["slab"] = parse_slabinfo(tb.machine_file("fw", "/proc/slabinfo"))
+    except (OSError, FwbenchError):
         out["slab"] = None
     # Every slab cache, so extensions kmalloc'd beside each entry (NAT's) show in
     # a delta; the machine's other work moves it too.
-    with open("/proc/meminfo") as f:
-        kb = next((int(ln.split()[1]) for ln in f if ln.startswith("Slab:")), 0)
+    meminfo = tb.machine_file("fw", "/proc/meminfo").splitlines()
+    kb = next((int(ln.split()[1]) for ln in meminfo if ln.startswith("Slab:")), 0)
     out["all_slabs_bytes"] = kb * 1024
     return out
 

@@ -339,7 +339,7 @@ def exchange(tb: "NetnsTestbed", packets: list[Packet], timeout_s: float = 10.0,
             _sink(tb, role, host.ifname)
             sinks.append(role)
         handed_before = _handover_drops(tb)
-        taken_in = _fw_in_receives(tb) + len(packets)
+        taken_in = tb.taken_in() + len(packets)
         for role, a in agents.items():
             a.write({"cmd": "send", "frames": frames[role],
                      "limit_s": max(0.5, timeout_s - (time.monotonic() - start))})
@@ -403,21 +403,6 @@ def _handover_drops(tb: "NetnsTestbed") -> int:
     return sum(tb.stats(p).tx_dropped for p in (t.fw_client_side, t.fw_server_side))
 
 
-def _fw_in_receives(tb: "NetnsTestbed") -> int:
-    """IPv4 + IPv6 packets the firewall's IP layer has taken in: it grows while
-    the firewall still works through its input queue, even when it drops them all."""
-    text = tb.exec("fw", ["cat", "/proc/net/snmp", "/proc/net/snmp6"])
-    lines = text.splitlines()
-    n = 0
-    for head, vals in zip(lines, lines[1:]):
-        if head.startswith("Ip: ") and vals.startswith("Ip: ") and not head[4].isdigit():
-            n += int(vals.split()[head.split().index("InReceives")])
-    for ln in lines:
-        if ln.startswith("Ip6InReceives"):
-            n += int(ln.split()[1])
-    return n
-
-
 # Once the firewall's IP layer has taken in every packet sent, this long without a
 # capture or the firewall moving ends the wait: the last packet is then at most one
 # rule-set traversal (2 ms at 100,000 nft rules) from its capture.
@@ -433,7 +418,7 @@ def _wait_quiet(tb: "NetnsTestbed", agents: dict[str, "_Agent"], expected: int,
         captured = [a.ask({"cmd": "count"})["captured"] for a in agents.values()]
         if sum(captured) >= expected:
             return
-        fw_in = _fw_in_receives(tb)
+        fw_in = tb.taken_in()
         now_state = (*captured, fw_in)
         now = time.monotonic()
         if now_state != last:

@@ -119,13 +119,13 @@ class EngineMeasurer:
         st, flow = self.traffic.settings, self.traffic.flow
         cookie = self._rng.randrange(1, 2**32)
         rx.arm(cookie)
-        before = cpu.CpuSample.now()
+        before = cpu.CpuSample.of(self.tb)
         sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
                            duration_s=duration_s, cookie=cookie, threads=st.threads,
                            sport_count=st.flows, src=flow.src, dst=flow.dst,
                            dport=flow.dport, via=self.traffic.sender_for(offered_pps))
         got = drain(rx)
-        after = cpu.CpuSample.now()
+        after = cpu.CpuSample.of(self.tb)
         fw_cpu = self.tb.topo.settings.firewall_cpu
         return TrialResult(
             offered_pps=offered_pps if offered_pps > 0 else sent["achieved_pps"],
