@@ -17,7 +17,8 @@ fi
 debs=(iptables nftables ipset conntrack iperf3 iputils-ping iproute2 ethtool util-linux procps
       python3 python3-venv
       gcc make libc6-dev clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev
-      libnftnl-dev libmnl-dev)
+      libnftnl-dev libmnl-dev
+      openssh-server)   # the ssh provider's local lab (fwbench lab) and its tests
 # The test suite renders report.html in headless Chromium: ./test.sh asks for it.
 if [ "${1:-}" = "--with-browser" ]; then
 	debs+=(chromium fonts-dejavu-core)
@@ -29,8 +30,19 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "setup: installing Debian packages: ${missing[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive
+	# openssh-server's install would start this machine's own sshd; fwbench runs
+	# sshd only inside its lab's namespaces. A policy-rc.d we place (none there)
+	# keeps packages from starting services, and goes again after.
+	ours=""
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		ours=1
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT   # also when the install fails
+	fi
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	if [ -n "$ours" ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
 fi
 
 # Debian's own Python, so the venv does not depend on whatever python3 is first on PATH.

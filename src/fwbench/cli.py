@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "of its sets")
     r.add_argument("--flow", help="with --ruleset: the measured flow, udp:PORT or a rule "
                    "id (default: the accepted flow that traverses the most rules)")
+    r.add_argument("--inventory", metavar="FILE",
+                   help="run on real hosts over SSH: the inventory naming the client, "
+                        "firewall and server (the ssh provider; `fwbench lab up` makes "
+                        "a local one)")
     r.add_argument("--out", help="results directory (default results/<name>-<time>)")
     r.add_argument("--resume", metavar="DIR",
                    help="finish an interrupted run in DIR; takes no other options")
@@ -156,8 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
                                   "default results/study-ID-<time>)")
     sd.add_argument("--json", nargs="?", const=jsonout.STDOUT, metavar="FILE",
                     help="list: the studies as JSON on stdout (or into FILE)")
-    sub.add_parser("clean", help="remove namespaces (and their processes) left by "
-                                 "earlier runs, e.g. after SIGKILL")
+    cl = sub.add_parser("clean", help="remove namespaces (and their processes) left by "
+                                      "earlier runs, e.g. after SIGKILL")
+    cl.add_argument("--inventory", metavar="FILE",
+                    help="instead: put every host of this inventory back as a killed "
+                         "run found it (its saved state) and end that run's processes")
+    lb = sub.add_parser("lab", help="a three-host lab on this machine for the ssh "
+                                    "provider: namespaces with their own sshd",
+                        description="fwbench lab up DIR builds a client, a firewall and a "
+                                    "server, each a network namespace running its own "
+                                    "OpenSSH server, and writes DIR/inventory.toml for "
+                                    "fwbench run --inventory; fwbench lab down DIR "
+                                    "removes it.")
+    lb.add_argument("action", choices=["up", "down"])
+    lb.add_argument("dir", help="where the lab's keys, sshd configurations and "
+                                "inventory.toml live")
     return p
 
 
@@ -179,8 +196,14 @@ def cmd_run(args, out: Console, err: Console) -> int:
                      "policy.file": args.ruleset, "policy.iface": args.iface,
                      "policy.ipsets": args.ipsets, "policy.flow": args.flow,
                      "echo.full": args.full}
+    if args.inventory:
+        from fwbench.testbed import inventory
+        inventory.load(args.inventory)      # a bad inventory is one line before anything
+        scenario_opts.update({"testbed.provider": "ssh",
+                              "testbed.inventory": str(Path(args.inventory).resolve())})
     if args.resume:
-        if args.scenario or args.out or args.no_report or any(v is not None for v in scenario_opts.values()):
+        if args.scenario or args.out or args.no_report or args.inventory or \
+                any(v is not None for v in scenario_opts.values()):
             raise FwbenchError("--resume finishes a run as it was planned; "
                                "give it no scenario or other options")
         _need_root("fwbench run")
@@ -354,12 +377,33 @@ def _interrupted():
     return Interrupted
 
 
-def cmd_clean(out: Console) -> int:
+def cmd_clean(args, out: Console) -> int:
     from fwbench.testbed.netns import clean_leftovers
 
+    if args.inventory:
+        from fwbench.testbed import hosts, inventory
+        inv = inventory.load(args.inventory)
+        done = hosts.clean(inv)
+        for role, what in done.items():
+            out.print(f"{inv.hosts[role].where}: {what}")
+        return 0 if all(not w.startswith("still") for w in done.values()) else 1
     _need_root("fwbench clean")
     gone = clean_leftovers()
     out.print(f"removed {len(gone)} namespace(s)" + (": " + ", ".join(gone) if gone else ""))
+    return 0
+
+
+def cmd_lab(args, out: Console) -> int:
+    from fwbench.testbed import lab
+
+    _need_root("fwbench lab")
+    if args.action == "up":
+        path = lab.up(args.dir)
+        out.print(f"lab up: {path}")
+        out.print(f"run on it with: fwbench run SCENARIO --inventory {path}")
+        return 0
+    gone = lab.down(args.dir)
+    out.print(f"lab down: removed {len(gone)} namespace(s)")
     return 0
 
 
@@ -381,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "study":
             return cmd_study(args, out, err)
         if args.command == "clean":
-            return cmd_clean(out)
+            return cmd_clean(args, out)
+        if args.command == "lab":
+            return cmd_lab(args, out)
         raise FwbenchError(f"unknown command {args.command}")
     except FwbenchError as e:
         print(f"fwbench: error: {e}", file=sys.stderr)

@@ -174,8 +174,23 @@ class Experiment(abc.ABC):
         """The testbed, built on entry and removed on exit, however the run ends. What
         it yields has `topo`, `recorded` (what the build measured, for the session
         record) and `health()` (why it is no longer the testbed built, or None): the
-        loop asks after every trial that is not ok, and builds a new one if need be."""
+        loop asks after every trial that is not ok, and builds a new one if need be.
+        The scenario's provider builds it: namespaces here, or the inventory's hosts."""
+        s = self.sc.testbed
+        if s.provider == "ssh":
+            from fwbench import bpf, engine
+            from fwbench.backends import kernel
+            from fwbench.testbed import hosts, inventory
+            programs = [engine.binary(), kernel.nftdump_binary(), bpf.binary(),
+                        bpf.DROP_OBJECT]
+            return hosts.SshTestbed(self.topology(), inventory.load(s.inventory), programs)
         return NetnsTestbed(self.topology())
+
+    def over_ssh(self) -> str | None:
+        """None when the experiment runs on the ssh provider's hosts (everything it
+        reads and runs goes through the testbed), else why not."""
+        return (f"method {self.sc.method} reads this machine's own counters and "
+                f"processes, not the hosts'")
 
     @abc.abstractmethod
     def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:

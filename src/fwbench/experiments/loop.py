@@ -70,9 +70,15 @@ def default_out(sc: Scenario) -> Path:
     return Path("results") / f"{sc.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
+def _check(exp: Experiment) -> None:
+    exp.check()
+    if exp.sc.testbed.provider == "ssh" and (why := exp.over_ssh()):
+        raise FwbenchError(f"the ssh provider cannot run this yet: {why}")
+
+
 def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
     exp = experiments.get(sc)
-    exp.check()
+    _check(exp)
     planned = exp.plan()
     for note in planned.notes:
         console.print(f"[yellow]{escape(note)}[/]")
@@ -102,7 +108,7 @@ def execute(rd: RunDir, console: Console, exp: Experiment | None = None) -> RunO
     sc = from_dict(meta["scenario"])
     if exp is None:
         exp = experiments.get(sc)
-        exp.check()
+        _check(exp)
     names = tuple(meta["factors"])
     if names != tuple(exp.factors):
         raise FwbenchError(f"{rd.path}: the run's factors ({', '.join(names)}) are not "
@@ -144,68 +150,99 @@ def _sessions(rd: RunDir, exp: Experiment, plan: list[TrialKey], console: Consol
     treatment, not chance, broke it) and the run goes on on a third."""
     broke: dict[int, str] = {}      # plan position -> how its trial broke a testbed
     rebuilt: str | None = None
-    with sigterm_raises(), progress_bar(console) as progress:
-        task = progress.add_task("trials", total=len(plan))
-        for attempt in range(MAX_REBUILDS + 1):
-            todo = _todo(rd, plan, exp.factors)
-            progress.update(task, total=len(plan), completed=len(plan) - len(todo))
-            try:
-                _session(rd, exp, plan, todo, progress, task, broke, rebuilt)
-                return
-            except TestbedBroken as e:
-                rebuilt = str(e)
-                progress.console.print(f"[yellow]the testbed broke: {escape(rebuilt)}; "
-                                       f"building a new one[/]")
-        raise FwbenchError(f"the testbed broke {MAX_REBUILDS + 1} times; the last: {rebuilt}")
+    with sigterm_raises():
+        # The first testbed is built before the progress bar shows: a host or a
+        # namespace that cannot serve is then an error line of its own.
+        tb = _built(exp)
+        try:
+            with progress_bar(console) as progress:
+                task = progress.add_task("trials", total=len(plan))
+                for attempt in range(MAX_REBUILDS + 1):
+                    todo = _todo(rd, plan, exp.factors)
+                    progress.update(task, total=len(plan), completed=len(plan) - len(todo))
+                    this, tb = tb or _built(exp), None
+                    try:
+                        _session(rd, exp, plan, todo, progress, task, broke, rebuilt, this)
+                        return
+                    except TestbedBroken as e:
+                        rebuilt = str(e)
+                        progress.console.print(f"[yellow]the testbed broke: "
+                                               f"{escape(rebuilt)}; building a new one[/]")
+                raise FwbenchError(f"the testbed broke {MAX_REBUILDS + 1} times; the last: "
+                                   f"{rebuilt}")
+        finally:
+            if tb is not None:    # built but never handed to a session
+                tb.__exit__(None, None, None)
+
+
+def _built(exp: Experiment):
+    """The experiment's testbed, built (on failure it has removed itself)."""
+    tb = exp.testbed()
+    tb.__enter__()
+    return tb
 
 
 def _session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
              todo: list[tuple[int, TrialKey]], progress: Progress, task,
-             broke: dict[int, str], rebuilt: str | None) -> None:
-    """One testbed for the trials still to run, and the adaptive rounds after them."""
+             broke: dict[int, str], rebuilt: str | None, tb) -> None:
+    """One testbed (built; removed here however the session ends) for the trials
+    still to run, and the adaptive rounds after them."""
+    try:
+        _in_session(rd, exp, plan, todo, progress, task, broke, rebuilt, tb)
+    finally:
+        tb.__exit__(None, None, None)
+        if "restored" in tb.recorded:   # real hosts: were they put back as they were?
+            sessions = rd.meta()["sessions"]
+            if sessions and sessions[-1].get("testbed_id") == tb.topo.run_id:
+                sessions[-1]["restored"] = tb.recorded["restored"]
+                rd.update_meta(sessions=sessions)
+
+
+def _in_session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
+                todo: list[tuple[int, TrialKey]], progress: Progress, task,
+                broke: dict[int, str], rebuilt: str | None, tb) -> None:
     sc = exp.sc
-    with exp.testbed() as tb:
-        try:
-            session = {"testbed_id": tb.topo.run_id, "started_at": now(),
-                       "testbed": {**tb.topo.record(), **tb.recorded},
-                       "trials_left": len(todo)}
-            if rebuilt:
-                session["rebuilt_after"] = rebuilt
-            session.update(exp.open(tb, plan, progress.console))
-            meta = rd.meta()
-            rd.update_meta(sessions=meta["sessions"] + [session],
-                           environment={**meta["environment"], **exp.environment(session)})
+    try:
+        session = {"testbed_id": tb.topo.run_id, "started_at": now(),
+                   "testbed": {**tb.topo.record(), **tb.recorded},
+                   "trials_left": len(todo)}
+        if rebuilt:
+            session["rebuilt_after"] = rebuilt
+        session.update(exp.open(tb, plan, progress.console))
+        meta = rd.meta()
+        rd.update_meta(sessions=meta["sessions"] + [session],
+                       environment={**meta["environment"], **exp.environment(session)})
 
-            def run(idx: int, key: TrialKey) -> None:
-                cell = exp.cell_label(key)
-                progress.update(task, description=cell)
-                rec = exp.run_trial(tb, key, idx, step=lambda line: progress.update(
-                    task, description=f"{cell} {line}"))
-                why = tb.health() if rec.status != "ok" else None
-                if why and idx not in broke:
-                    broke[idx] = why
-                    raise TestbedBroken(f"{why} (after trial {idx + 1}, {cell}: "
-                                        f"{rec.reason}; it runs again on the new testbed)")
-                if why:
-                    rec = replace(rec, status="failed", reason=(
-                        f"the trial broke the testbed twice ({broke[idx]}; then {why}): "
-                        f"{rec.reason}"))
-                rd.append(rec)
-                progress.advance(task)
-                progress.console.print(_trial_line(exp, idx + 1, len(plan), key, rec))
-                if why:
-                    raise TestbedBroken(why)
+        def run(idx: int, key: TrialKey) -> None:
+            cell = exp.cell_label(key)
+            progress.update(task, description=cell)
+            rec = exp.run_trial(tb, key, idx, step=lambda line: progress.update(
+                task, description=f"{cell} {line}"))
+            why = tb.health() if rec.status != "ok" else None
+            if why and idx not in broke:
+                broke[idx] = why
+                raise TestbedBroken(f"{why} (after trial {idx + 1}, {cell}: "
+                                    f"{rec.reason}; it runs again on the new testbed)")
+            if why:
+                rec = replace(rec, status="failed", reason=(
+                    f"the trial broke the testbed twice ({broke[idx]}; then {why}): "
+                    f"{rec.reason}"))
+            rd.append(rec)
+            progress.advance(task)
+            progress.console.print(_trial_line(exp, idx + 1, len(plan), key, rec))
+            if why:
+                raise TestbedBroken(why)
 
-            for idx, key in todo:
-                run(idx, key)
-            while sc.adaptive.max_repeat and \
-                    (r := adaptive_round(rd, sc, exp.factors, plan, exp.blocks())) is not None:
-                progress.update(task, total=len(plan))
-                progress.console.print(_round_line(exp, r, plan, sc.adaptive.rel_width))
-                for idx in r.positions:
-                    run(idx, plan[idx])
-        finally:
-            exp.close(tb)
+        for idx, key in todo:
+            run(idx, key)
+        while sc.adaptive.max_repeat and \
+                (r := adaptive_round(rd, sc, exp.factors, plan, exp.blocks())) is not None:
+            progress.update(task, total=len(plan))
+            progress.console.print(_round_line(exp, r, plan, sc.adaptive.rel_width))
+            for idx in r.positions:
+                run(idx, plan[idx])
+    finally:
+        exp.close(tb)
 
 
 def _trial_line(exp: Experiment, n: int, total: int, key: TrialKey,

@@ -51,6 +51,11 @@ class Sweep(Experiment):
         self.rulesets: dict[tuple, RuleSet] = {}
         self.kept: Kept | None = None   # what stays loaded (keep_loaded), and its proof
 
+    def over_ssh(self) -> str | None:
+        if self.sc.method == "cpucost":
+            return "method cpucost's soaker runs on this machine, not the firewall host"
+        return None
+
     def check(self) -> None:
         check_tools()
         make_method(self.sc)    # settings a search would reject, rejected now
@@ -173,7 +178,7 @@ def restore_ingress_gro(tb: NetnsTestbed, sc: Scenario) -> None:
     state = "on" if sc.testbed.offloads else "off"
     for port in tb.firewall_ingress():
         tb.exec(port.host, ["ethtool", "-K", port.ifname, "gro", state])
-        tb.recorded.setdefault("offloads", {}).setdefault(port.ifname, {})["gro"] = state
+        tb.recorded.setdefault("offloads", {}).setdefault(tb.port_name(port), {})["gro"] = state
 
 
 def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:

@@ -79,6 +79,9 @@ class FixedRateSweep(Sweep):
         self.methods: dict[str, FixedRate] = {}
         self.cached: dict[tuple, RuleSet] = {}
 
+    def over_ssh(self) -> str | None:
+        return "method fixedrate counts this machine's CPUs and reads its CPU times"
+
     def check(self) -> None:
         super().check()
         ncpu = os.cpu_count() or 1

@@ -61,6 +61,9 @@ class LoadLatency(Experiment):
 
     # --- before any testbed ----------------------------------------------------------
 
+    def over_ssh(self) -> str | None:
+        return None
+
     def check(self) -> None:
         proc.require(REQUIRED_TOOLS)
         if "tcp-bidir" in self.s.loads:

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fwbench import addresses as ad
 from fwbench.errors import FwbenchError
@@ -34,7 +34,10 @@ class TestbedSettings(BaseModel):
     all recorded with each run."""
     __test__ = False  # not a pytest class, despite the name
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-    provider: Literal["netns"] = "netns"
+    provider: Literal["netns", "ssh"] = Field(
+        "netns", description="netns: namespaces on this machine; ssh: the hosts of "
+        "`inventory` (fwbench run --inventory FILE sets both)")
+    inventory: str | None = Field(None, description="the ssh provider's inventory file")
     mtu: Annotated[int, Field(ge=1280, le=9000)] = 1500
     offloads: bool = Field(False, description="GRO/GSO/TSO on the test interfaces")
     ingress_gro: bool = Field(
@@ -47,6 +50,14 @@ class TestbedSettings(BaseModel):
         1, description="RPS steers the firewall's ingress here")
     server_cpu: Annotated[int, Field(ge=0)] = Field(
         0, description="the server's user-space receivers run here")
+
+    @model_validator(mode="after")
+    def _inventory_for_ssh(self):
+        if self.provider == "ssh" and not self.inventory:
+            raise ValueError("provider ssh needs an inventory (fwbench run --inventory FILE)")
+        if self.provider == "netns" and self.inventory:
+            raise ValueError("an inventory is for provider ssh")
+        return self
 
 
 Kind = Literal["client", "firewall", "server"]
@@ -338,7 +349,7 @@ def _validate(t: Topology) -> None:
         if not 0 < len(p.ifname) <= _IFNAMSIZ:
             raise FwbenchError(f"topology: interface name {p.ifname!r} is longer than "
                                f"{_IFNAMSIZ} characters")
-    for what, values in (("interface", [p.ifname for p in ports]),
+    for what, values in (("interface", [f"{p.host}:{p.ifname}" for p in ports]),
                          ("port", ports),
                          ("MAC address", [p.mac.lower() for p in ports]),
                          ("address", [str(ipaddress.ip_interface(a).ip)

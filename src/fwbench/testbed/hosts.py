@@ -1,0 +1,460 @@
+"""The `ssh` provider: the scenario's topology on real hosts, driven over SSH.
+
+Building (`SshTestbed.build`), in order, each step on the hosts in parallel:
+
+1. connect to every host (fwbench.testbed.ssh); a host that cannot be reached
+   or refuses the key is one line, and nothing has changed anywhere;
+2. check, reading only: the tools and kernel features the host's part needs, its
+   architecture against this machine's builds, the test interfaces (they exist,
+   carry neither the SSH session nor a default route, have no XDP program or tc
+   hook of another's), and that no killed run's state is still waiting there;
+3. save the host's state (fwbench.testbed.hoststate) into fwbench's private
+   directory on it, before any change;
+4. copy the engine, the eBPF loader and the packet agent's Python there, each
+   checked by its sha256 on the host;
+5. empty the firewall's tables, as a fresh namespace's are; give the test
+   interfaces fwbench's addresses, static neighbours and routes, forwarding on
+   the firewall; offloads and RPS as the scenario says.
+
+`destroy` (normal end, error, SIGINT, SIGTERM) ends every process fwbench
+started on the hosts, puts each host's state back, checks it against the saved
+one and removes the private directory. After a SIGKILL, `fwbench clean
+--inventory` does the same from the saved state on each host (`clean`).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import platform
+import signal
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+from fwbench.errors import FwbenchError
+from fwbench.testbed import hoststate
+from fwbench.testbed.base import Testbed, ports_health
+from fwbench.testbed.inventory import Host, Inventory
+from fwbench.testbed.ssh import SshExecutor, connect_all, parallel
+from fwbench.testbed.topology import Link, Topology
+
+# Every host runs these (tool -> Debian package); per kind, more.
+TOOLS = {"ip": "iproute2", "tc": "iproute2", "ethtool": "ethtool", "sysctl": "procps",
+         "taskset": "util-linux", "python3": "python3", "sha256sum": "coreutils",
+         "ldd": "libc-bin"}
+KIND_TOOLS = {
+    "client": {"ping": "iputils-ping", "iperf3": "iperf3"},
+    "server": {"iperf3": "iperf3"},
+    "firewall": {"iptables-legacy": "iptables", "iptables-nft": "iptables",
+                 "ip6tables-legacy": "iptables", "ip6tables-nft": "iptables",
+                 "iptables-legacy-save": "iptables", "iptables-nft-save": "iptables",
+                 "nft": "nftables", "ipset": "ipset", "conntrack": "conntrack"},
+}
+# Shared libraries of the copied binaries, by Debian package, for a clear message.
+LIBRARIES = {"libbpf.so": "libbpf1", "libelf.so": "libelf1", "libz.so": "zlib1g",
+             "libnftnl.so": "libnftnl11", "libmnl.so": "libmnl0"}
+STATE = "state.json"
+
+
+def private_dir(h: Host) -> str:
+    """fwbench's directory on the host (per role: lab hosts share a filesystem)."""
+    return f"{h.workdir.rstrip('/')}/{h.role}"
+
+
+def artifacts(programs: list[Path]) -> dict[str, bytes]:
+    """What the hosts need from this machine: local path -> bytes. The packet
+    agent's Python goes as one zip of fwbench's pure-Python modules."""
+    out = {str(p): Path(p).read_bytes() for p in programs}
+    out["fwbench.zip"] = python_zip()
+    return out
+
+
+def python_zip() -> bytes:
+    root = Path(__file__).resolve().parents[1]   # src/fwbench
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(root.rglob("*.py")):
+            info = zipfile.ZipInfo(str(Path("fwbench") / f.relative_to(root)),
+                                   (2020, 1, 1, 0, 0, 0))   # same bytes every time
+            z.writestr(info, f.read_bytes())
+    return buf.getvalue()
+
+
+def _name(local: str) -> str:
+    return Path(local).name
+
+
+class SshTestbed(Testbed):
+    provider = "ssh"
+    own_traffic = True    # the SSH session itself
+
+    def __init__(self, topo: Topology, inventory: Inventory, programs: list[Path]):
+        """`programs`: the files the hosts run (the engine, the eBPF loader and
+        objects), copied there; a command naming one runs the host's copy."""
+        super().__init__(topo, None)   # the executor comes with the connections
+        self.inventory = inventory
+        self.programs = programs
+        self.hosts = {r: inventory.host(r) for r in topo.roles}
+        self.executor: SshExecutor | None = None
+        self._saved: dict[str, dict] = {}      # role -> the state saved on it
+        self._tracked: dict[str, set[str]] = {r: set() for r in topo.roles}
+        self.notes: list[str] = []
+
+    def port_name(self, port) -> str:
+        return f"{port.host}:{port.ifname}"
+
+    # --- building ----------------------------------------------------------------------
+
+    def build(self) -> None:
+        roles = list(self.topo.roles)
+        conns = connect_all([self.hosts[r] for r in roles])
+        self.executor = SshExecutor(conns, {r: private_dir(self.hosts[r]) for r in roles})
+        facts = parallel(self._check, roles)
+        self.topo = _on_hosts(self.topo, self.hosts, facts)
+        self.recorded["hosts"] = {r: f["environment"] for r, f in facts.items()}
+        boots = {f["boot_id"] for f in facts.values()}
+        self.one_clock = len(boots) == 1
+        self.recorded["latency_clock"] = (
+            "one clock: every host runs on one kernel (same boot_id), so one-way "
+            "latency is measured" if self.one_clock else
+            "separate clocks: the hosts run different kernels")
+        files = artifacts(self.programs)
+        parallel(lambda r: self._prepare(r, files), roles)
+        parallel(self._links, roles)
+        self.configure()
+
+    def _check(self, role: str) -> dict:
+        """Read-only checks of one host; its facts for the build."""
+        h, ex = self.hosts[role], self.executor
+        kind = self.topo.host(role).kind
+        hoststate.check_tools(ex, role, {**TOOLS, **KIND_TOOLS.get(kind, {})}, h.where)
+        env = _environment(ex, role, list(h.ports.values()))
+        if env["machine"] != platform.machine():
+            raise FwbenchError(f"{h.where} is {env['machine']}; fwbench's engine and "
+                               f"eBPF loader here are built for {platform.machine()}: "
+                               f"run fwbench from a {env['machine']} machine")
+        if not env["python_ok"]:
+            raise FwbenchError(f"{h.where}: python3 is older than 3.11 (the packet agent "
+                               f"needs 3.11)")
+        if not env["btf"]:
+            raise FwbenchError(f"{h.where}: kernel {env['kernel']} has no BTF "
+                               f"(/sys/kernel/btf/vmlinux), which the engine's XDP "
+                               f"programs need")
+        links = {x["ifname"]: x for x in hoststate._json(
+            ex.output(role, ["ip", "-j", "-d", "link", "show"]))}
+        session = ex.output(role, ["sh", "-c", "echo $SSH_CONNECTION"]).split()
+        carrying = _carrying(ex, role, session)
+        defaults = {r.get("dev") for v in ("-4", "-6") for r in hoststate._json(
+            ex.output(role, ["ip", v, "-j", "route", "show", "default"]))}
+        for peer, ifname in h.ports.items():
+            if ifname not in links:
+                raise FwbenchError(f"{h.where}: test interface {ifname} (facing {peer}) "
+                                   f"does not exist")
+            if ifname in carrying:
+                raise FwbenchError(f"{h.where}: test interface {ifname} carries the SSH "
+                                   f"session; fwbench will not touch it")
+            if ifname in defaults:
+                raise FwbenchError(f"{h.where}: test interface {ifname} carries the "
+                                   f"host's default route; fwbench will not touch it")
+            if links[ifname].get("xdp"):
+                raise FwbenchError(f"{h.where}: test interface {ifname} has an XDP "
+                                   f"program attached; fwbench would replace it")
+            kinds = {q["kind"] for q in hoststate._json(
+                ex.output(role, ["tc", "-j", "qdisc", "show", "dev", ifname]))}
+            if kinds & {"clsact", "ingress"}:
+                raise FwbenchError(f"{h.where}: test interface {ifname} has a tc "
+                                   f"{'/'.join(sorted(kinds & {'clsact', 'ingress'}))} "
+                                   f"hook; fwbench would replace it")
+        if ex.get(role, f"{private_dir(h)}/{STATE}") is not None:
+            raise FwbenchError(f"{h.where} still holds the saved state of a run that did "
+                               f"not end (in {private_dir(h)}): put it back first with "
+                               f"fwbench clean --inventory {self.inventory.path}")
+        return {"macs": {n: links[n]["address"] for n in h.ports.values()},
+                "boot_id": env.pop("boot_id"), "cpus": env["cpus"], "environment": env}
+
+    def _prepare(self, role: str, files: dict[str, bytes]) -> None:
+        """Save the host's state, then copy what it runs."""
+        h, ex = self.hosts[role], self.executor
+        d = private_dir(h)
+        ex.run(role, ["sh", "-c", f"umask 077 && mkdir -p {d}/pids {d}/bin"])
+        keys = self._sysctl_keys(role)
+        self._tracked[role] |= set(keys)
+        saved = hoststate.snapshot(ex, role, list(h.ports.values()), keys)
+        saved["ifnames"] = list(h.ports.values())
+        self._saved[role] = saved
+        self._write_state(role)
+        digests = {}
+        for local, data in files.items():
+            remote = f"{d}/bin/{_name(local)}"
+            ex.put(role, data, remote, 0o700)
+            digests[remote] = hashlib.sha256(data).hexdigest()
+        got = dict(reversed(ln.split(maxsplit=1)) for ln in
+                   ex.output(role, ["sha256sum", *digests]).splitlines())
+        for remote, want in digests.items():
+            if got.get(remote) != want:
+                raise FwbenchError(f"{h.where}: the copy of {_name(remote)} does not hash "
+                                   f"to what was sent")
+        missing = [ln.split()[0] for remote in digests if not remote.endswith((".o", ".zip"))
+                   for ln in ex.output(role, ["ldd", remote], check=False).splitlines()
+                   if "not found" in ln]
+        if missing:
+            pkgs = sorted({p for lib, p in LIBRARIES.items()
+                           if any(m.startswith(lib) for m in missing)})
+            raise FwbenchError(f"{h.where} lacks the libraries {', '.join(sorted(set(missing)))}"
+                               f" (Debian: apt-get install {' '.join(pkgs)})")
+        ex.translate[role] = {local: f"{d}/bin/{_name(local)}" for local in files}
+        ex.python[role] = ["env", f"PYTHONPATH={d}/bin/fwbench.zip", "python3"]
+
+    def _sysctl_keys(self, role: str) -> list[str]:
+        """The sysctls the build writes on this host."""
+        ifs = list(self.hosts[role].ports.values())
+        keys = [f"net.ipv6.conf.{i}.{k}" for i in ifs for k in ("accept_dad", "addr_gen_mode")]
+        if self.topo.host(role).kind == "firewall":
+            keys += ["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"]
+        return keys
+
+    def _write_state(self, role: str) -> None:
+        state = {"role": role, "saved": self._saved[role],
+                 "tracked": sorted(self._tracked[role])}
+        self.executor.put(role, json.dumps(state).encode(),
+                          f"{private_dir(self.hosts[role])}/{STATE}")
+
+    def _links(self, role: str) -> None:
+        """fwbench's addresses, neighbours and routes on the host's test interfaces;
+        forwarding on, and the tables empty, on a firewall."""
+        t = self.topo
+        h = self.topo.host(role)
+        if h.kind == "firewall":
+            _empty_firewall(self.executor, role)
+        ports = t.ports_of(role)
+        self.sysctl(role, *[f"net.ipv6.conf.{p.ifname}.{k}={v}" for p in ports
+                            for k, v in (("accept_dad", 0), ("addr_gen_mode", 1))])
+        lines = []
+        for p in ports:
+            lines += [f"link set dev {p.ifname} mtu {t.settings.mtu}",
+                      f"addr add {p.ip4}/{p.prefix4} dev {p.ifname}",
+                      f"addr add {p.ip6}/{p.prefix6} dev {p.ifname} nodad"]
+            lines += [f"addr add {a}/32 dev {p.ifname}" for a in p.extra4]
+            lines += [f"addr add {a}/128 dev {p.ifname} nodad" for a in p.extra6]
+            lines.append(f"link set dev {p.ifname} up")
+        for port, peer in t.neighbours():
+            if port.host == role:
+                lines += [f"neigh replace {a} lladdr {peer.mac} dev {port.ifname} "
+                          f"nud permanent" for a in (peer.ip4, peer.ip6)]
+        for r in t.routes_of(role):
+            lines.append(f"route add {r.dst} via {r.via}")
+        self.executor.run(role, ["ip", "-batch", "-"],
+                          input="".join(ln + "\n" for ln in lines))
+        if h.kind == "firewall":
+            self.sysctl(role, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+
+    # --- what callers ask ---------------------------------------------------------------
+
+    def sysctl(self, role: str, *settings: str) -> None:
+        """Write sysctls; one fwbench has not written before is saved first."""
+        keys = [s.split("=", 1)[0] for s in settings]
+        new = [k for k in keys if k not in self._tracked[role]]
+        if new:
+            self._saved[role]["sysctls"].update(hoststate.sysctls(self.executor, role, new))
+            self._tracked[role] |= set(new)
+            self._write_state(role)
+        super().sysctl(role, *settings)
+
+    def cpus(self, role: str) -> int:
+        return self.recorded["hosts"][role]["cpus"]
+
+    def taken_in(self) -> int:
+        """Packets the firewall's test interfaces have received. Not its IP layer's
+        count, as in a namespace: a real host's counts its management traffic too,
+        this very SSH session's included, so it never stands still. The interfaces'
+        count is taken a queue earlier than the IP layer's; verification's settle
+        time after it covers that queue."""
+        names = {p.ifname for p in self.topo.ports_of("fw")}
+        links = hoststate._json(self.exec("fw", ["ip", "-s", "-j", "link", "show"]))
+        return sum(x["stats64"]["rx"]["packets"] for x in links if x["ifname"] in names)
+
+    def health(self) -> str | None:
+        for role, c in self.executor.conns.items():
+            if c.client is None or not c.client.get_transport() \
+                    or not c.client.get_transport().is_active():
+                return f"the SSH connection to {self.hosts[role].where} is lost"
+        return ports_health(self)
+
+    # --- taking it down -------------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Stop what fwbench started on the hosts and put every host back as it was.
+        Signals are held off meanwhile: a second Ctrl-C must not leave a host half
+        restored."""
+        if self.executor is None:
+            return
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            try:
+                self.stop_processes()
+            except FwbenchError as e:
+                self.notes.append(str(e))
+            roles = [r for r in self.topo.roles if r in self._saved]
+            results = parallel(lambda r: put_back(self.executor, r, self.hosts[r],
+                                                  self._saved[r], self.notes.append),
+                               roles) if roles else {}
+            self.recorded["restored"] = {r: (not left) for r, left in results.items()}
+        finally:
+            self.executor.close()
+            self.executor = None
+            for s, h in old.items():
+                signal.signal(s, h)
+        for line in self.notes:
+            print(f"fwbench: {line}", file=sys.stderr)
+
+
+def put_back(ex: SshExecutor, role: str, h: Host, saved: dict, note) -> list[str]:
+    """End fwbench's processes on the host, restore its saved state, compare; remove
+    the private directory when everything is back. What still differs (noted)."""
+    d = private_dir(h)
+    stop_leftovers(ex, role, d)
+    hoststate.restore(ex, role, saved, note)
+    now = hoststate.snapshot(ex, role, saved["ifnames"], list(saved["sysctls"]))
+    left = hoststate.compare(saved, now)
+    if left:
+        note(f"{h.where} is not as it was: {'; '.join(left[:3])}"
+             f"{f' (and {len(left) - 3} more)' if len(left) > 3 else ''}; its saved state "
+             f"stays in {d} for fwbench clean --inventory")
+        return left
+    ex.run(role, ["rm", "-rf", d], check=False)
+    ex.run(role, ["rmdir", "--ignore-fail-on-non-empty", h.workdir], check=False)
+    return []
+
+
+def stop_leftovers(ex: SshExecutor, role: str, d: str) -> None:
+    """Kill every process a pid file in `d` names that still runs, the same process
+    (its start time matches), then the pid files."""
+    script = (f'for f in {d}/pids/*; do [ -f "$f" ] || continue; read -r pid start < "$f"; '
+              '[ "$pid" = "$$" ] && continue; if [ -r /proc/$pid/stat ]; then read -r a b c d e f g h i j k l m n o p q r s '
+              't u v w < /proc/$pid/stat; [ "$v" = "$start" ] && kill -KILL $pid; fi; '
+              'rm -f "$f"; done; true')
+    # (This command runs in the pid-recording wrapper too: it skips its own file.)
+    ex.run(role, ["sh", "-c", script], check=False)
+
+
+def _empty_firewall(ex: SshExecutor, role: str) -> None:
+    """Every table empty, as in a new namespace: the host's own rules would be a
+    second firewall in the path. They are saved and come back at the end."""
+    empty = {"ip_tables_names": "iptables-legacy", "ip6_tables_names": "ip6tables-legacy"}
+    for names, tool in empty.items():
+        for t in ex.run(role, ["cat", f"/proc/net/{names}"], check=False).stdout.split():
+            ex.run(role, ["sh", "-c", f"{tool} -t {t} -F && {tool} -t {t} -X"])
+            for ln in ex.output(role, [tool, "-t", t, "-S"]).splitlines():
+                if ln.startswith("-P ") and not ln.endswith(" ACCEPT"):
+                    ex.run(role, [tool, "-t", t, "-P", ln.split()[1], "ACCEPT"])
+    ex.run(role, ["nft", "flush", "ruleset"])
+    ex.run(role, ["ipset", "destroy"])
+
+
+def _carrying(ex: SshExecutor, role: str, session: list[str]) -> set[str]:
+    """The interfaces the SSH session runs over: the one holding the address we
+    reached, and the one the host answers us through."""
+    if len(session) < 4:
+        return set()
+    peer, local = session[0], session[2]
+    out = set()
+    route = hoststate._json(ex.output(role, ["ip", "-j", "route", "get", peer], check=False))
+    out |= {r.get("dev") for r in route}
+    for link in hoststate._json(ex.output(role, ["ip", "-j", "addr", "show"])):
+        if any(a.get("local") == local for a in link.get("addr_info", [])):
+            out.add(link["ifname"])
+    return out - {None, "lo"}
+
+
+def _environment(ex: SshExecutor, role: str, ifnames: list[str]) -> dict:
+    """What run.json keeps of a host: kernel, CPU, NIC drivers and firmware,
+    offloads, tool versions."""
+    script = ("uname -m; uname -r; uname -v; cat /proc/sys/kernel/random/boot_id; "
+              "nproc --all; hostname; "
+              "python3 -c 'import sys; print(int(sys.version_info >= (3, 11)))'; "
+              "[ -e /sys/kernel/btf/vmlinux ] && echo 1 || echo 0; "
+              "sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1; "
+              "sed -n 's/^PRETTY_NAME=//p' /etc/os-release | tr -d '\"'")
+    lines = ex.output(role, ["sh", "-c", script]).splitlines() + [""] * 10
+    env = {"machine": lines[0], "kernel": f"Linux {lines[1]} {lines[2]}",
+           "boot_id": lines[3], "cpus": int(lines[4] or 1), "hostname": lines[5],
+           "python_ok": lines[6] == "1", "btf": lines[7] == "1", "cpu_model": lines[8],
+           "os": lines[9]}
+    nics = {}
+    for ifname in ifnames:
+        info = ex.run(role, ["ethtool", "-i", ifname], check=False).stdout
+        fields = dict(ln.split(": ", 1) for ln in info.splitlines() if ": " in ln)
+        nics[ifname] = {"driver": fields.get("driver"), "version": fields.get("version"),
+                        "firmware": fields.get("firmware-version"),
+                        "bus": fields.get("bus-info")}
+    env["nics"] = nics
+    versions = {}
+    for name, argv in (("ip", ["ip", "-V"]), ("iptables", ["iptables-legacy", "-V"]),
+                       ("nft", ["nft", "-v"]), ("ipset", ["ipset", "-v"]),
+                       ("iperf3", ["iperf3", "-v"]), ("ethtool", ["ethtool", "--version"])):
+        cp = ex.run(role, argv, check=False)
+        text = (cp.stdout or cp.stderr).strip()
+        if cp.returncode == 0 and text:
+            versions[name] = text.splitlines()[0]
+    env["tools"] = versions
+    return env
+
+
+def _on_hosts(t: Topology, hosts: dict[str, Host], facts: dict) -> Topology:
+    """The topology with the inventory's interfaces (and their MACs) for its ports
+    and the inventory's CPUs for its hosts."""
+    def port(p, peer_role):
+        h = hosts[p.host]
+        try:
+            ifname = h.ports[peer_role]
+        except KeyError:
+            raise FwbenchError(f"{h.where}: the testbed links {p.host} to {peer_role}, "
+                               f"but the inventory names no port of {p.host} facing "
+                               f"{peer_role}") from None
+        return replace(p, ifname=ifname, mac=facts[p.host]["macs"][ifname])
+    links = tuple(Link(port(a, b.host), port(b, a.host)) for a, b in t.links)
+    new_hosts = tuple(replace(h, cpu=hosts[h.role].cpu if hosts[h.role].cpu is not None
+                              else h.cpu) for h in t.hosts)
+    s = t.settings
+    by_kind = {h.kind: hosts[h.role].cpu for h in t.hosts if hosts[h.role].cpu is not None}
+    settings = s.model_copy(update={
+        "sender_cpu": by_kind.get("client", s.sender_cpu),
+        "firewall_cpu": by_kind.get("firewall", s.firewall_cpu),
+        "server_cpu": by_kind.get("server", s.server_cpu)})
+    return Topology(t.run_id, new_hosts, links, t.routes, settings, t.firewall_rps,
+                    t.server_rps, t.shape + (("provider", "ssh"),))
+
+
+# --- after a SIGKILL -------------------------------------------------------------------------
+
+def clean(inventory: Inventory) -> dict[str, str]:
+    """Put back every host of the inventory that holds a saved state (a run killed
+    before it could): role -> what was done."""
+    hosts = list(inventory.hosts.values())
+    conns = connect_all(hosts)
+    ex = SshExecutor(conns, {h.role: private_dir(h) for h in hosts})
+    notes: list[str] = []
+
+    def one(role: str) -> str:
+        h = inventory.hosts[role]
+        raw = ex.get(role, f"{private_dir(h)}/{STATE}")
+        if raw is None:
+            stop_leftovers(ex, role, private_dir(h))
+            ex.run(role, ["rm", "-rf", private_dir(h)], check=False)
+            return "nothing to put back"
+        try:
+            saved = json.loads(raw)["saved"]
+        except (ValueError, KeyError):
+            raise FwbenchError(f"{h.where}: {private_dir(h)}/{STATE} is not fwbench's "
+                               f"saved state; left alone") from None
+        left = put_back(ex, role, h, saved, notes.append)
+        return "put back as it was" if not left else f"still differs: {'; '.join(left)}"
+    try:
+        return parallel(one, list(inventory.hosts))
+    finally:
+        ex.close()
+        for line in notes:
+            print(f"fwbench: {line}", file=sys.stderr)
+

@@ -1,0 +1,242 @@
+"""The ssh provider against a real three-host lab (fwbench lab: three namespaces,
+each running its own OpenSSH server, reached over management links).
+
+Each host's state is read here straight from its namespace, not through fwbench:
+its firewall as every tool lists it, its test interfaces' settings, routes,
+rules and the sysctls fwbench writes. "As it was" means equal after removing only
+what the kernel changes by itself (save tools' time stamps, packet counters).
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fwbench.testbed import lab
+
+pytestmark = pytest.mark.privileged
+REPO = Path(__file__).resolve().parents[2]
+SYSCTLS = ["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding",
+           "net.ipv4.conf.all.rp_filter", "net.ipv4.conf.all.accept_local",
+           "net.ipv4.conf.all.log_martians"]
+
+
+def fwbench(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fwbench", *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=kw.pop("timeout", 600), **kw)
+
+
+@pytest.fixture(scope="module")
+def the_lab(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lab")
+    inv = lab.up(d)
+    state = json.loads((d / lab.STATE).read_text())
+    yield {"dir": d, "inventory": inv, "id": state["id"]}
+    lab.down(d)
+    assert not [ns for ns in lab.leftover() if state["id"] in ns]
+
+
+def ns(the_lab, role: str) -> str:
+    return f"{lab.LAB_PREFIX}{the_lab['id']}-{role}"
+
+
+def host_state(the_lab) -> dict[str, str]:
+    """Every lab host's state as text, with counters and time stamps taken out."""
+    out = {}
+    ifs = {"client": ["test0"], "fw": ["test0", "test1"], "server": ["test0"]}
+    for role, names in ifs.items():
+        cmds = ["iptables-legacy-save", "ip6tables-legacy-save", "iptables-nft-save",
+                "ip6tables-nft-save", "nft list ruleset", "ipset save",
+                "ip route show table all", "ip -6 route show table all", "ip rule",
+                "ip -6 rule", f"sysctl {' '.join(SYSCTLS)}"]
+        for i in names:
+            cmds += [f"ip -d link show dev {i}", f"ip addr show dev {i}",
+                     f"ip neigh show dev {i} nud permanent", f"tc qdisc show dev {i}",
+                     f"ethtool -k {i}", f"cat /sys/class/net/{i}/queues/rx-*/rps_cpus",
+                     f"sysctl net.ipv6.conf.{i}.accept_dad net.ipv6.conf.{i}.addr_gen_mode"]
+        for c in cmds:
+            cp = subprocess.run(["ip", "netns", "exec", ns(the_lab, role), "sh", "-c", c],
+                                capture_output=True, text=True)
+            text = "\n".join(ln for ln in cp.stdout.splitlines() if not ln.startswith("#"))
+            text = re.sub(r"\[\d+:\d+\]", "[0:0]", text)
+            text = re.sub(r"counter packets \d+ bytes \d+", "counter", text)
+            out[f"{role}: {c}"] = text
+    return out
+
+
+def assert_same(before: dict, after: dict) -> None:
+    differ = [k for k in before if before[k] != after[k]]
+    assert not differ, f"{differ[0]}:\n{before[differ[0]]}\n---\n{after[differ[0]]}"
+
+
+def workdirs(the_lab) -> list[str]:
+    return [p for p in os.listdir("/var/tmp") if the_lab["id"] in p]
+
+
+def leftover_processes(the_lab) -> list[str]:
+    """Processes in the lab's host namespaces other than their sshds."""
+    out = []
+    for role in ("client", "fw", "server"):
+        pids = subprocess.run(["ip", "netns", "pids", ns(the_lab, role)],
+                              capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm != "sshd":
+                out.append(f"{role}: {pid} {comm}")
+    return out
+
+
+QUICK = ["run", "scenarios/quick.toml", "--backends", "iptables-legacy,xdp-set",
+         "--rules", "20", "--frame-sizes", "64", "--duration", "0.3", "--no-report"]
+
+
+def test_a_scenario_runs_over_ssh_and_every_host_is_left_as_it_was(the_lab, tmp_path):
+    before = host_state(the_lab)
+    assert "site-ssh" in before["fw: iptables-legacy-save"]   # a lived-in host
+    cp = fwbench(*QUICK, "--repeat", "1", "--inventory", str(the_lab["inventory"]),
+                 "--out", str(tmp_path / "run"))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["scenario"]["testbed"]["provider"] == "ssh"
+    tb = meta["sessions"][0]["testbed"]
+    assert set(tb["hosts"]) == {"client", "fw", "server"}
+    assert tb["hosts"]["fw"]["nics"]["test0"]["driver"] == "veth"
+    assert tb["latency_clock"].startswith("one clock")
+    assert meta["sessions"][0]["restored"] == {"client": True, "fw": True, "server": True}
+    recs = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
+    assert [r["status"] for r in recs] == ["ok"] * 2, [r["reason"] for r in recs]
+    assert_same(before, host_state(the_lab))
+    assert workdirs(the_lab) == []
+    assert leftover_processes(the_lab) == []
+
+
+def _start(the_lab, out: Path) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-m", "fwbench", *QUICK, "--repeat", "20",
+                          "--inventory", str(the_lab["inventory"]), "--out", str(out)],
+                         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    end = time.monotonic() + 120
+    while time.monotonic() < end:   # until the firewall holds a rule set of ours
+        trials = out / "trials.jsonl"
+        if trials.exists() and trials.read_text().strip():
+            return p
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.2)
+    p.kill()
+    raise AssertionError("no trial within 120 s")
+
+
+def test_sigint_and_sigkill_then_clean_leave_every_host_as_it_was(the_lab, tmp_path):
+    before = host_state(the_lab)
+    p = _start(the_lab, tmp_path / "a")
+    p.send_signal(signal.SIGINT)
+    assert p.wait(120) == 130, p.stderr.read()
+    assert_same(before, host_state(the_lab))
+    assert workdirs(the_lab) == [] and leftover_processes(the_lab) == []
+
+    p = _start(the_lab, tmp_path / "b")
+    p.kill()
+    p.wait()
+    assert workdirs(the_lab), "a killed run leaves its saved state on the hosts"
+    # Another run refuses to start over it, in one line, changing nothing.
+    cp = fwbench(*QUICK, "--inventory", str(the_lab["inventory"]),
+                 "--out", str(tmp_path / "c"))
+    assert cp.returncode == 2
+    assert cp.stderr.count("\n") == 1 and "fwbench clean --inventory" in cp.stderr
+    cp = fwbench("clean", "--inventory", str(the_lab["inventory"]))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert cp.stdout.count("put back as it was") == 3
+    assert_same(before, host_state(the_lab))
+    assert workdirs(the_lab) == [] and leftover_processes(the_lab) == []
+
+
+def _inventory(the_lab, tmp_path, edit) -> Path:
+    text = edit(Path(the_lab["inventory"]).read_text())
+    p = tmp_path / "inventory.toml"
+    p.write_text(text)
+    for f in ("id_ed25519", "known_hosts"):
+        (tmp_path / f).symlink_to(Path(the_lab["dir"]) / f)
+    return p
+
+
+def _missing_tools_sshd(the_lab, tmp_path):
+    """A second sshd on the firewall host whose sessions have no /usr/sbin on
+    their PATH: a host without iptables, nft, ipset, ethtool."""
+    fwdir = Path(the_lab["dir"]) / "fw"
+    conf = tmp_path / "sshd_config"
+    conf.write_text((fwdir / "sshd_config").read_text().replace("Port 22", "Port 2222")
+                    .replace(f"PidFile {fwdir}/sshd.pid", f"PidFile {tmp_path}/sshd.pid")
+                    .replace("SetEnv SHLVL=1", "SetEnv SHLVL=1 PATH=/usr/bin:/bin"))
+    p = subprocess.Popen(["ip", "netns", "exec", ns(the_lab, "fw"), lab.SSHD, "-D", "-e",
+                          "-f", str(conf)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    fw_addr = lab.mgmt_addresses(1)[1]
+    lab._wait_listening(ns(the_lab, "fw"), fw_addr, p)
+    known = Path(the_lab["dir"]) / "known_hosts"
+    line = next(ln for ln in known.read_text().splitlines() if ln.startswith(fw_addr))
+    return p, f"[{fw_addr}]:2222 {line.split(' ', 1)[1]}\n"
+
+
+@pytest.mark.parametrize("case", ["unreachable", "wrong key", "missing tool",
+                                  "ssh interface"])
+def test_a_host_that_cannot_serve_is_one_line_and_changes_nothing(the_lab, tmp_path, case):
+    before = host_state(the_lab)
+    fw_addr = lab.mgmt_addresses(1)[1]
+    sshd = None
+    if case == "unreachable":   # an address on the management link nobody holds
+        inv = _inventory(the_lab, tmp_path, lambda t: t.replace(
+            f'address = "{fw_addr}"', 'address = "198.19.254.7"\nconnect_timeout_s = 2'))
+        want = "ssh: cannot reach fw"
+    elif case == "wrong key":
+        other = tmp_path / "other"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)],
+                       check=True)
+        inv = _inventory(the_lab, tmp_path, lambda t: t.replace(
+            f'address = "{fw_addr}"', f'address = "{fw_addr}"\nkey = "{other}"'))
+        want = "login refused with the key"
+    elif case == "missing tool":
+        sshd, known = _missing_tools_sshd(the_lab, tmp_path)
+        inv = _inventory(the_lab, tmp_path, lambda t: t.replace(
+            f'address = "{fw_addr}"', f'address = "{fw_addr}"\nport = 2222').replace(
+            'known_hosts = "known_hosts"', 'known_hosts = "known2"'))
+        (tmp_path / "known2").write_text(
+            (Path(the_lab["dir"]) / "known_hosts").read_text() + known)
+        want = "lacks tc, ethtool, sysctl, iptables-legacy"
+    else:
+        inv = _inventory(the_lab, tmp_path, lambda t: t.replace(
+            'client = "test0"', 'client = "mgmt0"'))
+        want = "test interface mgmt0 carries the SSH session"
+    try:
+        cp = fwbench(*QUICK, "--inventory", str(inv), "--out", str(tmp_path / "run"))
+    finally:
+        if sshd is not None:
+            os.killpg(sshd.pid, signal.SIGTERM)
+            sshd.wait(10)
+    assert cp.returncode == 2
+    assert cp.stderr.count("\n") == 1 and want in cp.stderr, cp.stderr
+    assert_same(before, host_state(the_lab))
+    assert workdirs(the_lab) == [] and leftover_processes(the_lab) == []
+
+
+def test_seed_004_nat_under_tcp_load_runs_through_the_lab(the_lab, tmp_path):
+    before = host_state(the_lab)
+    cp = fwbench("run", "scenarios/seed004-latency.toml", "--backends", "iptables-nft",
+                 "--repeat", "1", "--duration", "1", "--max-repeat", "0", "--no-report",
+                 "--inventory", str(the_lab["inventory"]), "--out", str(tmp_path / "run"))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    recs = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
+    cells = {(r["factors"]["ruleset"], r["factors"]["load"]) for r in recs
+             if r["status"] == "ok"}
+    assert ("seed004-nat", "tcp-bidir") in cells and len(cells) == 4
+    nat = next(r for r in recs if r["factors"]["ruleset"] == "seed004-nat"
+               and r["factors"]["load"] == "tcp-bidir")
+    assert nat["metrics"]["load"]["up_bps"] > 0, nat["metrics"]["load"]
+    assert_same(before, host_state(the_lab))
