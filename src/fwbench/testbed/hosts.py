@@ -100,6 +100,7 @@ class SshTestbed(Testbed):
         self.executor: SshExecutor | None = None
         self._saved: dict[str, dict] = {}      # role -> the state saved on it
         self._tracked: dict[str, set[str]] = {r: set() for r in topo.roles}
+        self._made: set[str] = set()           # roles whose private directory we made
         self.notes: list[str] = []
 
     def port_name(self, port) -> str:
@@ -114,12 +115,10 @@ class SshTestbed(Testbed):
         facts = parallel(self._check, roles)
         self.topo = _on_hosts(self.topo, self.hosts, facts)
         self.recorded["hosts"] = {r: f["environment"] for r, f in facts.items()}
-        boots = {f["boot_id"] for f in facts.values()}
-        self.one_clock = len(boots) == 1
+        one_clock(self.hosts, {r: f["boot_id"] for r, f in facts.items()})
         self.recorded["latency_clock"] = (
-            "one clock: every host runs on one kernel (same boot_id), so one-way "
-            "latency is measured" if self.one_clock else
-            "separate clocks: the hosts run different kernels")
+            "one clock: every host runs on one kernel (same boot_id), so latency is "
+            "one-way, from the sender's stamp to the receiver's arrival")
         files = artifacts(self.programs)
         parallel(lambda r: self._prepare(r, files), roles)
         parallel(self._links, roles)
@@ -178,6 +177,7 @@ class SshTestbed(Testbed):
         """Save the host's state, then copy what it runs."""
         h, ex = self.hosts[role], self.executor
         d = private_dir(h)
+        self._made.add(role)
         ex.run(role, ["sh", "-c", f"umask 077 && mkdir -p {d}/pids {d}/bin"])
         keys = self._sysctl_keys(role)
         self._tracked[role] |= set(keys)
@@ -301,6 +301,8 @@ class SshTestbed(Testbed):
                                                   self._saved[r], self.notes.append),
                                roles) if roles else {}
             self.recorded["restored"] = {r: (not left) for r, left in results.items()}
+            for r in self._made - set(self._saved):   # stopped before its state was saved
+                remove_private(self.executor, r, self.hosts[r])
         finally:
             self.executor.close()
             self.executor = None
@@ -310,22 +312,48 @@ class SshTestbed(Testbed):
             print(f"fwbench: {line}", file=sys.stderr)
 
 
+def one_clock(hosts: dict[str, Host], boot_ids: dict[str, str]) -> None:
+    """Refuse hosts on separate clocks, in one line.
+
+    The engine stamps each packet with the sender's CLOCK_MONOTONIC and the
+    receiver reads its own on arrival: one-way latency, lateness and the update
+    experiment's timings all need both on one clock, and this machine's too
+    (the runs' time series start from its clock). Only one kernel gives one
+    CLOCK_MONOTONIC; what tells is the boot_id. Across machines the engine would
+    have to reflect its packets back to the sender and time round trips; that
+    mode is not built yet."""
+    here = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    others = {r: b for r, b in boot_ids.items() if b != here}
+    if others:
+        where = ", ".join(hosts[r].where for r in others)
+        raise FwbenchError(f"{where} run{'s' if len(others) == 1 else ''} on another "
+                           f"clock than this machine (another kernel: boot_id differs); "
+                           f"fwbench's timings need one clock, and the engine's round-trip "
+                           f"(reflect) mode for separate machines is not built yet")
+
+
 def put_back(ex: SshExecutor, role: str, h: Host, saved: dict, note) -> list[str]:
     """End fwbench's processes on the host, restore its saved state, compare; remove
     the private directory when everything is back. What still differs (noted)."""
     d = private_dir(h)
     stop_leftovers(ex, role, d)
-    hoststate.restore(ex, role, saved, note)
-    now = hoststate.snapshot(ex, role, saved["ifnames"], list(saved["sysctls"]))
-    left = hoststate.compare(saved, now)
+    keys = list(saved["sysctls"])
+    now = hoststate.snapshot(ex, role, saved["ifnames"], keys)
+    hoststate.restore(ex, role, saved, now, note)
+    left = hoststate.compare(saved, hoststate.snapshot(ex, role, saved["ifnames"], keys))
     if left:
         note(f"{h.where} is not as it was: {'; '.join(left[:3])}"
              f"{f' (and {len(left) - 3} more)' if len(left) > 3 else ''}; its saved state "
              f"stays in {d} for fwbench clean --inventory")
         return left
-    ex.run(role, ["rm", "-rf", d], check=False)
-    ex.run(role, ["rmdir", "--ignore-fail-on-non-empty", h.workdir], check=False)
+    remove_private(ex, role, h)
     return []
+
+
+def remove_private(ex: SshExecutor, role: str, h: Host) -> None:
+    """The host's private directory, and the workdir above it once empty."""
+    ex.run(role, ["rm", "-rf", private_dir(h)], check=False)
+    ex.run(role, ["rmdir", "--ignore-fail-on-non-empty", h.workdir], check=False)
 
 
 def stop_leftovers(ex: SshExecutor, role: str, d: str) -> None:
@@ -442,7 +470,7 @@ def clean(inventory: Inventory) -> dict[str, str]:
         raw = ex.get(role, f"{private_dir(h)}/{STATE}")
         if raw is None:
             stop_leftovers(ex, role, private_dir(h))
-            ex.run(role, ["rm", "-rf", private_dir(h)], check=False)
+            remove_private(ex, role, h)
             return "nothing to put back"
         try:
             saved = json.loads(raw)["saved"]

@@ -208,11 +208,15 @@ def _xtables(save: str, family: str) -> set[tuple[str, str]]:
     return {(family, ln[1:].strip()) for ln in save.splitlines() if ln.startswith("*")}
 
 
-def restore(ex: Executor, role: str, saved: dict,
+def restore(ex: Executor, role: str, saved: dict, now: dict,
             note: Callable[[str], None] = lambda s: None) -> None:
-    """Put the host back as `saved` (a snapshot) had it. Each step that fails is
-    noted and the rest still run; the caller compares afterwards."""
+    """Put the host back as `saved` (a snapshot) had it; `now` is the host's
+    snapshot as it stands. The firewall is touched only when a listing differs
+    (an end host's, which fwbench never loads, stays as it is). Each step that
+    fails is noted and the rest still run; the caller compares afterwards."""
     fw = saved["firewall"]
+    firewall_differs = any(normal(k, fw.get(k, "")) != normal(k, now["firewall"].get(k, ""))
+                           for k in fw.keys() | now["firewall"].keys())
 
     def step(what: str, argv: list[str], input: str | None = None) -> None:
         cp = ex.run(role, argv, input=input, check=False, timeout=600)
@@ -221,16 +225,31 @@ def restore(ex: Executor, role: str, saved: dict,
             note(f"{role}: {what}: {err[0] if err else f'exit {cp.returncode}'}")
 
     for ifname, s in saved["links"].items():
-        if not s["link"]["xdp"]:
+        cur = now["links"].get(ifname, {})
+        if not s["link"]["xdp"] and cur.get("link", {}).get("xdp"):
             for mode in ("xdp", "xdpgeneric", "xdpdrv"):
                 step(f"detaching XDP from {ifname}", ["ip", "link", "set", "dev", ifname,
                                                        mode, "off"])
         had = {q.split()[0] for q in s["qdiscs"]}
+        has = {q.split()[0] for q in cur.get("qdiscs", [])}
         for kind in ("clsact", "ingress"):
-            if kind not in had:
-                ex.run(role, ["tc", "qdisc", "del", "dev", ifname, kind], check=False)
-    # The firewall: empty every tool's tables, then reload what was saved, sets
-    # before the rules that name them.
+            if kind in has and kind not in had:
+                step(f"removing {kind} from {ifname}", ["tc", "qdisc", "del", "dev",
+                                                        ifname, kind])
+    if firewall_differs:
+        _restore_firewall(ex, role, fw, step)
+    # The interfaces, setting by setting.
+    for ifname, s in saved["links"].items():
+        _restore_link(ex, role, ifname, s, step)
+    _restore_routes(ex, role, saved["routes"], step)
+    for k, v in saved["sysctls"].items():
+        if v != "" and now["sysctls"].get(k) != v:
+            step(f"sysctl {k}", ["sysctl", "-q", "-w", f"{k}={v}"])
+
+
+def _restore_firewall(ex: Executor, role: str, fw: dict, step) -> None:
+    """Empty every tool's tables, then reload what was saved, sets before the
+    rules that name them."""
     for name, table_file in (("iptables-legacy", "ip_tables_names"),
                              ("ip6tables-legacy", "ip6_tables_names")):
         if name not in fw:
@@ -262,13 +281,6 @@ def restore(ex: Executor, role: str, saved: dict,
                          if (fam, name) not in managed)
         if native:
             step("restoring nftables", ["nft", "-f", "-"], native)
-    # The interfaces, setting by setting.
-    for ifname, s in saved["links"].items():
-        _restore_link(ex, role, ifname, s, step)
-    _restore_routes(ex, role, saved["routes"], step)
-    for k, v in saved["sysctls"].items():
-        if v != "":
-            step(f"sysctl {k}", ["sysctl", "-q", "-w", f"{k}={v}"])
 
 
 def _restore_link(ex: Executor, role: str, ifname: str, s: dict, step) -> None:

@@ -43,7 +43,6 @@ class Login(BaseModel):
     known_hosts: str | None = Field(None, description="the hosts' public keys "
                                     "(default ~/.ssh/known_hosts)")
     connect_timeout_s: Annotated[float, Field(gt=0, le=300)] | None = None
-    command_timeout_s: Annotated[float, Field(gt=0)] | None = None
     workdir: str | None = Field(None, description="fwbench's private directory on the host")
     netns: str | None = Field(
         None, description="open the connection from inside this network namespace of "
@@ -66,7 +65,7 @@ class HostEntry(Login):
 
 _DEFAULTS = dict(user="root", port=22, key=None, agent=False,
                  known_hosts="~/.ssh/known_hosts", connect_timeout_s=10.0,
-                 command_timeout_s=600.0, workdir="/var/tmp/fwbench", netns=None)
+                 workdir="/var/tmp/fwbench", netns=None)
 
 
 class Host(BaseModel):
@@ -81,7 +80,6 @@ class Host(BaseModel):
     agent: bool
     known_hosts: str
     connect_timeout_s: float
-    command_timeout_s: float
     workdir: str
     netns: str | None
     cpu: int | None

@@ -71,9 +71,6 @@ class Connection:
     def __init__(self, host: Host):
         self.host = host
         self.client: paramiko.SSHClient | None = None
-        # The address the host was reached at and the one we came from, as the
-        # host sees them: the interface carrying them must not be touched.
-        self.local_addr: str | None = None
 
     def open(self) -> "Connection":
         h = self.host
@@ -130,7 +127,6 @@ class Connection:
         tr = client.get_transport()
         tr.set_keepalive(15)
         self.client = client
-        self.local_addr = sock.getsockname()[0]
         return self
 
     @property
