@@ -7,14 +7,13 @@ commented example.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, \
     model_validator
 
-from fwbench import backends
+from fwbench import backends, tomlfile
 from fwbench.catalog import EXPERIMENTS
 from fwbench.ruleset.templates import TEMPLATES
 from fwbench.ruleset.templates import droprate as drop
@@ -501,15 +500,6 @@ class Scenario(BaseModel):
         return self.model_dump()
 
 
-def _one_line(e: ValidationError, origin: str) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"]) or "scenario"
-    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-    msg = msg.removeprefix("Value error, ")
-    more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-    return f"{origin}: {loc}: {msg}{more}"
-
-
 # What a droprate scenario must not set: it has treatments instead of backends and
 # rule sets, its own engine flood and one CPU for the whole path.
 _NOT_FOR_DROPRATE = ("backends", "rules", "policy", "engine", "instrument", "throughput",
@@ -539,17 +529,8 @@ def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
     data: dict = {}
     origin = "command line"
     if path is not None:
-        p = Path(path)
-        origin = str(p)
-        try:
-            with p.open("rb") as f:
-                data = tomllib.load(f)
-        except FileNotFoundError:
-            raise FwbenchError(f"{p}: no such scenario file") from None
-        except tomllib.TOMLDecodeError as e:
-            raise FwbenchError(f"{p}: malformed TOML: {e}") from None
-        except OSError as e:
-            raise FwbenchError(f"{p}: cannot read: {e.strerror}") from None
+        origin = str(Path(path))
+        data = tomlfile.read(path, "scenario")
     for k, v in (overrides or {}).items():
         if v is None:
             continue
@@ -563,11 +544,11 @@ def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:
-        raise FwbenchError(_one_line(e, origin)) from None
+        raise FwbenchError(tomlfile.one_line(e, origin)) from None
 
 
 def from_dict(data: dict, origin: str = "run.json") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:
-        raise FwbenchError(_one_line(e, origin)) from None
+        raise FwbenchError(tomlfile.one_line(e, origin)) from None

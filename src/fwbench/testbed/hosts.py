@@ -141,11 +141,11 @@ class SshTestbed(Testbed):
             raise FwbenchError(f"{h.where}: kernel {env['kernel']} has no BTF "
                                f"(/sys/kernel/btf/vmlinux), which the engine's XDP "
                                f"programs need")
-        links = {x["ifname"]: x for x in hoststate._json(
+        links = {x["ifname"]: x for x in hoststate.parsed(
             ex.output(role, ["ip", "-j", "-d", "link", "show"]))}
         session = ex.output(role, ["sh", "-c", "echo $SSH_CONNECTION"]).split()
         carrying = _carrying(ex, role, session)
-        defaults = {r.get("dev") for v in ("-4", "-6") for r in hoststate._json(
+        defaults = {r.get("dev") for v in ("-4", "-6") for r in hoststate.parsed(
             ex.output(role, ["ip", v, "-j", "route", "show", "default"]))}
         for peer, ifname in h.ports.items():
             if ifname not in links:
@@ -160,7 +160,7 @@ class SshTestbed(Testbed):
             if links[ifname].get("xdp"):
                 raise FwbenchError(f"{h.where}: test interface {ifname} has an XDP "
                                    f"program attached; fwbench would replace it")
-            kinds = {q["kind"] for q in hoststate._json(
+            kinds = {q["kind"] for q in hoststate.parsed(
                 ex.output(role, ["tc", "-j", "qdisc", "show", "dev", ifname]))}
             if kinds & {"clsact", "ingress"}:
                 raise FwbenchError(f"{h.where}: test interface {ifname} has a tc "
@@ -272,7 +272,7 @@ class SshTestbed(Testbed):
         count is taken a queue earlier than the IP layer's; verification's settle
         time after it covers that queue."""
         names = {p.ifname for p in self.topo.ports_of("fw")}
-        links = hoststate._json(self.exec("fw", ["ip", "-s", "-j", "link", "show"]))
+        links = hoststate.parsed(self.exec("fw", ["ip", "-s", "-j", "link", "show"]))
         return sum(x["stats64"]["rx"]["packets"] for x in links if x["ifname"] in names)
 
     def health(self) -> str | None:
@@ -388,9 +388,9 @@ def _carrying(ex: SshExecutor, role: str, session: list[str]) -> set[str]:
         return set()
     peer, local = session[0], session[2]
     out = set()
-    route = hoststate._json(ex.output(role, ["ip", "-j", "route", "get", peer], check=False))
+    route = hoststate.parsed(ex.output(role, ["ip", "-j", "route", "get", peer], check=False))
     out |= {r.get("dev") for r in route}
-    for link in hoststate._json(ex.output(role, ["ip", "-j", "addr", "show"])):
+    for link in hoststate.parsed(ex.output(role, ["ip", "-j", "addr", "show"])):
         if any(a.get("local") == local for a in link.get("addr_info", [])):
             out.add(link["ifname"])
     return out - {None, "lo"}

@@ -39,12 +39,13 @@ SAVE_TOOLS = {"iptables-legacy-save": "iptables", "ip6tables-legacy-save": "ipta
               "nft": "nftables", "ipset": "ipset"}
 
 
-def _json(text: str) -> list:
+def parsed(text: str) -> list:
+    """The JSON array an `ip -j` or `tc -j` listing prints (empty: none)."""
     return json.loads(text or "[]")
 
 
 def _link(ex: Executor, role: str, ifname: str) -> dict:
-    info = _json(ex.output(role, ["ip", "-j", "-d", "link", "show", "dev", ifname]))[0]
+    info = parsed(ex.output(role, ["ip", "-j", "-d", "link", "show", "dev", ifname]))[0]
     out = {k: info.get(k) for k in ("ifname", "mtu", "address", "qdisc", "master")}
     out["up"] = "UP" in info.get("flags", [])
     out["xdp"] = bool(info.get("xdp"))
@@ -54,7 +55,7 @@ def _link(ex: Executor, role: str, ifname: str) -> dict:
 
 
 def _addresses(ex: Executor, role: str, ifname: str) -> list[str]:
-    info = _json(ex.output(role, ["ip", "-j", "addr", "show", "dev", ifname]))
+    info = parsed(ex.output(role, ["ip", "-j", "addr", "show", "dev", ifname]))
     return sorted(f"{a['local']}/{a['prefixlen']}" for i in info
                   for a in i.get("addr_info", []))
 
@@ -62,7 +63,7 @@ def _addresses(ex: Executor, role: str, ifname: str) -> list[str]:
 def _neighbours(ex: Executor, role: str, ifname: str) -> list[str]:
     out = []
     for v in ("-4", "-6"):
-        for n in _json(ex.output(role, ["ip", v, "-j", "neigh", "show", "dev", ifname,
+        for n in parsed(ex.output(role, ["ip", v, "-j", "neigh", "show", "dev", ifname,
                                         "nud", "permanent"])):
             out.append(f"{n['dst']} {n.get('lladdr', '')}")
     return sorted(out)
@@ -70,7 +71,7 @@ def _neighbours(ex: Executor, role: str, ifname: str) -> list[str]:
 
 def _qdiscs(ex: Executor, role: str, ifname: str) -> list[str]:
     return sorted(f"{q['kind']} {q.get('handle', '')} {q.get('parent', 'root')}"
-                  for q in _json(ex.output(role, ["tc", "-j", "qdisc", "show", "dev",
+                  for q in parsed(ex.output(role, ["tc", "-j", "qdisc", "show", "dev",
                                                   ifname])))
 
 
@@ -94,11 +95,11 @@ def _rps(ex: Executor, role: str, ifname: str) -> dict[str, str]:
 def _routes(ex: Executor, role: str) -> list[str]:
     out = []
     for v in ("-4", "-6"):
-        for r in _json(ex.output(role, ["ip", v, "-j", "route", "show", "table", "all"])):
+        for r in parsed(ex.output(role, ["ip", v, "-j", "route", "show", "table", "all"])):
             out.append(json.dumps({"v": v, **{k: r[k] for k in sorted(r)
                                                if k not in ("expires", "flags")}},
                                   sort_keys=True))
-        for r in _json(ex.output(role, ["ip", v, "-j", "rule", "show"])):
+        for r in parsed(ex.output(role, ["ip", v, "-j", "rule", "show"])):
             out.append(json.dumps({"v": v, "rule": r}, sort_keys=True))
     return sorted(out)
 

@@ -21,12 +21,12 @@ The test addresses are fwbench's own, from the benchmarking ranges
 """
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fwbench import tomlfile
 from fwbench.errors import FwbenchError
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -113,22 +113,11 @@ class Inventory(BaseModel):
 def load(path: str | Path) -> Inventory:
     """Read and check an inventory; every problem is one line naming the key."""
     p = Path(path).expanduser()
-    try:
-        with p.open("rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise FwbenchError(f"{p}: no such inventory file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise FwbenchError(f"{p}: malformed TOML: {e}") from None
-    except OSError as e:
-        raise FwbenchError(f"{p}: cannot read: {e.strerror}") from None
+    data = tomlfile.read(p, "inventory")
     try:
         raw = _File.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "inventory"
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        raise FwbenchError(f"{p}: {loc}: {msg.removeprefix('Value error, ')}") from None
+        raise FwbenchError(tomlfile.one_line(e, str(p), "inventory")) from None
     if not raw.hosts:
         raise FwbenchError(f"{p}: hosts: names no host")
     base = p.resolve().parent

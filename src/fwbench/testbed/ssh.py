@@ -367,8 +367,11 @@ class SshExecutor(Executor):
         except KeyError:
             raise FwbenchError(f"ssh: no host {host!r} in this testbed") from None
 
-    def command(self, host: str, argv: Sequence[str], cpu: int | None = None) -> str:
-        """The shell line that runs argv on host in the pid-recording wrapper."""
+    def command(self, host: str, argv: Sequence[str], cpu: int | None = None,
+                record: bool = True) -> str:
+        """The shell line that runs argv on host in the wrapper, which records its
+        PID in a pid file when `record` (a started process, which a killed run may
+        leave running) and always tells it on standard error."""
         argv = [str(a) for a in argv]
         if argv and argv[0] == sys.executable:
             if host not in self.python:
@@ -378,10 +381,11 @@ class SshExecutor(Executor):
         argv = [tr.get(a, a) for a in argv]
         if cpu is not None:
             argv = ["taskset", "-c", str(cpu), *argv]
-        with self._lock:
-            self._seq += 1
-            n = self._seq
-        pidfile = f"{self.rundir[host]}/pids/{n}"
+        pidfile = ""
+        if record:
+            with self._lock:
+                self._seq += 1
+                pidfile = f"{self.rundir[host]}/pids/{self._seq}"
         return f"PIDFILE={shlex.quote(pidfile)} sh -c {shlex.quote(_WRAP)} sh " \
             + shlex.join(argv)
 
@@ -394,8 +398,10 @@ class SshExecutor(Executor):
     def run(self, host: str, argv: Sequence[str], *, input: str | None = None,
             check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
         argv = [str(a) for a in argv]
-        p = self.spawn(host, argv, stdin=subprocess.PIPE if input is not None else None,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # No pid file: the command ends by itself, and a timeout ends it here.
+        p = RemoteProcess(self, host, argv, self.command(host, argv, record=False),
+                          stdin=subprocess.PIPE if input is not None else None,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             out, err = p.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
