@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import time
@@ -166,7 +167,13 @@ def _build(d: Path, lab_id: str, state: dict) -> None:
         "# namespace with its own sshd, reached from the management namespace.\n"
         "[ssh]\nuser = \"root\"\nkey = \"id_ed25519\"\nknown_hosts = \"known_hosts\"\n"
         f"netns = \"{mgmt}\"\n"
-        f"workdir = \"/var/tmp/fwbench-lab-{lab_id}\"\n" + hosts)
+        f"workdir = \"{workdir(lab_id)}\"\n" + hosts)
+
+
+def workdir(lab_id: str) -> str:
+    """Where fwbench keeps its private directories on the lab's hosts (which share
+    this machine's filesystem); it goes with the lab."""
+    return f"/var/tmp/fwbench-lab-{lab_id}"
 
 
 def _ports(role: str) -> list[tuple[str, str]]:
@@ -234,6 +241,8 @@ def down(directory: str | Path) -> list[str]:
                 pass
         if proc.run(["ip", "netns", "del", ns], check=False).returncode == 0:
             gone.append(ns)
+    if state.get("id"):
+        shutil.rmtree(workdir(state["id"]), ignore_errors=True)
     (d / STATE).unlink(missing_ok=True)
     return gone
 

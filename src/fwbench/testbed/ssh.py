@@ -182,8 +182,16 @@ class RemoteProcess:
         self.pid: int | None = None
         self._pid_seen = threading.Event()
         self._signalled: int | None = None
-        chan = ex.conn(host).transport.open_session(timeout=30)
-        chan.exec_command(command)
+        conn = ex.conn(host)
+        try:
+            chan = conn.transport.open_session(timeout=30)
+            chan.exec_command(command)
+        except paramiko.ChannelException as e:
+            raise FwbenchError(f"ssh: {conn.host.where} refused another session ({e.text}; "
+                               f"its sshd's MaxSessions, default 10, may be reached)") from None
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise FwbenchError(f"ssh: {conn.host.where}: cannot start {argv[0]}: "
+                               f"{e or 'connection closed'}") from None
         self._chan = chan
         self.stdin = self.stdout = self.stderr = None
         self._pumps: list[threading.Thread] = []   # the output streams' (not stdin's)
