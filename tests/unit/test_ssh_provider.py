@@ -171,3 +171,33 @@ def test_the_agent_zip_holds_fwbench_and_runs_the_packet_agent_with_plain_python
                          "fwbench.testbed.tcpprobe, fwbench.testbed.probe; print('ok')"],
                         env={"PYTHONPATH": str(z)}, capture_output=True, text=True)
     assert cp.stdout.strip() == "ok", cp.stderr
+
+
+def test_put_back_restores_interfaces_only_after_every_host_s_hooks_are_gone(monkeypatch,
+                                                                            tmp_path):
+    """A veth whose peer has an XDP program cannot have TSO: the client's offloads
+    come back only once the firewall's program is gone, so no host's interfaces
+    are restored before every host is unhooked (seen in a full quick run)."""
+    import threading
+    import time
+    events, lock = [], threading.Lock()
+
+    def record(what, delay=0.0):
+        def f(ex, role, *a, **k):
+            time.sleep(delay if role == "fw" else 0)   # the firewall's unhooking is slow
+            with lock:
+                events.append((what, role))
+            return {} if what == "snapshot" else None
+        return f
+    monkeypatch.setattr(hosts, "stop_leftovers", lambda ex, role, d: None)
+    monkeypatch.setattr(hosts, "remove_private", lambda ex, role, h: None)
+    monkeypatch.setattr(hoststate, "snapshot", record("snapshot"))
+    monkeypatch.setattr(hoststate, "restore_hooks_and_firewall", record("unhook", 0.2))
+    monkeypatch.setattr(hoststate, "restore_links", record("links"))
+    monkeypatch.setattr(hoststate, "compare", lambda a, b: [])
+    inv = inventory.load(write(tmp_path, GOOD))
+    saved = {r: {"ifnames": ["eth1"], "sysctls": {}} for r in inv.hosts}
+    left = hosts.put_back(None, inv.hosts, saved, lambda s: None)
+    assert left == {r: [] for r in inv.hosts}
+    order = [what for what, _ in events if what != "snapshot"]
+    assert order == ["unhook"] * 3 + ["links"] * 3, events

@@ -296,10 +296,8 @@ class SshTestbed(Testbed):
                 self.stop_processes()
             except FwbenchError as e:
                 self.notes.append(str(e))
-            roles = [r for r in self.topo.roles if r in self._saved]
-            results = parallel(lambda r: put_back(self.executor, r, self.hosts[r],
-                                                  self._saved[r], self.notes.append),
-                               roles) if roles else {}
+            results = put_back(self.executor, self.hosts, self._saved, self.notes.append) \
+                if self._saved else {}
             self.recorded["restored"] = {r: (not left) for r, left in results.items()}
             for r in self._made - set(self._saved):   # stopped before its state was saved
                 remove_private(self.executor, r, self.hosts[r])
@@ -332,22 +330,35 @@ def one_clock(hosts: dict[str, Host], boot_ids: dict[str, str]) -> None:
                            f"(reflect) mode for separate machines is not built yet")
 
 
-def put_back(ex: SshExecutor, role: str, h: Host, saved: dict, note) -> list[str]:
-    """End fwbench's processes on the host, restore its saved state, compare; remove
-    the private directory when everything is back. What still differs (noted)."""
-    d = private_dir(h)
-    stop_leftovers(ex, role, d)
-    keys = list(saved["sysctls"])
-    now = hoststate.snapshot(ex, role, saved["ifnames"], keys)
-    hoststate.restore(ex, role, saved, now, note)
-    left = hoststate.compare(saved, hoststate.snapshot(ex, role, saved["ifnames"], keys))
-    if left:
-        note(f"{h.where} is not as it was: {'; '.join(left[:3])}"
-             f"{f' (and {len(left) - 3} more)' if len(left) > 3 else ''}; its saved state "
-             f"stays in {d} for fwbench clean --inventory")
+def put_back(ex: SshExecutor, hosts: dict[str, Host], saved: dict[str, dict],
+             note) -> dict[str, list[str]]:
+    """Put every host of `saved` back, in phases, each on all hosts at once before
+    the next: end fwbench's processes, detach its XDP programs and tc hooks and
+    restore the firewall; then interfaces, routes and sysctls; then compare, and
+    remove a host's private directory when everything is back. Interfaces wait for
+    the hooks of every host: a veth's peer with an XDP program holds its TSO off.
+    Returns what still differs per host (noted)."""
+    roles = list(saved)
+
+    def unhook(role: str) -> None:
+        stop_leftovers(ex, role, private_dir(hosts[role]))
+        now = hoststate.snapshot(ex, role, saved[role]["ifnames"], [])
+        hoststate.restore_hooks_and_firewall(ex, role, saved[role], now, note)
+
+    def check(role: str) -> list[str]:
+        h, keys = hosts[role], list(saved[role]["sysctls"])
+        left = hoststate.compare(saved[role], hoststate.snapshot(
+            ex, role, saved[role]["ifnames"], keys))
+        if left:
+            note(f"{h.where} is not as it was: {'; '.join(left[:3])}"
+                 f"{f' (and {len(left) - 3} more)' if len(left) > 3 else ''}; its saved "
+                 f"state stays in {private_dir(h)} for fwbench clean --inventory")
+        else:
+            remove_private(ex, role, h)
         return left
-    remove_private(ex, role, h)
-    return []
+    parallel(unhook, roles)
+    parallel(lambda r: hoststate.restore_links(ex, r, saved[r], note), roles)
+    return parallel(check, roles)
 
 
 def remove_private(ex: SshExecutor, role: str, h: Host) -> None:
@@ -465,22 +476,25 @@ def clean(inventory: Inventory) -> dict[str, str]:
     ex = SshExecutor(conns, {h.role: private_dir(h) for h in hosts})
     notes: list[str] = []
 
-    def one(role: str) -> str:
+    def saved_state(role: str) -> dict | None:
         h = inventory.hosts[role]
         raw = ex.get(role, f"{private_dir(h)}/{STATE}")
         if raw is None:
             stop_leftovers(ex, role, private_dir(h))
             remove_private(ex, role, h)
-            return "nothing to put back"
+            return None
         try:
-            saved = json.loads(raw)["saved"]
+            return json.loads(raw)["saved"]
         except (ValueError, KeyError):
             raise FwbenchError(f"{h.where}: {private_dir(h)}/{STATE} is not fwbench's "
                                f"saved state; left alone") from None
-        left = put_back(ex, role, h, saved, notes.append)
-        return "put back as it was" if not left else f"still differs: {'; '.join(left)}"
     try:
-        return parallel(one, list(inventory.hosts))
+        saved = {r: s for r, s in parallel(saved_state, list(inventory.hosts)).items()
+                 if s is not None}
+        left = put_back(ex, inventory.hosts, saved, notes.append) if saved else {}
+        return {r: "nothing to put back" if r not in saved else "put back as it was"
+                if not left[r] else f"still differs: {'; '.join(left[r])}"
+                for r in inventory.hosts}
     finally:
         ex.close()
         for line in notes:

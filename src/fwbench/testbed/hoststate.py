@@ -8,7 +8,7 @@ permanent neighbours, offloads (`ethtool -k`), RPS masks, attached XDP program a
 qdiscs; the host's routes and policy rules; every sysctl fwbench writes (the ones
 the build sets, and any other the moment before a caller first writes it).
 
-`restore` brings the saved state back: the firewall by flushing every tool's and
+`restore_hooks_and_firewall` and then `restore_links` bring the saved state back: the firewall by flushing every tool's and
 reloading what was saved (so the host's own rules return even where a backend
 replaced them), the interfaces setting by setting, and the sysctls value by
 value. `compare` tells what still differs, on the listings with what the kernel
@@ -209,22 +209,25 @@ def _xtables(save: str, family: str) -> set[tuple[str, str]]:
     return {(family, ln[1:].strip()) for ln in save.splitlines() if ln.startswith("*")}
 
 
-def restore(ex: Executor, role: str, saved: dict, now: dict,
-            note: Callable[[str], None] = lambda s: None) -> None:
-    """Put the host back as `saved` (a snapshot) had it; `now` is the host's
-    snapshot as it stands. The firewall is touched only when a listing differs
-    (an end host's, which fwbench never loads, stays as it is). Each step that
-    fails is noted and the rest still run; the caller compares afterwards."""
-    fw = saved["firewall"]
-    firewall_differs = any(normal(k, fw.get(k, "")) != normal(k, now["firewall"].get(k, ""))
-                           for k in fw.keys() | now["firewall"].keys())
-
+def _stepper(ex: Executor, role: str, note: Callable[[str], None]):
+    """A runner of restore steps: one that fails is noted, and the rest still run
+    (the caller compares afterwards)."""
     def step(what: str, argv: list[str], input: str | None = None) -> None:
         cp = ex.run(role, argv, input=input, check=False, timeout=600)
         if cp.returncode:
             err = (cp.stderr or cp.stdout).strip().splitlines()
             note(f"{role}: {what}: {err[0] if err else f'exit {cp.returncode}'}")
+    return step
 
+
+def restore_hooks_and_firewall(ex: Executor, role: str, saved: dict, now: dict,
+                               note: Callable[[str], None] = lambda s: None) -> None:
+    """The first part of putting a host back as `saved` (a snapshot) had it, `now`
+    being its snapshot as it stands: XDP programs and tc hooks it did not have go,
+    and the firewall is reloaded, only when a listing differs (an end host's,
+    which fwbench never loads, stays as it is)."""
+    fw = saved["firewall"]
+    step = _stepper(ex, role, note)
     for ifname, s in saved["links"].items():
         cur = now["links"].get(ifname, {})
         if not s["link"]["xdp"] and cur.get("link", {}).get("xdp"):
@@ -237,14 +240,22 @@ def restore(ex: Executor, role: str, saved: dict, now: dict,
             if kind in has and kind not in had:
                 step(f"removing {kind} from {ifname}", ["tc", "qdisc", "del", "dev",
                                                         ifname, kind])
-    if firewall_differs:
+    if any(normal(k, fw.get(k, "")) != normal(k, now["firewall"].get(k, ""))
+           for k in fw.keys() | now["firewall"].keys()):
         _restore_firewall(ex, role, fw, step)
-    # The interfaces, setting by setting.
+
+
+def restore_links(ex: Executor, role: str, saved: dict,
+                  note: Callable[[str], None] = lambda s: None) -> None:
+    """The second part: the test interfaces setting by setting, the routes and
+    rules, the sysctls."""
+    step = _stepper(ex, role, note)
     for ifname, s in saved["links"].items():
         _restore_link(ex, role, ifname, s, step)
     _restore_routes(ex, role, saved["routes"], step)
+    now = sysctls(ex, role, list(saved["sysctls"]))
     for k, v in saved["sysctls"].items():
-        if v != "" and now["sysctls"].get(k) != v:
+        if v != "" and now.get(k) != v:
             step(f"sysctl {k}", ["sysctl", "-q", "-w", f"{k}={v}"])
 
 
