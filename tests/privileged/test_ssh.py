@@ -212,7 +212,7 @@ def test_a_host_that_cannot_serve_is_one_line_and_changes_nothing(the_lab, tmp_p
             'known_hosts = "known_hosts"', 'known_hosts = "known2"'))
         (tmp_path / "known2").write_text(
             (Path(the_lab["dir"]) / "known_hosts").read_text() + known)
-        want = "lacks tc, ethtool, sysctl, iptables-legacy"
+        want = "lacks tc, ethtool, sysctl, ldconfig, iptables-legacy"
     else:
         inv = _inventory(the_lab, tmp_path, lambda t: t.replace(
             'client = "test0"', 'client = "mgmt0"'))

@@ -90,6 +90,10 @@ class DropRate(Experiment):
         self.trs = {tr.key: tr for tr in treatments(sc)}
         self.target: Target | None = None
 
+    def over_ssh(self) -> str | None:
+        return ("method droprate reads ksoftirqd's and its processes' CPU times from "
+                "this machine's /proc")
+
     def check(self) -> None:
         check(list(self.trs.values()), self.sc.droprate.cpu)
 

@@ -124,6 +124,10 @@ class Echo(Experiment):
 
     # --- before any testbed ----------------------------------------------------------
 
+    def over_ssh(self) -> str | None:
+        return ("method echo reads CPU times, memory and context switches from this "
+                "machine's /proc")
+
     def check(self) -> None:
         proc.require(REQUIRED_TOOLS)
         engine.binary()

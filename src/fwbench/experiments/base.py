@@ -189,8 +189,7 @@ class Experiment(abc.ABC):
     def over_ssh(self) -> str | None:
         """None when the experiment runs on the ssh provider's hosts (everything it
         reads and runs goes through the testbed), else why not."""
-        return (f"method {self.sc.method} reads this machine's own counters and "
-                f"processes, not the hosts'")
+        return f"method {self.sc.method} has not been made to run over SSH"
 
     @abc.abstractmethod
     def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:

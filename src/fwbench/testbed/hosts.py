@@ -28,6 +28,7 @@ import io
 import json
 import platform
 import signal
+import subprocess
 import sys
 import zipfile
 from dataclasses import replace
@@ -43,7 +44,7 @@ from fwbench.testbed.topology import Link, Topology
 # Every host runs these (tool -> Debian package); per kind, more.
 TOOLS = {"ip": "iproute2", "tc": "iproute2", "ethtool": "ethtool", "sysctl": "procps",
          "taskset": "util-linux", "python3": "python3", "sha256sum": "coreutils",
-         "ldd": "libc-bin"}
+         "ldconfig": "libc-bin"}
 KIND_TOOLS = {
     "client": {"ping": "iputils-ping", "iperf3": "iperf3"},
     "server": {"iperf3": "iperf3"},
@@ -68,6 +69,19 @@ def artifacts(programs: list[Path]) -> dict[str, bytes]:
     agent's Python goes as one zip of fwbench's pure-Python modules."""
     out = {str(p): Path(p).read_bytes() for p in programs}
     out["fwbench.zip"] = python_zip()
+    return out
+
+
+def shared_libraries(programs: list[Path]) -> set[str]:
+    """The shared libraries (sonames) the programs load, as ldd lists them here,
+    but the C library's own."""
+    out = set()
+    for p in programs:
+        cp = subprocess.run(["ldd", str(p)], capture_output=True, text=True)
+        for line in cp.stdout.splitlines():
+            name = line.split()[0] if "=>" in line else ""
+            if name and not name.startswith(("libc.so", "libm.so", "ld-linux")):
+                out.add(name)
     return out
 
 
@@ -96,6 +110,7 @@ class SshTestbed(Testbed):
         super().__init__(topo, None)   # the executor comes with the connections
         self.inventory = inventory
         self.programs = programs
+        self.libraries = shared_libraries(programs)
         self.hosts = {r: inventory.host(r) for r in topo.roles}
         self.executor: SshExecutor | None = None
         self._saved: dict[str, dict] = {}      # role -> the state saved on it
@@ -166,6 +181,13 @@ class SshTestbed(Testbed):
                 raise FwbenchError(f"{h.where}: test interface {ifname} has a tc "
                                    f"{'/'.join(sorted(kinds & {'clsact', 'ingress'}))} "
                                    f"hook; fwbench would replace it")
+        have = ex.output(role, ["ldconfig", "-p"])
+        missing = sorted(lib for lib in self.libraries if f"\t{lib} (" not in have)
+        if missing:
+            pkgs = sorted({p for lib, p in LIBRARIES.items()
+                           if any(m.startswith(lib) for m in missing)})
+            raise FwbenchError(f"{h.where} lacks the libraries {', '.join(missing)} "
+                               f"(Debian: apt-get install {' '.join(pkgs)})")
         if ex.get(role, f"{private_dir(h)}/{STATE}") is not None:
             raise FwbenchError(f"{h.where} still holds the saved state of a run that did "
                                f"not end (in {private_dir(h)}): put it back first with "
@@ -196,14 +218,6 @@ class SshTestbed(Testbed):
             if got.get(remote) != want:
                 raise FwbenchError(f"{h.where}: the copy of {_name(remote)} does not hash "
                                    f"to what was sent")
-        missing = [ln.split()[0] for remote in digests if not remote.endswith((".o", ".zip"))
-                   for ln in ex.output(role, ["ldd", remote], check=False).splitlines()
-                   if "not found" in ln]
-        if missing:
-            pkgs = sorted({p for lib, p in LIBRARIES.items()
-                           if any(m.startswith(lib) for m in missing)})
-            raise FwbenchError(f"{h.where} lacks the libraries {', '.join(sorted(set(missing)))}"
-                               f" (Debian: apt-get install {' '.join(pkgs)})")
         ex.translate[role] = {local: f"{d}/bin/{_name(local)}" for local in files}
         ex.python[role] = ["env", f"PYTHONPATH={d}/bin/fwbench.zip", "python3"]
 

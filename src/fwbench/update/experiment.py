@@ -128,6 +128,11 @@ class Update(Experiment):
 
     # --- before any testbed ----------------------------------------------------------
 
+    def over_ssh(self) -> str | None:
+        return ("method update times each update command from this machine (over SSH "
+                "every command would carry the session's round trip) and samples "
+                "this machine's kernel memory")
+
     def check(self) -> None:
         if self.sc.version != 4:
             # The engine's two flows and the eBPF filters are IPv4: an IPv6 rule set
