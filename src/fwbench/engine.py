@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fwbench import __version__, proc
 from fwbench.errors import FwbenchError
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 # The policy's test entry (seed 000's iperf3 port): the flow every rule set is built
 # to let through after N rules, so the engine sends exactly the flow under test.
@@ -58,7 +58,7 @@ class Receiver:
     as an XDP sink on that port would count frames before the firewall's rules.
     """
 
-    def __init__(self, tb: NetnsTestbed, kind: str = "sink", late_us: int = 1_000_000,
+    def __init__(self, tb: Testbed, kind: str = "sink", late_us: int = 1_000_000,
                  port: int = ENGINE_PORT, version: int = 4, at=None, ports: int = 1):
         if kind not in ("sink", "recv"):
             raise FwbenchError(f"engine receiver {kind!r}: expected sink or recv")
@@ -140,7 +140,7 @@ class Receiver:
         self._tb.forget(self._p)
 
 
-def send(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: float,
+def send(tb: Testbed, *, frame_size: int, rate_pps: float, duration_s: float,
          cookie: int, **kw) -> dict:
     """Run the sender in the client namespace for one trial and return its report.
 
@@ -168,7 +168,7 @@ class Sender:
     report (`stopped` true when the signal ended it, its rate then over the time
     it ran)."""
 
-    def __init__(self, tb: NetnsTestbed, *, frame_size: int, rate_pps: float,
+    def __init__(self, tb: Testbed, *, frame_size: int, rate_pps: float,
                  duration_s: float, cookie: int, **kw):
         self._tb = tb
         argv = _send_argv(tb, frame_size=frame_size, rate_pps=rate_pps,
@@ -191,7 +191,7 @@ class Sender:
         return _parse(out, "engine sender")
 
 
-def _send_argv(tb: NetnsTestbed, *, frame_size: int, rate_pps: float, duration_s: float,
+def _send_argv(tb: Testbed, *, frame_size: int, rate_pps: float, duration_s: float,
                cookie: int, threads: int = 1, cpus: list[int] | None = None,
                sport_count: int = 1, src_count: int = 1, src: str | None = None,
                dst: str | None = None, dport: int = ENGINE_PORT, count: int | None = None,

@@ -52,7 +52,7 @@ from fwbench import addresses, engine, proc
 from fwbench.backends.base import Backend, describe, evaluator
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Packet, RuleSet
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 # How long the client waits for its connection; the listener a little longer.
 CONNECT_TIMEOUT_S = 2.0
@@ -130,7 +130,7 @@ def parse_conntrack(text: str) -> list[CtEntry]:
     return out
 
 
-def tracked(tb: NetnsTestbed, proto: str, src: str, sport: int) -> list[CtEntry]:
+def tracked(tb: Testbed, proto: str, src: str, sport: int) -> list[CtEntry]:
     """The firewall namespace's entries whose original direction comes from
     src:sport, asked of the kernel by those keys (a filled table is large)."""
     cp = tb.run("fw", ["conntrack", "-L", "-p", proto, "--orig-src", src,
@@ -162,7 +162,7 @@ def _split(addr: str) -> tuple[str, int]:
 class _Probe:
     """A tcpprobe process and its JSON lines."""
 
-    def __init__(self, tb: NetnsTestbed, role: str, args: list[str]):
+    def __init__(self, tb: Testbed, role: str, args: list[str]):
         self.tb = tb
         self.p = tb.spawn(role, [sys.executable, "-m", "fwbench.testbed.tcpprobe", *args],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -192,7 +192,7 @@ class _Probe:
             f.close()
 
 
-def prove(tb: NetnsTestbed, backend: Backend, rs: RuleSet, *,
+def prove(tb: Testbed, backend: Backend, rs: RuleSet, *,
           target: tuple[str, int] | None = None,
           timeout_s: float = CONNECT_TIMEOUT_S) -> Proof:
     """Prove (a)-(d) of the module docstring for `rs`, already applied and verified
@@ -293,7 +293,7 @@ def _check_ends(listener: _Probe, details: dict, got: dict, dst: str, dport: int
     return out
 
 
-def _check_counted(tb: NetnsTestbed, backend: Backend, rs: RuleSet,
+def _check_counted(tb: Testbed, backend: Backend, rs: RuleSet,
                    counted: tuple[str, ...], before: dict[str, int],
                    details: dict) -> list[str]:
     """(c) the NAT rules the reference says the first packet meets, by their
@@ -312,7 +312,7 @@ def _check_counted(tb: NetnsTestbed, backend: Backend, rs: RuleSet,
     return out
 
 
-def _check_tracked(tb: NetnsTestbed, details: dict, src: str, sport: int, dst: str,
+def _check_tracked(tb: Testbed, details: dict, src: str, sport: int, dst: str,
                    dport: int, server: str, port: int, peer: str) -> list[str]:
     entries = [e for e in tracked(tb, "tcp", src, sport)
                if e.orig.dst == dst and e.orig.dport == dport]
@@ -385,11 +385,11 @@ class FillResult:
         return out
 
 
-def _read(tb: NetnsTestbed, name: str) -> int:
+def _read(tb: Testbed, name: str) -> int:
     return int(tb.exec("fw", ["cat", f"{_CT}/{name}"]).strip())
 
 
-def count(tb: NetnsTestbed) -> int:
+def count(tb: Testbed) -> int:
     """nf_conntrack_count of the firewall namespace (0 before conntrack loads)."""
     cp = tb.run("fw", ["cat", f"{_CT}/nf_conntrack_count"], check=False)
     return int(cp.stdout.strip()) if cp.returncode == 0 else 0
@@ -413,7 +413,7 @@ def parse_slabinfo(text: str, cache: str = "nf_conntrack") -> dict | None:
     return None
 
 
-def table_state(tb: NetnsTestbed) -> dict:
+def table_state(tb: Testbed) -> dict:
     """The firewall namespace's conntrack table: its count, the limit and buckets
     (global on this kernel), the hash table's size and the nf_conntrack slab
     (global: every namespace's entries), and every slab cache together
@@ -444,7 +444,7 @@ def table_state(tb: NetnsTestbed) -> dict:
     return out
 
 
-def fill(tb: NetnsTestbed, entries: int, *, dst: str | None = None,
+def fill(tb: Testbed, entries: int, *, dst: str | None = None,
          dport: int = FILL_PORT, src: str = FILL_SRC, hold_s: int = 3600,
          tolerance: float = 0.02, rate_pps: float = 0) -> FillResult:
     """Make the firewall namespace track `entries` more UDP flows, sent by the
@@ -493,7 +493,7 @@ def fill(tb: NetnsTestbed, entries: int, *, dst: str | None = None,
                       before, table_state(tb))
 
 
-def _settle(tb: NetnsTestbed) -> int:
+def _settle(tb: Testbed) -> int:
     """The count once it stops moving: datagrams still queued in the firewall
     are tracked after the sender returns."""
     last, deadline = count(tb), time.monotonic() + _SETTLE_S
@@ -506,7 +506,7 @@ def _settle(tb: NetnsTestbed) -> int:
     return last
 
 
-def release(tb: NetnsTestbed, result: FillResult) -> dict:
+def release(tb: Testbed, result: FillResult) -> dict:
     """Remove the fill's entries (by source address; other flows stay) and
     restore the namespace's UDP timeout. Returns the table's state after."""
     for addr in result.sources:

@@ -28,7 +28,7 @@ from fwbench.ruleset import corpus as corpora
 from fwbench.ruleset.evaluate import Evaluator, RateLimits
 from fwbench.ruleset.model import ROLES, Interfaces, Packet, RuleSet, Unsupported
 from fwbench.testbed import packets
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 T = TypeVar("T")
 
@@ -122,13 +122,13 @@ class Backend(abc.ABC):
         """File name -> text, exactly what load() feeds the kernel."""
 
     @abc.abstractmethod
-    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
+    def load(self, tb: Testbed, files: dict[str, str], room: int = 0) -> None:
         """Load the rendered files in one step (restore files, nft -f). `room`: set
         elements the loaded rule set must take later without a reload, for a
         backend whose sets are sized when loaded (eBPF's maps); others ignore it."""
 
     @abc.abstractmethod
-    def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+    def counters(self, tb: Testbed, rs: RuleSet) -> dict[str, int]:
         """Rule id -> packets counted, for every rule whose counter this backend
         can read (`counted_ids`). Read around every probe, so it should be cheap."""
 
@@ -137,16 +137,16 @@ class Backend(abc.ABC):
         """The rule ids whose counters `counters` reports for this rule set."""
 
     @abc.abstractmethod
-    def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
+    def entries(self, tb: Testbed, rs: RuleSet) -> int:
         """Rules and set elements the kernel holds for the rule set."""
 
     @abc.abstractmethod
-    def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
+    def differences(self, tb: Testbed, rs: RuleSet) -> list[str]:
         """Every way what the kernel holds differs from what `render` gives for
         `rs`, one line each naming what differs; empty when identical. Read once
         per verification, from the kernel's own listing."""
 
-    def snapshot(self, tb: NetnsTestbed, rs: RuleSet) -> Snapshot:
+    def snapshot(self, tb: Testbed, rs: RuleSet) -> Snapshot:
         """differences, entries and counters together. Backends whose kernel
         listing holds all three read it once here; at 100,000 rules a listing
         costs as much as the load."""
@@ -163,7 +163,7 @@ class Backend(abc.ABC):
         return remembered(_renderings, (self.name, rs.digest(), ifs),
                           lambda: self.render(rs, ifs))
 
-    def apply(self, tb: NetnsTestbed, rs: RuleSet, room: int = 0) -> LoadStats:
+    def apply(self, tb: Testbed, rs: RuleSet, room: int = 0) -> LoadStats:
         self.check(rs)
         files = self.rendering(rs, interfaces(tb))
         kernel.flush_all(tb)
@@ -177,23 +177,23 @@ class Backend(abc.ABC):
     # verification right after `apply` can read it once, after its packets.
     reads_once = False
 
-    def fresh(self, tb: NetnsTestbed, rs: RuleSet) -> bool:
+    def fresh(self, tb: Testbed, rs: RuleSet) -> bool:
         """Was `rs` the last thing `apply` loaded here, with nothing verified since:
         its counters all zero (a fresh load starts them there; verification follows
         the load with no traffic between)? Asking forgets it."""
         return _fresh.pop(self.name, None) == (rs.digest(), tb.topo.run_id)
 
-    def verify(self, tb: NetnsTestbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
+    def verify(self, tb: Testbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
                seed: int = 0) -> Verification:
         return verify(self, tb, rs, sample, seed)
 
-    def charged_memory(self, tb: NetnsTestbed) -> dict[str, int]:
+    def charged_memory(self, tb: Testbed) -> dict[str, int]:
         """Bytes the kernel charges for this backend's loaded objects by its own
         accounting, where it keeps one per object (eBPF: each map's memlock);
         empty for the rest, whose memory only /proc/meminfo's totals show."""
         return {}
 
-    def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
+    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
                      new: RuleSet) -> list[Step]:
         """The commands that turn the loaded `old` into `new` by `mechanism` (one
         of `mechanisms`), prepared so that running them is all that is left: what
@@ -202,7 +202,7 @@ class Backend(abc.ABC):
         raise FwbenchError(f"{self.name} has no update mechanism {mechanism!r}")
 
 
-def interfaces(tb: NetnsTestbed) -> Interfaces:
+def interfaces(tb: Testbed) -> Interfaces:
     topo = tb.topo
     return Interfaces(topo.fw_client_side.ifname, topo.fw_server_side.ifname,
                       (topo.fw_client_side.ip4, topo.fw_server_side.ip4))
@@ -366,7 +366,7 @@ def _rounds(rs: RuleSet, pkts: list[Packet]) -> list[list[int]]:
 EXCHANGE_ATTEMPTS = 3
 
 
-def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
+def exchange(backend: Backend, tb: Testbed, rs: RuleSet,
              pkts: list[Packet], before: dict[str, int] | None = None,
              after: Callable[[], dict[str, int]] | None = None) -> Exchange:
     """Send `pkts` through the firewall as it is loaded, in rounds connection
@@ -389,7 +389,7 @@ def exchange(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
         packets.restore(tb)
 
 
-def _exchange_once(backend: Backend, tb: NetnsTestbed, rs: RuleSet,
+def _exchange_once(backend: Backend, tb: Testbed, rs: RuleSet,
                    pkts: list[Packet], before: dict[str, int] | None,
                    after_read: Callable[[], dict[str, int]] | None) -> Exchange:
     seen: list[Packet | None] = [None] * len(pkts)
@@ -488,7 +488,7 @@ def describe(p: Packet, iif: bool = True) -> str:
     return f"{text} from the {p.iif} side" if iif else text
 
 
-def verify(backend: Backend, tb: NetnsTestbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
+def verify(backend: Backend, tb: Testbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
            seed: int = 0) -> Verification:
     problems: list[str] = []
     details: dict = {}

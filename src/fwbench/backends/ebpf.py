@@ -20,7 +20,7 @@ from fwbench.backends.base import Backend, Snapshot, Step, interfaces, \
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import bpf as bpf_render
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 _probe_cache: dict[tuple[str, str], str | None] = {}
 # (set mode, rule-set digest) -> its rendering, the latest few.
@@ -91,12 +91,12 @@ class _Ebpf(Backend):
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         return {"rules.bpf": self._rendering(rs).text}
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
+    def load(self, tb: Testbed, files: dict[str, str], room: int = 0) -> None:
         ifs = interfaces(tb)
         bpf.load(tb.executor, "fw", self.hook, self.mode, ifs.client_side,
                  files["rules.bpf"], ifs.local4, room=room)
 
-    def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
+    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
                      new: RuleSet) -> list[Step]:
         ifs = interfaces(tb)
         if mechanism == "reload":
@@ -108,13 +108,13 @@ class _Ebpf(Backend):
         return [Step(tuple(bpf.update_argv(self.hook, ifs.client_side)),
                      map_changes(self._rendering(old).text, self._rendering(new).text))]
 
-    def charged_memory(self, tb: NetnsTestbed) -> dict[str, int]:
+    def charged_memory(self, tb: Testbed) -> dict[str, int]:
         return {"bpf_maps": sum(self._dump(tb)["map_memlock"].values())}
 
-    def _dump(self, tb: NetnsTestbed) -> dict:
+    def _dump(self, tb: Testbed) -> dict:
         return bpf.dump(tb.executor, "fw", self.hook, interfaces(tb).client_side)
 
-    def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+    def counters(self, tb: Testbed, rs: RuleSet) -> dict[str, int]:
         return self._counters(self._dump(tb), rs)
 
     def _counters(self, d: dict, rs: RuleSet) -> dict[str, int]:
@@ -123,7 +123,7 @@ class _Ebpf(Backend):
         return {rid: sum(counts[s][0] for s in slots if s < len(counts))
                 for rid, slots in self._rendering(rs).slots.items()}
 
-    def snapshot(self, tb: NetnsTestbed, rs: RuleSet) -> Snapshot:
+    def snapshot(self, tb: Testbed, rs: RuleSet) -> Snapshot:
         """differences, entries and counters from one dump (at 100,000 rules a dump
         takes seconds)."""
         d = self._dump(tb)
@@ -135,17 +135,17 @@ class _Ebpf(Backend):
         is the program's own structure and counts nothing."""
         return frozenset(rid for rid, slots in self._rendering(rs).slots.items() if slots)
 
-    def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
+    def entries(self, tb: Testbed, rs: RuleSet) -> int:
         d = self._dump(tb)
         return len(d["set"]) + len(d["rules"])
 
     def expected_entries(self, rs: RuleSet) -> int:
         return len(self._rendering(rs).text.splitlines())
 
-    def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
+    def differences(self, tb: Testbed, rs: RuleSet) -> list[str]:
         return self._differences(tb, self._dump(tb), rs)
 
-    def _differences(self, tb: NetnsTestbed, d: dict, rs: RuleSet) -> list[str]:
+    def _differences(self, tb: Testbed, d: dict, rs: RuleSet) -> list[str]:
         """The set as a set (it dumps in hash order), the rule array in scan order,
         and the settings the program was loaded with."""
         ifs = interfaces(tb)

@@ -20,7 +20,7 @@ from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import ipset as ipset_render
 from fwbench.ruleset.render import iptables as ipt_render
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.backends import delta
 
 
@@ -72,7 +72,7 @@ class _Iptables(Backend):
             files[_file(v)] = ipt_render.render(rs, ifs, v)
         return files
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
+    def load(self, tb: Testbed, files: dict[str, str], room: int = 0) -> None:
         # A set must exist before the rule that names it.
         if "sets.ipset" in files:
             kernel.ipset_restore(tb, files["sets.ipset"])
@@ -80,7 +80,7 @@ class _Iptables(Backend):
             if _file(v) in files:
                 kernel.ipt_restore(tb, kernel.xt(self.variant, v), files[_file(v)])
 
-    def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
+    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
                      new: RuleSet) -> list[Step]:
         ifs = interfaces(tb)
         before, after = self.rendering(old, ifs), self.rendering(new, ifs)
@@ -124,7 +124,7 @@ class _Iptables(Backend):
             return [Step(("ipset", *delta.ipset_line(c).split(" "))) for c in changes]
         raise FwbenchError(f"{self.name} has no update mechanism {mechanism!r}")
 
-    def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+    def counters(self, tb: Testbed, rs: RuleSet) -> dict[str, int]:
         return _counted(kernel.ipt_save(tb, kernel.xt(self.variant, v), counters=True)
                         for v in sorted(rs.versions))
 
@@ -136,7 +136,7 @@ class _Iptables(Backend):
             _ids[:] = [key, frozenset(r.id for _, _, r in rs.rules())]
         return _ids[1]
 
-    def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
+    def entries(self, tb: Testbed, rs: RuleSet) -> int:
         return self.snapshot(tb, rs).entries
 
     def expected_entries(self, rs: RuleSet) -> int:
@@ -148,10 +148,10 @@ class _Iptables(Backend):
             for v in sorted(rs.versions)) + sum(len(s.elements) for t in rs.tables
                                                  for s in t.sets))
 
-    def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
+    def differences(self, tb: Testbed, rs: RuleSet) -> list[str]:
         return self.snapshot(tb, rs).differences
 
-    def snapshot(self, tb: NetnsTestbed, rs: RuleSet) -> Snapshot:
+    def snapshot(self, tb: Testbed, rs: RuleSet) -> Snapshot:
         """One `iptables-save -c` per IP version and one `ipset save`: every table
         line by line against the rendering, every other table this family has
         registered empty, the sets as sets, and the counters from the same text."""

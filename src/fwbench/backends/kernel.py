@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fwbench import bpf, proc
 from fwbench.ruleset.render import ID_TAG
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,11 @@ def xt(variant: str, version: int) -> XtFamily:
 
 # --- iptables ---------------------------------------------------------------------
 
-def ipt_restore(tb: NetnsTestbed, fam: XtFamily, text: str) -> None:
+def ipt_restore(tb: Testbed, fam: XtFamily, text: str) -> None:
     tb.exec("fw", [f"{fam.tool}-restore"], input=text)
 
 
-def ipt_save(tb: NetnsTestbed, fam: XtFamily, counters: bool = False) -> str:
+def ipt_save(tb: Testbed, fam: XtFamily, counters: bool = False) -> str:
     return tb.exec("fw", [f"{fam.tool}-save", *(["-c"] if counters else [])])
 
 
@@ -92,25 +92,25 @@ def ipt_ids(text: str) -> list[str]:
     return [m.group(1) for m in map(_IPT_ID.search, text.splitlines()) if m]
 
 
-def register_xt_tables(tb: NetnsTestbed, fam: XtFamily, tables: tuple[str, ...]) -> None:
+def register_xt_tables(tb: Testbed, fam: XtFamily, tables: tuple[str, ...]) -> None:
     """Register x_tables tables (empty) by listing them: a legacy table's hooks then
     run for every packet until the namespace goes, whatever is loaded later."""
     for table in tables:
         tb.exec("fw", [fam.tool, "-t", table, "-S"])
 
 
-def _xt_tables(tb: NetnsTestbed, fam: XtFamily) -> list[str]:
+def _xt_tables(tb: Testbed, fam: XtFamily) -> list[str]:
     cp = tb.run("fw", ["cat", f"/proc/net/{fam.proc_name}_tables_names"], check=False)
     return cp.stdout.split() if cp.returncode == 0 else []
 
 
 # --- ipset --------------------------------------------------------------------------
 
-def ipset_restore(tb: NetnsTestbed, text: str) -> None:
+def ipset_restore(tb: Testbed, text: str) -> None:
     tb.exec("fw", ["ipset", "restore"], input=text)
 
 
-def ipset_save(tb: NetnsTestbed) -> str:
+def ipset_save(tb: Testbed) -> str:
     return tb.exec("fw", ["ipset", "save"])
 
 
@@ -148,15 +148,15 @@ def ipsets(text: str) -> dict[str, tuple[tuple[str, ...], list[str]]]:
 
 # --- nftables -----------------------------------------------------------------------
 
-def nft_load(tb: NetnsTestbed, text: str) -> None:
+def nft_load(tb: Testbed, text: str) -> None:
     tb.exec("fw", ["nft", "-f", "-"], input=text)
 
 
-def nft_list(tb: NetnsTestbed) -> str:
+def nft_list(tb: Testbed) -> str:
     return tb.exec("fw", ["nft", "list", "ruleset"])
 
 
-def nft_json(tb: NetnsTestbed, *what: str) -> list[dict]:
+def nft_json(tb: Testbed, *what: str) -> list[dict]:
     """`nft -j list` of the ruleset, or of `what` (e.g. "chain", "ip", "raw",
     "PREROUTING": one chain's rules and counters without its table's set
     elements, which a large set makes slow to list)."""
@@ -243,7 +243,7 @@ _ANON_SET = re.compile(r"__set\d+")
 _NFT_SET_ANONYMOUS = 0x1
 
 
-def nft_dump(tb: NetnsTestbed) -> NftDump:
+def nft_dump(tb: Testbed) -> NftDump:
     chains, rules, sets, elements = [], [], [], 0
     for line in tb.exec("fw", [str(nftdump_binary())]).splitlines():
         kind, _, rest = line.partition("\t")
@@ -298,7 +298,7 @@ def nft_lines(text: str) -> tuple[list[str], dict[str, list[str]]]:
 
 # --- every family at once -----------------------------------------------------------
 
-def flush_all(tb: NetnsTestbed) -> None:
+def flush_all(tb: Testbed) -> None:
     """Empty every firewall in the firewall namespace: legacy and nft rules would
     otherwise stack, and both would apply. Connection tracking's table goes too,
     so an earlier trial's flows are not `established` in the next."""
@@ -328,7 +328,7 @@ _BUILTIN = {"filter": ("INPUT", "FORWARD", "OUTPUT"),
             "security": ("INPUT", "FORWARD", "OUTPUT")}
 
 
-def flush_conntrack(tb: NetnsTestbed) -> bool:
+def flush_conntrack(tb: Testbed) -> bool:
     """Forget every tracked connection in the firewall namespace; False when the
     conntrack tool is missing (the table then empties only by timeout)."""
     if not proc.have("conntrack"):
@@ -337,14 +337,14 @@ def flush_conntrack(tb: NetnsTestbed) -> bool:
     return True
 
 
-def conntrack_entries(tb: NetnsTestbed) -> list[str]:
+def conntrack_entries(tb: Testbed) -> list[str]:
     """The firewall namespace's conntrack table, one `conntrack -L` line per
     entry; empty when nothing is tracked (or conntrack cannot be listed)."""
     cp = tb.run("fw", ["conntrack", "-L"], check=False)
     return cp.stdout.splitlines() if cp.returncode == 0 else []
 
 
-def ruleset_state(tb: NetnsTestbed) -> dict[str, int]:
+def ruleset_state(tb: Testbed) -> dict[str, int]:
     """How many rules of any kind the firewall namespace holds, per firewall."""
     out = {}
     for fam in XT_FAMILIES:

@@ -26,7 +26,7 @@ from fwbench.backends.base import Backend, Snapshot, Step, interfaces, ordered_d
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Interfaces, RuleSet
 from fwbench.ruleset.render import nft as nft_render
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.backends import delta
 
 
@@ -49,10 +49,10 @@ class _Nft(Backend):
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         return {"rules.nft": nft_render.render(rs, ifs)}
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
+    def load(self, tb: Testbed, files: dict[str, str], room: int = 0) -> None:
         kernel.nft_load(tb, files["rules.nft"])
 
-    def update_steps(self, mechanism: str, tb: NetnsTestbed, old: RuleSet,
+    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
                      new: RuleSet) -> list[Step]:
         ifs = interfaces(tb)
         after = self.rendering(new, ifs)["rules.nft"]
@@ -80,19 +80,19 @@ class _Nft(Backend):
                 return str(e)
         return why
 
-    def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+    def counters(self, tb: Testbed, rs: RuleSet) -> dict[str, int]:
         return kernel.nft_dump(tb).counters()
 
     def counted_ids(self, rs: RuleSet) -> frozenset[str]:
         return frozenset(r.id for _, _, r in rs.rules() if r.counter)
 
-    def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
+    def entries(self, tb: Testbed, rs: RuleSet) -> int:
         return kernel.nft_dump(tb).entries()
 
-    def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
+    def differences(self, tb: Testbed, rs: RuleSet) -> list[str]:
         return self.snapshot(tb, rs).differences
 
-    def snapshot(self, tb: NetnsTestbed, rs: RuleSet) -> Snapshot:
+    def snapshot(self, tb: Testbed, rs: RuleSet) -> Snapshot:
         dump = kernel.nft_dump(tb)
         files = self.rendering(rs, interfaces(tb))
         key = (self.name, rs.digest(), interfaces(tb))
@@ -105,7 +105,7 @@ class _Nft(Backend):
                 remember(_proven, key, dump, PROVEN_KEPT)
         return Snapshot(out, dump.entries(), dump.counters())
 
-    def _text_differences(self, tb: NetnsTestbed, rendered: str) -> list[str]:
+    def _text_differences(self, tb: Testbed, rendered: str) -> list[str]:
         want_lines, want_elems = kernel.nft_lines(rendered)
         got_lines, got_elems = kernel.nft_lines(kernel.nft_list(tb))
         out = ordered_differences("nft ruleset", want_lines, got_lines)

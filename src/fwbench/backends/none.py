@@ -4,7 +4,7 @@ from __future__ import annotations
 from fwbench.backends import kernel
 from fwbench.backends.base import Backend
 from fwbench.ruleset.model import Interfaces, RuleSet
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 
 class NoFirewall(Backend):
@@ -18,18 +18,18 @@ class NoFirewall(Backend):
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         return {}
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str], room: int = 0) -> None:
+    def load(self, tb: Testbed, files: dict[str, str], room: int = 0) -> None:
         pass  # apply() has already flushed every firewall
 
-    def counters(self, tb: NetnsTestbed, rs: RuleSet) -> dict[str, int]:
+    def counters(self, tb: Testbed, rs: RuleSet) -> dict[str, int]:
         return {}
 
     def counted_ids(self, rs: RuleSet) -> frozenset[str]:
         return frozenset()
 
-    def entries(self, tb: NetnsTestbed, rs: RuleSet) -> int:
+    def entries(self, tb: Testbed, rs: RuleSet) -> int:
         return sum(kernel.ruleset_state(tb).values())
 
-    def differences(self, tb: NetnsTestbed, rs: RuleSet) -> list[str]:
+    def differences(self, tb: Testbed, rs: RuleSet) -> list[str]:
         return [f"{what}: {n} in the kernel, none rendered"
                 for what, n in kernel.ruleset_state(tb).items() if n]

@@ -28,7 +28,7 @@ from fwbench.experiments.base import Experiment, Planned, Trial
 from fwbench.plan import TrialKey
 from fwbench.results import TrialRecord
 from fwbench.scenario import Scenario
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
 
 METHOD = "droprate"
@@ -44,7 +44,7 @@ def treatments(sc: Scenario) -> list[Treatment]:
     return build(d.treatments, d.set_sizes, d.nonmatching_rules)
 
 
-def target(tb: NetnsTestbed, sc: Scenario) -> Target:
+def target(tb: Testbed, sc: Scenario) -> Target:
     t = tb.topo
     return Target(t.fw_client_side.ifname, t.client.ip4, t.fw_client_side.ip4,
                   text=sc.droprate.payload_text, nonmatching=sc.droprate.nonmatching_rules,
@@ -107,7 +107,7 @@ class DropRate(Experiment):
     def topology(self) -> Topology:
         return _topology(self.sc)
 
-    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+    def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         t = self.target = target(tb, self.sc)
         # Register raw and filter up front: a legacy table stays registered (its hooks
         # run for every packet) once anything touches it, so which treatments ran
@@ -117,7 +117,7 @@ class DropRate(Experiment):
                            "payload_text": t.text},
                 "xt_tables_registered": ["raw", "filter"]}
 
-    def close(self, tb: NetnsTestbed) -> None:
+    def close(self, tb: Testbed) -> None:
         if self.target is not None:
             clear(tb, self.target)
 
@@ -125,7 +125,7 @@ class DropRate(Experiment):
         tr = self.trs[key.cell[:2]]
         return tr.label(self.target) if self.target is not None else tr.id
 
-    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         return run_trial(tb, self.trs[key.cell[:2]], self.target, key, idx, self.sc)
 
@@ -139,7 +139,7 @@ class DropRate(Experiment):
         return report.render(records, meta)
 
 
-def run_trial(tb: NetnsTestbed, tr: Treatment, t: Target, key: TrialKey, idx: int,
+def run_trial(tb: Testbed, tr: Treatment, t: Target, key: TrialKey, idx: int,
               sc: Scenario) -> TrialRecord:
     d = sc.droprate
     frame_size = key.cell[2]

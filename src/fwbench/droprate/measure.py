@@ -22,7 +22,7 @@ from fwbench.backends import kernel
 from fwbench.backends.base import Verification
 from fwbench.droprate.treatments import HASHLIMIT_BURST, Expect, Listing, Target, Treatment
 from fwbench.errors import FwbenchError
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 PING_PROBES = 3
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -50,7 +50,7 @@ class Counters:
         return out
 
 
-def read(tb: NetnsTestbed, tr: Treatment, t: Target) -> Counters:
+def read(tb: Testbed, tr: Treatment, t: Target) -> Counters:
     s = tb.snmp("fw")
     link = tb.stats(tb.topo.fw_client_side)
     return Counters(link.rx_packets, link.rx_dropped, s["Ip:InReceives"],
@@ -58,7 +58,7 @@ def read(tb: NetnsTestbed, tr: Treatment, t: Target) -> Counters:
                     s["Icmp:OutDestUnreachs"], tr.hits(tb, t), tuple(tr.silent(tb, t)))
 
 
-def conntrack_entries(tb: NetnsTestbed, t: Target) -> dict[str, int]:
+def conntrack_entries(tb: Testbed, t: Target) -> dict[str, int]:
     """Entries in the firewall namespace's conntrack table: the flood's UDP flow and
     ICMP (from the ping probe)."""
     lines = kernel.conntrack_entries(tb)
@@ -107,7 +107,7 @@ def account(e: Expect, disposed: int, d: dict, slack: float = 0.0,
     return out
 
 
-def send(tb: NetnsTestbed, t: Target, frame_size: int, *, duration_s: float = 0,
+def send(tb: Testbed, t: Target, frame_size: int, *, duration_s: float = 0,
          count: int | None = None) -> dict:
     """The flood at open throttle from the sender's CPU: for a duration or a count."""
     return engine.send(tb, frame_size=frame_size, rate_pps=0, duration_s=duration_s,
@@ -120,7 +120,7 @@ def _hashlimit_max(t: Target, active_s: float) -> float:
     return HASHLIMIT_BURST + t.hashlimit_pps * active_s * 1.5 + 5
 
 
-def verify(tb: NetnsTestbed, tr: Treatment, t: Target, files: dict[str, str],
+def verify(tb: Testbed, tr: Treatment, t: Target, files: dict[str, str],
            frame_size: int, packets: int) -> Verification:
     """The listing matches what was loaded, and a probe of `packets` flood packets
     ends where the treatment says: counted by its own counter, and conntrack holds
@@ -181,7 +181,7 @@ def _children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def flood(tb: NetnsTestbed, tr: Treatment, t: Target, frame_size: int, duration_s: float,
+def flood(tb: Testbed, tr: Treatment, t: Target, frame_size: int, duration_s: float,
           path_cpu: int, min_cpu_share: float) -> tuple[dict, list[str]]:
     """One measurement: the flood for `duration_s`; returns its metrics and what, if
     anything, makes it unusable (the path CPU was shared, counters do not add up)."""

@@ -36,7 +36,7 @@ from fwbench.ruleset.templates import droprate as template
 from fwbench.ruleset.templates.droprate import (BENCH_V4, FILLER_CAPACITY,  # noqa: F401
                                                 FLOOD_PORT, FLOOD_RULE, HASHLIMIT_BURST,
                                                 MAX_SET_SIZE, TESTBED_V4, filler_addresses)
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 BPF_OBJECT = bpf.DROP_OBJECT
 NONMATCHING = "nonmatching-"    # raw-after-rules' rules the flood passes: `nonmatching-N`
@@ -109,18 +109,18 @@ class Treatment(abc.ABC):
         """File name -> text: exactly what load() feeds the kernel."""
 
     @abc.abstractmethod
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
+    def load(self, tb: Testbed, files: dict[str, str]) -> None:
         ...
 
     @abc.abstractmethod
-    def inspect(self, tb: NetnsTestbed, t: Target, files: dict[str, str]) -> Listing:
+    def inspect(self, tb: Testbed, t: Target, files: dict[str, str]) -> Listing:
         ...
 
     @abc.abstractmethod
-    def counters(self, tb: NetnsTestbed, t: Target) -> dict[str, int]:
+    def counters(self, tb: Testbed, t: Target) -> dict[str, int]:
         """Rule id -> packets counted, for the rules the kernel holds."""
 
-    def hits(self, tb: NetnsTestbed, t: Target) -> int:
+    def hits(self, tb: Testbed, t: Target) -> int:
         """Packets the treatment's own counter (rule `flood`'s) has counted: drops, or
         for the accept group the UDP rule's matches."""
         got = self.counters(tb, t)
@@ -129,7 +129,7 @@ class Treatment(abc.ABC):
                                f"({self.where(t)})")
         return got[FLOOD_RULE]
 
-    def silent(self, tb: NetnsTestbed, t: Target) -> list[int]:
+    def silent(self, tb: Testbed, t: Target) -> list[int]:
         """Counters that the flood must not move (the non-matching rules)."""
         ids = [r.id for _, _, r in self.ruleset(t).rules() if r.id.startswith(NONMATCHING)]
         if not ids:
@@ -182,13 +182,13 @@ class _Netfilter(Treatment):
             self._files[t] = self.backend.render(rs, t.interfaces)
         return dict(self._files[t])
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
+    def load(self, tb: Testbed, files: dict[str, str]) -> None:
         self.backend.load(tb, files)
 
-    def counters(self, tb: NetnsTestbed, t: Target) -> dict[str, int]:
+    def counters(self, tb: Testbed, t: Target) -> dict[str, int]:
         return self.backend.counters(tb, self.ruleset(t))
 
-    def inspect(self, tb: NetnsTestbed, t: Target, files: dict[str, str]) -> Listing:
+    def inspect(self, tb: Testbed, t: Target, files: dict[str, str]) -> Listing:
         rs = self.ruleset(t)
         diffs = self.backend.differences(tb, rs)
         held = self.backend.entries(tb, rs)      # rules and set elements
@@ -219,7 +219,7 @@ class _Nft(_Netfilter):
     backend = NftLinear()
     tools = ("nft",)
 
-    def counters(self, tb: NetnsTestbed, t: Target) -> dict[str, int]:
+    def counters(self, tb: Testbed, t: Target) -> dict[str, int]:
         # The flood's chain alone: the whole ruleset would list a large set's
         # elements at every read.
         rs = self.ruleset(t)
@@ -388,7 +388,7 @@ class _Bpf(Treatment):
         cmds = bpf.drop_commands(self.hook, t.ifname, t.bpf_object)
         return {"commands": "".join(shlex.join(argv) + "\n" for argv in cmds)}
 
-    def load(self, tb: NetnsTestbed, files: dict[str, str]) -> None:
+    def load(self, tb: Testbed, files: dict[str, str]) -> None:
         bpf.attach_drop(tb.executor, "fw",
                         [shlex.split(line) for line in files["commands"].splitlines()])
 
@@ -397,17 +397,17 @@ class _Bpf(Treatment):
             return f"{BPF_OBJECT} is missing: build it with ./scripts/setup.sh"
         return super().unavailable()
 
-    def _attached(self, tb: NetnsTestbed, t: Target) -> dict:
+    def _attached(self, tb: Testbed, t: Target) -> dict:
         return bpf.drop_attachment(tb.executor, "fw", self.hook, t.ifname)
 
-    def counters(self, tb: NetnsTestbed, t: Target) -> dict[str, int]:
+    def counters(self, tb: Testbed, t: Target) -> dict[str, int]:
         """The program's map counts the one rule it implements, `flood`."""
         prog = self._attached(tb, t).get("prog")
         if prog is None:
             raise FwbenchError(f"{self.id}: no program attached to {t.ifname}")
         return {FLOOD_RULE: bpf.drop_count(tb.executor, "fw", prog["id"])}
 
-    def inspect(self, tb: NetnsTestbed, t: Target, files: dict[str, str]) -> Listing:
+    def inspect(self, tb: Testbed, t: Target, files: dict[str, str]) -> Listing:
         att = self._attached(tb, t)
         prog = att.get("prog")
         lst = Listing(0, notes={"object_sha256": _digest(t.bpf_object)})
@@ -471,13 +471,13 @@ def build(names: list[str], set_sizes: list[int], nonmatching: int) -> list[Trea
 
 # --- clearing the firewall between treatments ---------------------------------------
 
-def clear(tb: NetnsTestbed, t: Target) -> None:
+def clear(tb: Testbed, t: Target) -> None:
     """Remove every treatment: all firewalls, netfilter and eBPF (flush_all removes
     XDP programs and clsact qdiscs too), and the conntrack table's entries."""
     kernel.flush_all(tb)
 
 
-def leftovers(tb: NetnsTestbed, t: Target) -> list[str]:
+def leftovers(tb: Testbed, t: Target) -> list[str]:
     """What is still loaded in the firewall namespace: empty after clear()."""
     left = [f"{k}: {v}" for k, v in kernel.ruleset_state(tb).items() if v]
     if "xdp" in bpf.attached(tb.executor, "fw", t.ifname):

@@ -44,7 +44,7 @@ from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.ruleset.templates import seed001 as tpl
 from fwbench.scenario import ALL, Scenario, from_dict
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
 from fwbench.traffic.echo import EchoServer, EchoSpec, run_clients
 
@@ -61,7 +61,7 @@ REQUIRED_TOOLS = {"ip": "iproute2", "ss": "iproute2", "conntrack": "conntrack"}
 SETTLE_S = 5.0
 
 
-def settle(tb: NetnsTestbed) -> int:
+def settle(tb: Testbed) -> int:
     """Wait until no TCP connection of the trial is still closing at either end (a
     FIN retransmitted seconds later would be counted by the next trial's rules while
     it verifies them); TIME-WAIT sends nothing unprompted. Returns how many were left
@@ -193,7 +193,7 @@ class Echo(Experiment):
         n = max(max(self._all("clients")), 1)
         return Topology.many_clients(n, hosts=False, settings=self.sc.testbed)
 
-    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+    def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         flush_all(tb)
         flush_conntrack(tb)
         self.baseline_mem = _meminfo()
@@ -223,7 +223,7 @@ class Echo(Experiment):
         """Client i's address, as the rule set names it (the last is the testbed's)."""
         return [tpl.client_address(i, n, version) for i in range(1, n + 1)]
 
-    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         c = dict(zip(FACTORS, key.cell))
         rs, backend = self.ruleset(key.cell), self.backend(c["backend"])
@@ -270,7 +270,7 @@ class Echo(Experiment):
 
     # --- the proof -----------------------------------------------------------------------
 
-    def _prove(self, tb: NetnsTestbed, backend: Backend, rs: RuleSet, spec: EchoSpec,
+    def _prove(self, tb: Testbed, backend: Backend, rs: RuleSet, spec: EchoSpec,
                c: dict) -> dict:
         """Every client runs `verify_cycles` cycles; its own rules must count them."""
         m, n, f = self.s.verify_cycles, c["clients"], c["rules_per_client"]
@@ -338,7 +338,7 @@ class Echo(Experiment):
 
     # --- the measurement -------------------------------------------------------------------
 
-    def _measure(self, tb: NetnsTestbed, spec: EchoSpec) -> dict:
+    def _measure(self, tb: Testbed, spec: EchoSpec) -> dict:
         sources = self.sources(spec.clients, spec.version)
         with EchoServer(tb, spec) as srv:
             mem = _meminfo()

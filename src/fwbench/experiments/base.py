@@ -27,6 +27,7 @@ from fwbench.errors import FwbenchError
 from fwbench.plan import Cell, TrialKey
 from fwbench.results import SCHEMA_VERSION, TrialRecord
 from fwbench.scenario import Scenario
+from fwbench.testbed.base import Testbed
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
 
@@ -76,7 +77,7 @@ class Trial:
     def fail(self, reason: str, status: str = "failed") -> None:
         self.status, self.reason = status, reason
 
-    def fill_conntrack(self, tb: NetnsTestbed, entries: int, **kw) -> None:
+    def fill_conntrack(self, tb: Testbed, entries: int, **kw) -> None:
         """Fill the firewall's connection table with `entries` background entries
         (statecheck.fill, its keywords), kept in the metrics; short of them is an
         error. release_conntrack() undoes it, whatever happened in between."""
@@ -86,7 +87,7 @@ class Trial:
             raise FwbenchError(f"the connection table reached {self._filled.created:,} "
                                f"of {entries:,} entries")
 
-    def release_conntrack(self, tb: NetnsTestbed) -> None:
+    def release_conntrack(self, tb: Testbed) -> None:
         """Release what fill_conntrack() made, if anything. A failed release fails the
         trial with its reason: the next trial's flush empties the table anyway, so it
         must not end the run with a traceback."""
@@ -192,11 +193,11 @@ class Experiment(abc.ABC):
         return f"method {self.sc.method} has not been made to run over SSH"
 
     @abc.abstractmethod
-    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+    def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         """Once per session, before its first trial: set up what every trial shares
         (calibration, a target, instruments). Returns what the session record adds."""
 
-    def close(self, tb: NetnsTestbed) -> None:
+    def close(self, tb: Testbed) -> None:
         """After the session's last trial, however the session ends."""
 
     def environment(self, session: dict) -> dict:
@@ -215,7 +216,7 @@ class Experiment(abc.ABC):
         return " ".join(f"{f}={v}" for f, v in zip(self.factors, key.cell))
 
     @abc.abstractmethod
-    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         """One trial of cell `key`, the `idx`-th of the plan; `step(line)` reports
         progress inside a long trial."""

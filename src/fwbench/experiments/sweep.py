@@ -35,7 +35,7 @@ from fwbench.ruleset.evaluate import Evaluator
 from fwbench.ruleset.model import Packet, RuleSet, Unsupported
 from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.scenario import ALL, Scenario, from_dict
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
 from fwbench.traffic.engine import EngineTraffic, Flow
 from fwbench.traffic.iperf3 import Iperf3Rate
@@ -98,7 +98,7 @@ class Sweep(Experiment):
         # keep_loaded: one backend's rule set at every frame size, back to back
         return (lambda cell: cell[:2]) if self.sc.keep_loaded else None
 
-    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+    def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         self.kept = None        # a new testbed holds nothing yet
         method = self.method_ = make_method(self.sc)
         method.prepare(tb)
@@ -119,7 +119,7 @@ class Sweep(Experiment):
             method.ceilings.update({int(f): v for f, v in cal["sender_ceiling_pps"].items()})
         return {"engine": {**cal, **sender}}
 
-    def close(self, tb: NetnsTestbed) -> None:
+    def close(self, tb: Testbed) -> None:
         if isinstance(self.method_, CpuCost):
             self.method_.close()    # its soaker would spin on the firewall CPU for nothing
 
@@ -130,7 +130,7 @@ class Sweep(Experiment):
         b, n, f = key.cell
         return f"{b} {f}B" if b == "none" else f"{b} N={n} {f}B"
 
-    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         method = self.method_
         if isinstance(method, Method):
@@ -170,7 +170,7 @@ def open_throttle(sc: Scenario) -> bool:
     return sc.method == "maxrate"
 
 
-def restore_ingress_gro(tb: NetnsTestbed, sc: Scenario) -> None:
+def restore_ingress_gro(tb: Testbed, sc: Scenario) -> None:
     """GRO at the firewall's ingress back to what the scenario asked, when it was on
     only for an XDP sender that is not used after all; the record says so."""
     if sc.testbed.ingress_gro:
@@ -330,7 +330,7 @@ def check_tools() -> None:
     proc.require(REQUIRED_TOOLS)
 
 
-def verify_with_sink_off(tb: NetnsTestbed, backend: Backend, rs: RuleSet, method):
+def verify_with_sink_off(tb: Testbed, backend: Backend, rs: RuleSet, method):
     """Verify with the engine's receiver stopped: its XDP sink on the server's port
     would take the probes before the capture sees them. The next measurement starts
     a fresh one (it is armed per trial anyway)."""
@@ -345,7 +345,7 @@ def _engine_of(method) -> EngineTraffic | None:
     return engine if isinstance(engine, EngineTraffic) else None
 
 
-def calibrate(tb: NetnsTestbed, engine: EngineTraffic, frame_sizes: list[int],
+def calibrate(tb: Testbed, engine: EngineTraffic, frame_sizes: list[int],
               version: int = 4) -> dict:
     """Measured once per testbed session with every firewall flushed:
 
@@ -380,7 +380,7 @@ class Kept:
         return self.backend == backend.name and self.digest == rs.digest()
 
 
-def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, idx: int,
+def run_trial(tb: Testbed, backend: Backend, rs: RuleSet, key: TrialKey, idx: int,
               sc: Scenario, method, policies: dict | None = None,
               kept: Kept | None = None) -> tuple[TrialRecord, bool]:
     """One trial of the sweep, and whether the method loaded other rule sets during
@@ -425,7 +425,7 @@ def run_trial(tb: NetnsTestbed, backend: Backend, rs: RuleSet, key: TrialKey, id
                      "counters": sc.policy.counters}), bool(reloads)
 
 
-def _reloader(tb: NetnsTestbed, backend: Backend, sc: Scenario, cache: dict, method):
+def _reloader(tb: Testbed, backend: Backend, sc: Scenario, cache: dict, method):
     """For methods that search over the rule count: load and verify n rules."""
     def reload(n: int) -> None:
         rs = _ruleset_for(n, backend, sc, cache)

@@ -39,7 +39,7 @@ from fwbench.plan import TrialKey
 from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.ruleset.templates.seed000 import seed000
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.traffic.engine import EngineTraffic, Flow
 
 FACTORS = ("backend", "rules", "frame_size", "chain", "cpus")
@@ -54,7 +54,7 @@ def steered_cpus(cpus: int, firewall_cpu: int, ncpu: int) -> list[int]:
     return [firewall_cpu] + [c for c in range(ncpu) if c != firewall_cpu][:cpus - 1]
 
 
-def steer(tb: NetnsTestbed, cpus: int) -> dict:
+def steer(tb: Testbed, cpus: int) -> dict:
     """Write the RPS mask for `cpus` CPUs on the firewall's ingress ports and read it
     back: what the record keeps."""
     ncpu = os.cpu_count() or 1
@@ -109,7 +109,7 @@ class FixedRateSweep(Sweep):
             "forward_flow": "to the server, counted by the engine's receiver there"}}
         return Planned(p.scenario, cells, meta, p.notes)
 
-    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+    def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         info = super().open(tb, plan, console)
         fwd: FixedRate = self.method_
         sc = self.sc
@@ -126,7 +126,7 @@ class FixedRateSweep(Sweep):
                                   "cpu": tb.topo.settings.server_cpu}
         return info
 
-    def close(self, tb: NetnsTestbed) -> None:
+    def close(self, tb: Testbed) -> None:
         for m in self.methods.values():
             m.engine.close()
 
@@ -143,14 +143,14 @@ class FixedRateSweep(Sweep):
                                        counters=self.sc.policy.counters, chain=chain)
         return self.cached[key]
 
-    def _verify(self, tb: NetnsTestbed, backend: Backend, rs: RuleSet):
+    def _verify(self, tb: Testbed, backend: Backend, rs: RuleSet):
         # Every receiver stopped: an XDP sink on the server's port hides packets from
         # the capture, and the INPUT socket would take the probes meant for the rules.
         for m in self.methods.values():
             m.engine.close()
         return backend.verify(tb, rs)
 
-    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         b, rules, frame_size, chain, cpus = key.cell
         backend = self.backend(b)

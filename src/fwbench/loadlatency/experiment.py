@@ -30,7 +30,7 @@ from fwbench.ruleset import templates
 from fwbench.ruleset.evaluate import Evaluator
 from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.scenario import ALL, Scenario, from_dict
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
 from fwbench.traffic.engine import EngineTraffic, Flow
 from fwbench.traffic.latency_series import EngineProbeSeries, PingSeries
@@ -130,7 +130,7 @@ class LoadLatency(Experiment):
         # server_cpu as it does for the sweeps' iperf3 traffic.
         return Topology.new(self.sc.testbed, server_rps=True)
 
-    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+    def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         flush_all(tb)
         flush_conntrack(tb)
         self.traffic = EngineTraffic(self.sc.engine)
@@ -141,7 +141,7 @@ class LoadLatency(Experiment):
         self.reference = self.load.begin(tb, tb.topo.server.ip4, CALIBRATION_S).wait()
         return {"load_reference": self.reference.as_dict()}
 
-    def close(self, tb: NetnsTestbed) -> None:
+    def close(self, tb: Testbed) -> None:
         if self.traffic is not None:
             self.traffic.close()
         self.load.stop_server(tb)
@@ -152,14 +152,14 @@ class LoadLatency(Experiment):
         r, b, load, n = key.cell
         return f"{r} {b} {load}" + (f" +{n:,} conns" if n else "")
 
-    def _targets(self, tb: NetnsTestbed, rs: RuleSet) -> tuple[str, str, int, int]:
+    def _targets(self, tb: Testbed, rs: RuleSet) -> tuple[str, str, int, int]:
         """(load and probe destination, ping destination, probe port, port on arrival):
         the measured flow's destination, port-forwarded for NAT."""
         f = rs.flow
         arrives = Evaluator(rs).evaluate(f).translated
         return f.daddr, tb.topo.server.ip4, f.dport, arrives.dport
 
-    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         name, bname, load, entries = key.cell
         rs, backend = self.rulesets[name], self.backend(bname)
@@ -205,7 +205,7 @@ class LoadLatency(Experiment):
                          "streams": self.s.streams, "ping_interval_s": self.s.ping_interval_s,
                          "probe_pps": self.s.probe_pps, "warmup_s": self.s.warmup_s})
 
-    def _measure(self, tb: NetnsTestbed, rs: RuleSet, load: str) -> dict:
+    def _measure(self, tb: Testbed, rs: RuleSet, load: str) -> dict:
         s, duration = self.s, int(self.sc.duration_s)
         dst, ping_dst, dport, sink_port = self._targets(tb, rs)
         flow = Flow(tb.topo.client.ip4, dst, dport, sink_port)

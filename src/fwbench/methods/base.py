@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.traffic.engine import EngineMeasurer, EngineTraffic
 
 Reload = Callable[[int], None]
@@ -40,23 +40,23 @@ class Method:
     def versions(self) -> dict[str, str | None]:
         return self.engine.versions()
 
-    def prepare(self, tb: NetnsTestbed) -> None:
+    def prepare(self, tb: Testbed) -> None:
         self.engine.start(tb)
 
-    def restart(self, tb: NetnsTestbed) -> None:
+    def restart(self, tb: Testbed) -> None:
         self.engine.restart(tb)
 
-    def run(self, tb: NetnsTestbed, frame_size: int, duration_s: float, *,
+    def run(self, tb: Testbed, frame_size: int, duration_s: float, *,
             rules: int | None = None, reload: Reload | None = None) -> dict:
         raise NotImplementedError
 
     def line(self, metrics: dict) -> str:
         return ""
 
-    def measurer(self, tb: NetnsTestbed, frame_size: int) -> EngineMeasurer:
+    def measurer(self, tb: Testbed, frame_size: int) -> EngineMeasurer:
         return self.engine.measurer(tb, frame_size)
 
-    def sender_ceiling(self, tb: NetnsTestbed, frame_size: int) -> float:
+    def sender_ceiling(self, tb: Testbed, frame_size: int) -> float:
         """What the sender gets out at open throttle at this frame size: the top of
         every search range."""
         if frame_size not in self.ceilings:

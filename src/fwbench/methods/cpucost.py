@@ -24,7 +24,7 @@ from fwbench import bpf
 from fwbench.methods.base import Method, Reload
 from fwbench.scenario import CpuCostSettings
 from fwbench.soaker import Soaker, busy_ns
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.traffic.engine import EngineTraffic
 
 # What the record says about the instrument, once per trial.
@@ -41,7 +41,7 @@ class CpuCost(Method):
         self.soaker: Soaker | None = None
         self.bpf_stats: bpf.RunTimeStats | None = None
 
-    def prepare(self, tb: NetnsTestbed) -> None:
+    def prepare(self, tb: Testbed) -> None:
         super().prepare(tb)
         if self.soaker is None:
             self.soaker = Soaker(tb.topo.settings.firewall_cpu)
@@ -54,17 +54,17 @@ class CpuCost(Method):
                 part.close()
         self.soaker = self.bpf_stats = None
 
-    def _programs(self, tb: NetnsTestbed) -> dict[str, int]:
+    def _programs(self, tb: Testbed) -> dict[str, int]:
         """The BPF programs on the firewall's ingress: the backend's, never the
         instrument's (which puts none there)."""
         t = tb.topo
         return bpf.attached(tb.executor, t.fw_client_side.host, t.fw_client_side.ifname)
 
-    def _prog_stats(self, tb: NetnsTestbed, progs: dict[str, int]) -> dict[str, dict]:
+    def _prog_stats(self, tb: Testbed, progs: dict[str, int]) -> dict[str, dict]:
         return {hook: bpf.run_stats(tb.executor, tb.topo.fw_client_side.host, pid)
                 for hook, pid in progs.items()}
 
-    def run(self, tb: NetnsTestbed, frame_size: int, duration_s: float, *,
+    def run(self, tb: Testbed, frame_size: int, duration_s: float, *,
             rules: int | None = None, reload: Reload | None = None) -> dict:
         """One measurement, again while the soaker's idle rates around it disagree by
         more than `max_drift` (at most `redo` times); the disturbed ones go to the
@@ -86,7 +86,7 @@ class CpuCost(Method):
             out["trials"] = disturbed
         return out
 
-    def _once(self, tb: NetnsTestbed, m, duration_s: float, progs: dict[str, int]) -> dict:
+    def _once(self, tb: Testbed, m, duration_s: float, progs: dict[str, int]) -> dict:
         st, soaker = self.settings, self.soaker
         assert soaker is not None
         idle_before = soaker.idle_rate(st.calibrate_s)

@@ -27,7 +27,7 @@ import math
 from fwbench.errors import FwbenchError
 from fwbench.methods.base import Method, Reload
 from fwbench.scenario import FIXED_FLOWS_BPS, FixedRateSettings
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.traffic.engine import EngineTraffic
 
 # The firewall namespace's counters read around an INPUT point: IPv4 delivered past
@@ -78,7 +78,7 @@ class FixedRate(Method):
         self.max_rules = max_rules
         # The flow ends at the firewall itself: count what passed its input hook.
         self.count_delivered = count_delivered
-        self._tb: NetnsTestbed | None = None
+        self._tb: Testbed | None = None
 
     def _delivery(self) -> dict[str, int]:
         s = self._tb.snmp("fw")

@@ -14,7 +14,7 @@ in the record's sub-trials, never hidden.
 from __future__ import annotations
 
 from fwbench import cpu
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.traffic import RateInstrument, RttInstrument
 
 
@@ -35,13 +35,13 @@ class MaxRate:
     def versions(self) -> dict[str, str | None]:
         return {**self.rate.versions(), **self.rtt.versions()}
 
-    def prepare(self, tb: NetnsTestbed) -> None:
+    def prepare(self, tb: Testbed) -> None:
         self.rate.start(tb)
 
-    def restart(self, tb: NetnsTestbed) -> None:
+    def restart(self, tb: Testbed) -> None:
         self.rate.restart(tb)
 
-    def run(self, tb: NetnsTestbed, frame_size: int, duration_s: float, **_) -> dict:
+    def run(self, tb: Testbed, frame_size: int, duration_s: float, **_) -> dict:
         disturbed = []
         for _ in range(REDO + 1):
             got = self.rate.measure(tb, frame_size, duration_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fwbench.methods.base import Method, fmt_pps
 from fwbench.methods.search import SearchConfig, SearchResult, search
 from fwbench.scenario import ThroughputSettings
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.traffic.engine import EngineTraffic
 
 
@@ -63,7 +63,7 @@ class Throughput(Method):
         super().__init__(traffic)
         self.settings = settings
 
-    def search(self, tb: NetnsTestbed, frame_size: int, duration_s: float) -> SearchResult:
+    def search(self, tb: Testbed, frame_size: int, duration_s: float) -> SearchResult:
         cfg = search_config(self.settings, duration_s, self.sender_ceiling(tb, frame_size))
         return search(self.measurer(tb, frame_size), cfg, on_trial=self.step)
 

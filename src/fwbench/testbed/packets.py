@@ -38,7 +38,7 @@ from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.ruleset.model import PROTO_NUMBERS, Packet
 
 if TYPE_CHECKING:
-    from fwbench.testbed.netns import NetnsTestbed
+    from fwbench.testbed.base import Testbed
 
 MAGIC = b"FWBp"
 MARKER_LEN = len(MAGIC) + 4 + 4   # magic, nonce, index
@@ -233,7 +233,7 @@ def parse_frame(frame: bytes, nonce: bytes) -> Parsed | None:
 
 # --- the firewall namespace's routing ---------------------------------------------------
 
-def prepare(tb: "NetnsTestbed") -> None:
+def prepare(tb: "Testbed") -> None:
     """Make the firewall forward whatever arrives from one side out of the other,
     whatever its destination or (spoofed) source: policy routing by input interface,
     a default route per side to the far end host (whose neighbour entry is static),
@@ -252,7 +252,7 @@ def prepare(tb: "NetnsTestbed") -> None:
     tb.sysctl("fw", *_sysctls(tb, rp_filter=0, accept_local=1))
 
 
-def restore(tb: "NetnsTestbed") -> None:
+def restore(tb: "Testbed") -> None:
     """Undo `prepare`: the rules and tables go, and the sysctls return to a new
     namespace's defaults (rp_filter 0, accept_local 0), which the testbed keeps."""
     for side in ("client", "server"):
@@ -263,7 +263,7 @@ def restore(tb: "NetnsTestbed") -> None:
     tb.sysctl("fw", *_sysctls(tb, rp_filter=0, accept_local=0))
 
 
-def _sysctls(tb: "NetnsTestbed", rp_filter: int, accept_local: int) -> list[str]:
+def _sysctls(tb: "Testbed", rp_filter: int, accept_local: int) -> list[str]:
     # rp_filter takes the larger of `all` and the device's value, accept_local
     # either's: set both.
     names = ["all", tb.topo.fw_client_side.ifname, tb.topo.fw_server_side.ifname]
@@ -271,7 +271,7 @@ def _sysctls(tb: "NetnsTestbed", rp_filter: int, accept_local: int) -> list[str]
             for k, v in (("rp_filter", rp_filter), ("accept_local", accept_local))]
 
 
-def flush_conntrack(tb: "NetnsTestbed") -> str | None:
+def flush_conntrack(tb: "Testbed") -> str | None:
     """Empty the firewall's conntrack table, so no earlier packet makes a later
     one `established` or reuses its NAT binding. None when flushed, else why not."""
     try:
@@ -286,7 +286,7 @@ def flush_conntrack(tb: "NetnsTestbed") -> str | None:
 
 # --- the exchange -------------------------------------------------------------------------
 
-def exchange(tb: "NetnsTestbed", packets: list[Packet], timeout_s: float = 10.0,
+def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
              quiet_s: float = 0.3) -> list[Observed | None]:
     """Send every packet into the firewall from its `iif` side and return, per
     packet, how it came out, or None when it did not (dropped, or delivered to the
@@ -379,7 +379,7 @@ def exchange(tb: "NetnsTestbed", packets: list[Packet], timeout_s: float = 10.0,
     return out
 
 
-def _sink(tb: "NetnsTestbed", role: str, ifname: str) -> None:
+def _sink(tb: "Testbed", role: str, ifname: str) -> None:
     # nft's netdev ingress hook runs after the packet taps, so the capture still
     # sees every frame (this kernel has no cls_matchall or act_gact for a tc drop).
     tb.exec(role, ["nft", "-f", "-"], input=(
@@ -388,7 +388,7 @@ def _sink(tb: "NetnsTestbed", role: str, ifname: str) -> None:
         "policy drop; }\n}\n"))
 
 
-def _refuse_xdp(tb: "NetnsTestbed", role: str, ifname: str) -> None:
+def _refuse_xdp(tb: "Testbed", role: str, ifname: str) -> None:
     # An XDP program runs before the packet taps: the capture would see nothing.
     info = json.loads(tb.ip(role, "-j", "link", "show", "dev", ifname))[0]
     if "xdp" in info:
@@ -396,7 +396,7 @@ def _refuse_xdp(tb: "NetnsTestbed", role: str, ifname: str) -> None:
                            "from the capture; detach it first")
 
 
-def _handover_drops(tb: "NetnsTestbed") -> int:
+def _handover_drops(tb: "Testbed") -> int:
     """Packets the firewall forwarded but could not hand to an end host (the end
     host's input queue was full): the firewall's ports' tx_dropped."""
     t = tb.topo
@@ -409,7 +409,7 @@ def _handover_drops(tb: "NetnsTestbed") -> int:
 SETTLE_S = 0.05
 
 
-def _wait_quiet(tb: "NetnsTestbed", agents: dict[str, "_Agent"], expected: int,
+def _wait_quiet(tb: "Testbed", agents: dict[str, "_Agent"], expected: int,
                 deadline: float, quiet_s: float, taken_in: int | None = None) -> None:
     """Until every packet is captured, or nothing has moved for `quiet_s` (SETTLE_S
     once the firewall's IP input counter has reached `taken_in`)."""
@@ -435,7 +435,7 @@ def _wait_quiet(tb: "NetnsTestbed", agents: dict[str, "_Agent"], expected: int,
 class _Agent:
     """The agent process in one end host's namespace, spoken to in JSON lines."""
 
-    def __init__(self, tb: "NetnsTestbed", role: str, ifname: str, marker: bytes):
+    def __init__(self, tb: "Testbed", role: str, ifname: str, marker: bytes):
         self.tb, self.role = tb, role
         self.p = tb.spawn(role, [sys.executable, "-m", "fwbench.testbed.packets", "agent",
                                  ifname, marker.hex()],

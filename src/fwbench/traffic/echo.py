@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from fwbench.engine import _one_line, _parse, binary
 from fwbench.errors import FwbenchError
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 HEADER_BYTES = 32           # the message header: magic, client, size, flags, seq, sent_ns
 MAX_CLIENTS = 4096
@@ -126,7 +126,7 @@ class EchoSpec:
         lo, hi = self.frame
         return str(lo) if lo == hi else f"{lo}-{hi}"
 
-    def server_address(self, tb: NetnsTestbed) -> str:
+    def server_address(self, tb: Testbed) -> str:
         srv = tb.topo.server
         return srv.ip4 if self.version == 4 else srv.ip6
 
@@ -178,7 +178,7 @@ class EchoServer:
     drop, foreign, size, seq or delay the echo of client CLIENT's every EVERY-th
     message, or break its magic."""
 
-    def __init__(self, tb: NetnsTestbed, spec: EchoSpec, *, cpus: list[int] | None = None,
+    def __init__(self, tb: Testbed, spec: EchoSpec, *, cpus: list[int] | None = None,
                  faults: tuple[str, ...] = ()):
         spec.check()
         self.spec = spec
@@ -246,7 +246,7 @@ class EchoServer:
             self.abort()
 
 
-def run_clients(tb: NetnsTestbed, spec: EchoSpec, sources: list[str], *,
+def run_clients(tb: Testbed, spec: EchoSpec, sources: list[str], *,
                 duration_s: float | None = None, warmup_s: float = 0.0,
                 count: int | None = None, threads: int = 1,
                 cpus: list[int] | None = None) -> dict:

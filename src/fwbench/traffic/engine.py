@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fwbench import cpu, engine
 from fwbench.errors import FwbenchError
 from fwbench.measurer import TrialResult
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 _DRAIN_POLL_S = 0.02
 _DRAIN_LIMIT_S = 2.0   # RFC 2544 waits 2 s for stragglers; we stop once nothing moves
@@ -107,7 +107,7 @@ def overload_rate(r: TrialResult) -> tuple[float, str]:
 class EngineMeasurer:
     """`measure(duration_s, offered_pps)` through one testbed at one frame size."""
 
-    def __init__(self, traffic: "EngineTraffic", tb: NetnsTestbed, frame_size: int):
+    def __init__(self, traffic: "EngineTraffic", tb: Testbed, frame_size: int):
         self.traffic = traffic
         self.tb = tb
         self.frame_size = frame_size
@@ -176,10 +176,10 @@ class EngineTraffic:
     def versions(self) -> dict[str, str | None]:
         return {"fwbench-engine": engine.version()}
 
-    def start(self, tb: NetnsTestbed) -> None:
+    def start(self, tb: Testbed) -> None:
         self.receiver(tb)
 
-    def receiver(self, tb: NetnsTestbed) -> engine.Receiver:
+    def receiver(self, tb: Testbed) -> engine.Receiver:
         if self._rx is None:
             st, flow = self.settings, self.flow
             at = tb.topo.fw_client_side if flow.at == "fw" else tb.topo.server
@@ -187,7 +187,7 @@ class EngineTraffic:
                                        flow.version, at)
         return self._rx
 
-    def resolve_sender(self, tb: NetnsTestbed, frame_size: int,
+    def resolve_sender(self, tb: Testbed, frame_size: int,
                        open_throttle: bool = True) -> dict:
         """Settle `auto` (and check `xdp`) on this testbed: a short paced trial with the
         XDP sender, no firewall loaded, must arrive whole. `open_throttle` False: the
@@ -225,14 +225,14 @@ class EngineTraffic:
             self._rx.close()
             self._rx = None
 
-    def restart(self, tb: NetnsTestbed) -> None:
+    def restart(self, tb: Testbed) -> None:
         self.close()
         self.start(tb)
 
-    def measurer(self, tb: NetnsTestbed, frame_size: int) -> EngineMeasurer:
+    def measurer(self, tb: Testbed, frame_size: int) -> EngineMeasurer:
         return EngineMeasurer(self, tb, frame_size)
 
-    def measure(self, tb: NetnsTestbed, frame_size: int, duration_s: float) -> dict:
+    def measure(self, tb: Testbed, frame_size: int, duration_s: float) -> dict:
         """Open throttle for `duration_s`: the rate the firewall forwards under overload."""
         r = self.measurer(tb, frame_size).measure(duration_s, 0)
         rate, over = overload_rate(r)

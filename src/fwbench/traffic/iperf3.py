@@ -17,7 +17,7 @@ import time
 from fwbench import proc
 from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.frames import ipv4_payload
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 PORT = 5201
 _START_LIMIT_S = 3.0   # time allowed for the control connection and the first packets
@@ -35,7 +35,7 @@ class Iperf3Rate:
     def versions(self) -> dict[str, str | None]:
         return {"iperf3": proc.version_line(["iperf3", "-v"])}
 
-    def start(self, tb: NetnsTestbed) -> None:
+    def start(self, tb: Testbed) -> None:
         """Start the iperf3 server in the server namespace (once per testbed)."""
         if self._server and self._server.poll() is None:
             return
@@ -53,13 +53,13 @@ class Iperf3Rate:
             time.sleep(0.05)
         raise FwbenchError("iperf3 server did not start in the server namespace")
 
-    def restart(self, tb: NetnsTestbed) -> None:
+    def restart(self, tb: Testbed) -> None:
         if self._server:
             tb.forget(self._server)
             self._server = None
         self.start(tb)
 
-    def measure(self, tb: NetnsTestbed, frame_size: int, duration_s: float) -> dict:
+    def measure(self, tb: Testbed, frame_size: int, duration_s: float) -> dict:
         topo = tb.topo
         # iperf3's -t clock starts when data flows, as does our window; iperf3 3.12
         # reads -t as a whole number of seconds.
@@ -91,7 +91,7 @@ class Iperf3Rate:
             **{k: v for k, v in report.items() if k != "error"},
         }
 
-    def _window(self, tb: NetnsTestbed, client: subprocess.Popen, duration_s: float):
+    def _window(self, tb: Testbed, client: subprocess.Popen, duration_s: float):
         """Wait for the flow to start, skip the warm-up, then read counters at both
         ends of a `duration_s` window. None when nothing was sent in time."""
         topo = tb.topo

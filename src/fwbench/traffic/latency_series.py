@@ -28,7 +28,7 @@ from typing import Sequence
 
 from fwbench import proc
 from fwbench.errors import FwbenchError
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.traffic.engine import EngineSettings, EngineTraffic, Flow
 from fwbench.traffic.tcpload import whole_seconds
 
@@ -143,7 +143,7 @@ class PingResult:
 
 
 class PingRun:
-    def __init__(self, tb: NetnsTestbed, p: subprocess.Popen, out, series: "PingSeries",
+    def __init__(self, tb: Testbed, p: subprocess.Popen, out, series: "PingSeries",
                  dst: str, start: float, seconds: int):
         self._tb, self._p, self._out = tb, p, out
         self._series, self.dst, self.start, self.seconds = series, dst, start, seconds
@@ -192,7 +192,7 @@ class PingSeries:
     def versions(self) -> dict[str, str | None]:
         return {"ping": proc.version_line(["ping", "-V"])}
 
-    def begin(self, tb: NetnsTestbed, dst: str, duration_s: float) -> PingRun:
+    def begin(self, tb: Testbed, dst: str, duration_s: float) -> PingRun:
         if not proc.have("ping"):
             raise FwbenchError("ping not found: install the Debian package iputils-ping")
         seconds = whole_seconds(duration_s)
@@ -343,7 +343,7 @@ class EngineProbeResult:
 class EngineProbeRun:
     """The measurements running in a thread; `wait()` joins it."""
 
-    def __init__(self, series: "EngineProbeSeries", tb: NetnsTestbed, seconds: int):
+    def __init__(self, series: "EngineProbeSeries", tb: Testbed, seconds: int):
         self._series, self._tb, self.seconds = series, tb, seconds
         self._stop = threading.Event()
         self._done: list = []
@@ -423,12 +423,12 @@ class EngineProbeSeries:
     def versions(self) -> dict[str, str | None]:
         return self.traffic.versions()
 
-    def start(self, tb: NetnsTestbed) -> None:
+    def start(self, tb: Testbed) -> None:
         """Attach the receiver now (it takes a moment), so a later `begin()` starts
         sending at once."""
         self.traffic.start(tb)
 
-    def begin(self, tb: NetnsTestbed, duration_s: float) -> EngineProbeRun:
+    def begin(self, tb: Testbed, duration_s: float) -> EngineProbeRun:
         """Start `duration_s` consecutive 1-second measurements in a thread. The
         receiver starts here, in the caller's thread, so a failure to attach it is
         raised at once."""

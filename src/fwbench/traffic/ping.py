@@ -7,7 +7,7 @@ import statistics
 
 from fwbench import proc
 from fwbench.frames import ipv4_payload
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.errors import MeasurementInvalid
 
 _TIME = re.compile(r"time=([\d.]+) ms")
@@ -28,7 +28,7 @@ class PingRtt:
     def versions(self) -> dict[str, str | None]:
         return {"ping": proc.version_line(["ping", "-V"])}
 
-    def measure(self, tb: NetnsTestbed, frame_size: int) -> dict:
+    def measure(self, tb: Testbed, frame_size: int) -> dict:
         if self.unavailable:
             return {"rtt_skipped": self.unavailable}
         topo = tb.topo

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from fwbench import proc
 from fwbench.errors import FwbenchError
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 
 PORT = 5001                 # iperf 2's port: the one seed 004's rules accept and DNAT
 _START_LIMIT_S = 5.0        # server listening / client connected
@@ -154,7 +154,7 @@ def shortfall(result: LoadResult, reference: LoadResult, fraction: float = 0.8
 class LoadRun:
     """A running client; `wait()` collects its result."""
 
-    def __init__(self, tb: NetnsTestbed, client: subprocess.Popen, out, err,
+    def __init__(self, tb: Testbed, client: subprocess.Popen, out, err,
                  load: "TcpBidirLoad", dst: str, seconds: int):
         self._tb, self._p, self._out, self._err = tb, client, out, err
         self._load, self.dst, self.seconds = load, dst, seconds
@@ -242,7 +242,7 @@ class TcpBidirLoad:
     def versions(self) -> dict[str, str | None]:
         return {"iperf3": proc.version_line(["iperf3", "-v"])}
 
-    def start_server(self, tb: NetnsTestbed) -> None:
+    def start_server(self, tb: Testbed) -> None:
         """iperf3 -s in the server namespace on the server's address and `port`,
         pinned to the server CPU; returns once it listens. Idempotent."""
         _require_iperf3()
@@ -274,7 +274,7 @@ class TcpBidirLoad:
         raise FwbenchError(f"iperf3 server not listening on port {self.port} after "
                            f"{_START_LIMIT_S:g} s")
 
-    def stop_server(self, tb: NetnsTestbed) -> None:
+    def stop_server(self, tb: Testbed) -> None:
         if self._server is not None:
             tb.forget(self._server)
             self._server = None
@@ -282,7 +282,7 @@ class TcpBidirLoad:
             self._server_err.close()
             self._server_err = None
 
-    def begin(self, tb: NetnsTestbed, dst: str, duration_s: float) -> LoadRun:
+    def begin(self, tb: Testbed, dst: str, duration_s: float) -> LoadRun:
         """Start the client in the client namespace towards `dst`:`port` (the server,
         or an address the firewall DNATs to it) and return at once. The client is
         pinned to the sender CPU, as every client-side tool is."""

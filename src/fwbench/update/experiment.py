@@ -46,7 +46,7 @@ from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.ruleset.templates import updates as tpl
 from fwbench.scenario import ALL, Scenario, from_dict
-from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
 from fwbench.update import memory, series
 
@@ -215,7 +215,7 @@ class Update(Experiment):
         # The XDP sink counts in the firewall's softirq: no RPS on the server.
         return Topology.new(self.sc.testbed, server_rps=False)
 
-    def open(self, tb: NetnsTestbed, plan: list[TrialKey], console: Console) -> dict:
+    def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         flush_all(tb)
         return {"flows": {
             "kept": {"dport": tpl.KEEP_PORT, "pps": self.s.flow_pps, "stream": 0,
@@ -235,7 +235,7 @@ class Update(Experiment):
 
     # --- one trial ---------------------------------------------------------------------
 
-    def run_trial(self, tb: NetnsTestbed, key: TrialKey, idx: int,
+    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         bname, n, kname, mech = key.cell
         b = self.backend(bname)
@@ -289,7 +289,7 @@ class Update(Experiment):
             "before_s": s.before_s, "after_s": s.after_s, "slot_ms": s.slot_ms,
             "ruleset_before": old.name, "ruleset_before_sha256": old.digest()})
 
-    def _under_traffic(self, tb: NetnsTestbed, steps: list[Step], pps: float) -> dict:
+    def _under_traffic(self, tb: Testbed, steps: list[Step], pps: float) -> dict:
         """Both flows running, the update's commands between `before_s` and
         `after_s` of them; what the senders, the sink and the commands reported."""
         s, frame = self.s, self.sc.frame_sizes[0]
