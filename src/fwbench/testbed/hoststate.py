@@ -5,22 +5,25 @@ What is saved (`snapshot`): the firewall as each tool lists it (iptables-save an
 ip6tables-save of both the legacy and the nft tools, `nft list ruleset`, `ipset
 save`), and for each test interface its link settings (up, MTU, MAC), addresses,
 permanent neighbours, offloads (`ethtool -k`), RPS masks, attached XDP program and
-qdiscs; the host's routes and policy rules; every sysctl fwbench writes (the ones
-the build sets, and any other the moment before a caller first writes it).
+qdiscs; the routes and policy rules through the test interfaces or to the
+benchmarking ranges; every sysctl fwbench writes (the ones the build sets, and any
+other the moment before a caller first writes it).
 
-`restore_hooks_and_firewall` and then `restore_links` bring the saved state back: the firewall by flushing every tool's and
+`restore_hooks_and_firewall`, then (once every host is past it) `restore_links`
+bring the saved state back: the firewall by flushing every tool's tables and
 reloading what was saved (so the host's own rules return even where a backend
-replaced them), the interfaces setting by setting, and the sysctls value by
-value. `compare` tells what still differs, on the listings with what the kernel
-changes by itself taken out: the save tools' time stamps and every packet and byte
-counter.
+replaced them), the interfaces setting by setting, and the sysctls value by value.
+`compare` tells what still differs, on the listings with what the kernel changes
+by itself taken out: the save tools' time stamps and every packet and byte counter.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from typing import Callable
 
+from fwbench.addresses import BENCH
 from fwbench.errors import FwbenchError
 from fwbench.testbed.executor import Executor
 
@@ -92,16 +95,31 @@ def _rps(ex: Executor, role: str, ifname: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
 
 
-def _routes(ex: Executor, role: str) -> list[str]:
+def _routes(ex: Executor, role: str, ifnames: list[str]) -> list[str]:
+    """The routes and policy rules that are fwbench's business: those through a
+    test interface, to the benchmarking ranges, or selecting by a test interface.
+    The rest (the management network's, learnt ones that come and go) are neither
+    compared nor touched: removing one could cut the SSH session itself."""
+    ours = set(ifnames)
     out = []
     for v in ("-4", "-6"):
         for r in parsed(ex.output(role, ["ip", v, "-j", "route", "show", "table", "all"])):
-            out.append(json.dumps({"v": v, **{k: r[k] for k in sorted(r)
-                                               if k not in ("expires", "flags")}},
-                                  sort_keys=True))
+            if r.get("dev") in ours or _benchmarking(r.get("dst", "")):
+                out.append(json.dumps({"v": v, **{k: r[k] for k in sorted(r)
+                                                   if k not in ("expires", "flags")}},
+                                      sort_keys=True))
         for r in parsed(ex.output(role, ["ip", v, "-j", "rule", "show"])):
-            out.append(json.dumps({"v": v, "rule": r}, sort_keys=True))
+            if r.get("iif") in ours or r.get("oif") in ours:
+                out.append(json.dumps({"v": v, "rule": r}, sort_keys=True))
     return sorted(out)
+
+
+def _benchmarking(dst: str) -> bool:
+    try:
+        net = ipaddress.ip_network(dst, strict=False)
+    except ValueError:
+        return False    # "default", names
+    return any(net.version == b.version and net.subnet_of(b) for b in BENCH.values())
 
 
 def sysctls(ex: Executor, role: str, keys: list[str]) -> dict[str, str]:
@@ -137,7 +155,7 @@ def snapshot(ex: Executor, role: str, ifnames: list[str], keys: list[str]) -> di
                          "qdiscs": _qdiscs(ex, role, ifname),
                          "features": _features(ex, role, ifname),
                          "rps": _rps(ex, role, ifname)}
-    return {"firewall": firewall, "links": links, "routes": _routes(ex, role),
+    return {"firewall": firewall, "links": links, "routes": _routes(ex, role, ifnames),
             "sysctls": sysctls(ex, role, keys)}
 
 
@@ -252,7 +270,7 @@ def restore_links(ex: Executor, role: str, saved: dict,
     step = _stepper(ex, role, note)
     for ifname, s in saved["links"].items():
         _restore_link(ex, role, ifname, s, step)
-    _restore_routes(ex, role, saved["routes"], step)
+    _restore_routes(ex, role, saved["routes"], list(saved["links"]), step)
     now = sysctls(ex, role, list(saved["sysctls"]))
     for k, v in saved["sysctls"].items():
         if v != "" and now.get(k) != v:
@@ -328,9 +346,10 @@ def _restore_link(ex: Executor, role: str, ifname: str, s: dict, step) -> None:
              ["ip", "link", "set", "dev", ifname, "up" if link["up"] else "down"])
 
 
-def _restore_routes(ex: Executor, role: str, saved: list[str], step) -> None:
+def _restore_routes(ex: Executor, role: str, saved: list[str], ifnames: list[str],
+                    step) -> None:
     keep = set(saved)
-    for line in _routes(ex, role):
+    for line in _routes(ex, role, ifnames):
         if line in keep:
             continue
         r = json.loads(line)
