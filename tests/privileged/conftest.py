@@ -8,12 +8,15 @@ with its reason where this machine cannot run it. Each checks that its own
 namespaces are gone (`own_netns`, `netns_of`): only its own, since another fwbench
 run or test process on the machine may hold namespaces of its own at any time. The session checks that it did not change the root namespace's firewall or
 links: the state is read before the first privileged test and compared after the
-last, whatever order the files run in.
+last, whatever order the files run in. `finished_sweep` is one `fwbench run` of a
+small maxrate sweep, made once for the session, for the tests that read a finished run.
 """
 import difflib
 import json
 import os
 import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -148,3 +151,27 @@ def backend(request):
     """`@pytest.mark.parametrize("backend", NAMES, indirect=True)`: the backend of
     that name, or the test skipped with the reason this machine cannot run it."""
     return backend_or_skip(request.param)
+
+
+# A maxrate sweep as a user runs it: `fwbench run` with its default instruments and
+# its report. Several tests read a finished run of this kind (its records, its report,
+# resuming it, a second run into it); each made its own before, at 10-45 s a run here.
+SWEEP = ("--backends", "none,iptables-legacy,nftables", "--rules", "20,2000",
+         "--frame-sizes", "64", "--repeat", "3", "--duration", "0.3")
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    args: tuple[str, ...]              # `fwbench run` took these, and --out path
+    cp: subprocess.CompletedProcess
+    path: Path
+
+
+@pytest.fixture(scope="session")
+def finished_sweep(tmp_path_factory) -> FinishedRun:
+    """`fwbench run SWEEP --out DIR`, run once for the session. Read it as it is; a
+    test that changes a run copies it first."""
+    d = tmp_path_factory.mktemp("sweep") / "run"
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "run", *SWEEP, "--out", str(d)],
+                        capture_output=True, text=True, timeout=600)
+    return FinishedRun(SWEEP, cp, d)

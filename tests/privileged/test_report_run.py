@@ -3,7 +3,6 @@ its path; the cost per rule of iptables-legacy and nftables comes with intervals
 nftables' is the larger (seeds 000 and 003); the page renders in headless Chromium."""
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,12 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.browser import chromium_path, render  # noqa: E402
 
 
-def test_a_real_run_ends_with_a_report(tmp_path, own_netns):
-    d = tmp_path / "run"
-    cp = subprocess.run([sys.executable, "-m", "fwbench", "run", "--backends",
-                         "none,iptables-legacy,nftables", "--rules", "20,2000",
-                         "--frame-sizes", "64", "--repeat", "3", "--duration", "0.3",
-                         "--out", str(d)], capture_output=True, text=True, timeout=600)
+def test_a_real_run_ends_with_a_report(finished_sweep, own_netns):
+    """The run is conftest's `finished_sweep` (none, iptables-legacy and nftables at
+    20 and 2,000 rules, 64 B, three repetitions of 0.3 s), which test_run reads too."""
+    cp, d = finished_sweep.cp, finished_sweep.path
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.strip().splitlines()[-1] == f"report: {d / 'report.html'}"
     assert own_netns(d) == []

@@ -4,6 +4,7 @@ namespace is checked for the whole session in conftest.py)."""
 import io
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,18 +67,20 @@ def built_testbeds(d):
     return [s["testbed_id"] for s in json.loads((d / "run.json").read_text())["sessions"]]
 
 
-def test_run_records_every_trial(tmp_path, own_netns):
-    """The default instruments: the engine (open throttle, XDP sink) and ping."""
-    d = tmp_path / "run"
-    cp = fwbench("run", *SMALL, "--out", str(d))
+def test_run_records_every_trial(finished_sweep, own_netns):
+    """The default instruments: the engine (open throttle, XDP sink) and ping. The run
+    is conftest's `finished_sweep` (none, iptables-legacy, nftables; 20 and 2,000
+    rules), whose report test_report_run reads."""
+    cp, d = finished_sweep.cp, finished_sweep.path
     assert cp.returncode == 0, cp.stderr
     assert "results:" in cp.stdout and "x none" in cp.stdout
     assert record_keys(d) == planned_keys(d)
     for r in records(d):
         assert r["status"] == "ok", r["reason"]
         assert r["verification"]["ok"] is True
-        # Rules and set elements held: the 100 entries plus the skeleton and aux rules.
-        assert r["verification"]["rules_loaded"] == (0 if r["factors"]["backend"] == "none" else 105)
+        # Rules and set elements held: the N entries plus the skeleton and aux rules.
+        assert r["verification"]["rules_loaded"] == (
+            0 if r["factors"]["backend"] == "none" else r["factors"]["rules"] + 5)
         assert r["metrics"]["rx_pps"] > 0 and r["metrics"]["rtt_us_median"] > 0
         assert r["traffic"] == "engine+ping" and r["metrics"]["sent"] >= r["metrics"]["received"]
     meta = json.loads((d / "run.json").read_text())
@@ -178,22 +181,28 @@ def test_sigterm_cleans_up_and_says_how_to_resume(tmp_path, own_netns):
     assert own_netns(d) == []
 
 
-def test_resume_of_a_finished_run_adds_nothing(tmp_path, own_netns):
+def finished_copy(finished_sweep, tmp_path):
+    """A copy of conftest's finished sweep, for a test that may change it."""
+    assert finished_sweep.cp.returncode == 0, finished_sweep.cp.stderr
     d = tmp_path / "run"
-    args = ["--backends", "none", "--frame-sizes", "64", "--repeat", "1", "--duration", "0.2"]
-    assert fwbench("run", *args, "--out", str(d)).returncode == 0
+    shutil.copytree(finished_sweep.path, d)
+    return d
+
+
+def test_resume_of_a_finished_run_adds_nothing(finished_sweep, tmp_path, own_netns):
+    d = finished_copy(finished_sweep, tmp_path)
     before = (d / "trials.jsonl").read_text()
     assert fwbench("run", "--resume", str(d)).returncode == 0
     assert (d / "trials.jsonl").read_text() == before
     assert own_netns(d) == []
 
 
-def test_a_second_run_into_a_run_directory_is_refused(tmp_path, own_netns):
-    d = tmp_path / "run"
-    args = ["--backends", "none", "--frame-sizes", "64", "--repeat", "1", "--duration", "0.2"]
-    assert fwbench("run", *args, "--out", str(d)).returncode == 0
-    cp = fwbench("run", *args, "--out", str(d))
+def test_a_second_run_into_a_run_directory_is_refused(finished_sweep, tmp_path, own_netns):
+    d = finished_copy(finished_sweep, tmp_path)
+    before = (d / "trials.jsonl").read_text()
+    cp = fwbench("run", *finished_sweep.args, "--out", str(d))
     assert cp.returncode == 2 and "already holds a run" in cp.stderr
+    assert (d / "trials.jsonl").read_text() == before
     assert own_netns(d) == []
 
 
