@@ -10,6 +10,8 @@ from fwbench import proc
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Packet
 from fwbench.testbed import packets
+from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.topology import Topology
 
 ARB4, ARB6 = "198.18.77.5", "2001:2:0:77::5"       # routed by prepare() only
 
@@ -42,6 +44,24 @@ def counters(tb, family: str, table: str) -> list[int]:
             if "counter" in expr:
                 found.append(expr["counter"]["packets"])
     return found
+
+
+@pytest.fixture
+def testbed(firewall):
+    """The module's testbed, every firewall (and conntrack) emptied around each test
+    (conftest's `firewall`) and `prepare` undone after it: building a testbed per
+    test cost ~1.5 s, about what each test takes."""
+    yield firewall
+    packets.restore(firewall)
+
+
+@pytest.fixture
+def fresh_testbed(netns_of):
+    """A testbed of the test's own, as built: for `restore` against a testbed never
+    prepared, and for an XDP program left on an end host."""
+    with NetnsTestbed(Topology.new()) as tb:
+        yield tb
+    assert netns_of(tb.topo.run_id) == [], "the testbed left its namespaces"
 
 
 def test_every_kind_arrives_unchanged_with_no_rules(testbed):
@@ -155,7 +175,8 @@ def test_end_hosts_do_not_answer_and_would_without_the_sink(testbed, monkeypatch
     assert counters(testbed, "inet", "fwb_t") == [4, 2]   # RST+unreachable+reply, twice
 
 
-def test_restore_undoes_prepare(testbed):
+def test_restore_undoes_prepare(fresh_testbed):
+    testbed = fresh_testbed
     t = testbed.topo
     probe = [Packet(4, "client", "198.18.200.9", ARB4, "udp", 5001, 9),
              Packet(6, "server", "2001:2:0:2::99", ARB6, "udp", 5001, 9),
@@ -186,9 +207,10 @@ def test_packets_that_cannot_be_sent_are_refused(bad, why):
         packets.build_frame(bad, 0, b"\0" * 4, "02:00:00:00:00:01", "02:00:00:00:00:02")
 
 
-def test_an_xdp_program_on_an_end_host_is_refused(testbed):
+def test_an_xdp_program_on_an_end_host_is_refused(fresh_testbed):
     """XDP runs before the capture's tap: the exchange would call every packet
     dropped. It refuses instead."""
+    testbed = fresh_testbed
     obj = proc.REPO / "engine/build/sink.bpf.o"
     if not obj.exists():
         pytest.skip(f"{obj} not built (./scripts/setup.sh)")

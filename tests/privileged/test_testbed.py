@@ -8,6 +8,14 @@ from fwbench.testbed.netns import NetnsTestbed, clean_leftovers
 from fwbench.testbed.topology import TestbedSettings, Topology
 
 
+@pytest.fixture
+def testbed(module_testbed):
+    """The tests that only read a testbed share the module's (conftest's
+    `module_testbed`, checked gone after the last): building one per test cost ~1.5 s,
+    more than any of them takes. The tests of building and removing one make their own."""
+    return module_testbed
+
+
 def test_names_carry_the_run_suffix_and_addresses_are_benchmarking_ranges(testbed):
     t = testbed.topo
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
