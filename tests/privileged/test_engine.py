@@ -15,6 +15,14 @@ from fwbench.traffic.engine import EngineSettings, EngineTraffic, drain
 
 
 @pytest.fixture
+def testbed(firewall):
+    """The module's tests share one testbed, every firewall emptied around each test
+    (conftest's `firewall`), as a run's trials share one: building a testbed per test
+    cost ~1.5 s, more than most of these tests take. Each test stops what it started."""
+    return firewall
+
+
+@pytest.fixture
 def eng(testbed):
     t = EngineTraffic()
     t.start(testbed)
