@@ -156,6 +156,12 @@ def backend(request):
 # A maxrate sweep as a user runs it: `fwbench run` with its default instruments and
 # its report. Several tests read a finished run of this kind (its records, its report,
 # resuming it, a second run into it); each made its own before, at 10-45 s a run here.
+# Ping sends 5 echoes a trial, not its default 50 (0.5 s a trial, 18 trials): the tests
+# read that it measured an RTT, not how precisely.
+SWEEP_SCENARIO = """name = "sweep-test"
+[instrument]
+ping_count = 5
+"""
 SWEEP = ("--backends", "none,iptables-legacy,nftables", "--rules", "20,2000",
          "--frame-sizes", "64", "--repeat", "3", "--duration", "0.3")
 
@@ -169,9 +175,12 @@ class FinishedRun:
 
 @pytest.fixture(scope="session")
 def finished_sweep(tmp_path_factory) -> FinishedRun:
-    """`fwbench run SWEEP --out DIR`, run once for the session. Read it as it is; a
-    test that changes a run copies it first."""
-    d = tmp_path_factory.mktemp("sweep") / "run"
-    cp = subprocess.run([sys.executable, "-m", "fwbench", "run", *SWEEP, "--out", str(d)],
+    """`fwbench run SCENARIO SWEEP --out DIR`, run once for the session. Read it as it
+    is; a test that changes a run copies it first."""
+    top = tmp_path_factory.mktemp("sweep")
+    (top / "sweep.toml").write_text(SWEEP_SCENARIO)
+    args = (str(top / "sweep.toml"), *SWEEP)
+    d = top / "run"
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "run", *args, "--out", str(d)],
                         capture_output=True, text=True, timeout=600)
-    return FinishedRun(SWEEP, cp, d)
+    return FinishedRun(args, cp, d)

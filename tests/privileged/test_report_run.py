@@ -15,7 +15,8 @@ from tests.browser import chromium_path, render  # noqa: E402
 
 def test_a_real_run_ends_with_a_report(finished_sweep, own_netns):
     """The run is conftest's `finished_sweep` (none, iptables-legacy and nftables at
-    20 and 2,000 rules, 64 B, three repetitions of 0.3 s), which test_run reads too."""
+    20 and 2,000 rules, 64 B, three repetitions of 0.3 s, five pings each), which
+    test_run reads too."""
     cp, d = finished_sweep.cp, finished_sweep.path
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.strip().splitlines()[-1] == f"report: {d / 'report.html'}"
