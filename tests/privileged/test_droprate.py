@@ -173,14 +173,23 @@ def check_flood_attempts(r, droprate):
         assert r["reason"] == floods[-1]["problems"][0], r["reason"]
 
 
-def test_run_records_prints_the_table_and_the_acceptance(tmp_path, own_netns):
+def test_run_records_prints_the_table_and_the_acceptance_and_adds_rounds(tmp_path,
+                                                                        own_netns):
+    """One run, as a user runs it, of the treatments the acceptance compares (NOTRACK
+    and conntrack, raw PREROUTING and filter INPUT) and xdp, in adaptive rounds on
+    droprate's headline (the disposal rate): with a width no cell can reach, every
+    treatment is measured up to the cap, in rounds written to run.json before they
+    run. (Two runs before: the acceptance's two repetitions, and the rounds of raw and
+    xdp; each paid for a process, a testbed and a report.)"""
+    treatments = ["notrack", "conntrack", "raw", "filter-input", "xdp"]
     sc = tmp_path / "s.toml"
-    sc.write_text(SMALL % '["notrack", "conntrack", "raw", "filter-input"]')
+    sc.write_text(SMALL % json.dumps(treatments) + "[adaptive]\nrel_width = 1e-9\n")
     d = tmp_path / "run"
-    cp = fwbench("run", str(sc), "--out", str(d))
+    cp = fwbench("run", str(sc), "--max-repeat", "3", "--out", str(d))
     recs = records(d)
     droprate = json.loads((d / "run.json").read_text())["scenario"]["droprate"]
-    assert len(recs) == 8 and {r["repetition"] for r in recs} == {0, 1}
+    assert sorted((r["factors"]["treatment"], r["repetition"]) for r in recs) == \
+        sorted((t, rep) for t in treatments for rep in (0, 1, 2))
     for r in recs:
         assert r["verification"]["ok"], r["reason"]
         check_flood_attempts(r, droprate)
@@ -195,7 +204,24 @@ def test_run_records_prints_the_table_and_the_acceptance(tmp_path, own_netns):
     assert "87k" in out and "280k" in out  # the seed's own figures beside ours
     run = json.loads((d / "run.json").read_text())
     assert run["sessions"][0]["testbed"]["firewall_rps"] is False
+    assert run["factors"] == ["treatment", "set_size", "frame_size"]
+    rnd, = run["adaptive"]["rounds"]
+    cells = sorted({tuple(r["factors"][k] for k in run["factors"]) for r in recs})
+    assert [c[0] for c in cells] == sorted(treatments)
+    assert {("raw", 1, 128), ("xdp", 1, 128)} <= set(cells)
+    assert sorted(map(tuple, rnd["cells"])) == cells
+    assert f"adaptive round 1: {len(treatments)} cells" in cp.stderr
     assert own_netns(d) == []
+    # The run ends with its report (seed 002's table, figures, p-values), and it
+    # compares with another droprate run: the stored schema-2 one shares raw and xdp.
+    md = (d / "report.md").read_text()
+    assert "Where to drop (seed 002's table)" in md and "p Holm" in md
+    assert (d / "figures" / "fig-disposed_pps-cells.svg").exists()
+    stored = Path(__file__).parent.parent / "data" / "runs" / "schema2-droprate"
+    cp = fwbench("compare", str(stored), str(d), "--out", str(tmp_path / "cmp"))
+    assert cp.returncode == 0, cp.stderr
+    cmp = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| raw | 1 | 128 |" in cmp and "| xdp | 1 | 128 |" in cmp
 
 
 def test_sigkill_then_clean_then_resume_runs_each_planned_trial_once(tmp_path, own_netns):
@@ -230,33 +256,3 @@ def test_sigkill_then_clean_then_resume_runs_each_planned_trial_once(tmp_path, o
     assert cp.returncode == (0 if all(r["status"] == "ok" for r in recs) else 1), cp.stderr
     assert len(json.loads((d / "run.json").read_text())["sessions"]) == 2
     assert own_netns(d) == []
-
-
-def test_max_repeat_adds_rounds_for_noisy_treatments(tmp_path, own_netns):
-    """Adaptive repetitions on droprate's headline (the disposal rate): with a width
-    no cell can reach, every treatment is measured up to the cap, in rounds written
-    to run.json before they run."""
-    sc = tmp_path / "s.toml"
-    sc.write_text(SMALL % '["raw", "xdp"]' + "[adaptive]\nrel_width = 1e-9\n")
-    d = tmp_path / "run"
-    cp = fwbench("run", str(sc), "--max-repeat", "3", "--out", str(d))
-    recs = records(d)
-    assert cp.returncode == (0 if all(r["status"] == "ok" for r in recs) else 1), cp.stderr
-    assert sorted((r["factors"]["treatment"], r["repetition"]) for r in recs) == \
-        [("raw", 0), ("raw", 1), ("raw", 2), ("xdp", 0), ("xdp", 1), ("xdp", 2)]
-    meta = json.loads((d / "run.json").read_text())
-    assert meta["factors"] == ["treatment", "set_size", "frame_size"]
-    rnd, = meta["adaptive"]["rounds"]
-    assert sorted(map(tuple, rnd["cells"])) == [("raw", 1, 128), ("xdp", 1, 128)]
-    assert "adaptive round 1: 2 cells" in cp.stderr
-    assert own_netns(d) == []
-    # The run ends with its report (seed 002's table, figures, p-values), and it
-    # compares with another droprate run: the stored schema-2 one shares raw and xdp.
-    md = (d / "report.md").read_text()
-    assert "Where to drop (seed 002's table)" in md and "p Holm" in md
-    assert (d / "figures" / "fig-disposed_pps-cells.svg").exists()
-    stored = Path(__file__).parent.parent / "data" / "runs" / "schema2-droprate"
-    cp = fwbench("compare", str(stored), str(d), "--out", str(tmp_path / "cmp"))
-    assert cp.returncode == 0, cp.stderr
-    cmp = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| raw | 1 | 128 |" in cmp and "| xdp | 1 | 128 |" in cmp
