@@ -17,6 +17,13 @@ FILTERING = [n for n in backends.names() if n != "none"]
 SETS = {"ipset", "nftset", "xdp-set", "tc-set"}
 NETFILTER_LINEAR = ["iptables-legacy", "iptables-nft", "nftables"]
 PROBES = 20
+# The backends a tampered rule set is loaded into, to be caught by their verification
+# (the comparison with the rendering, the probes). tc-linear and tc-set run the very
+# code of xdp-linear and xdp-set for it (one class, renderer and map dump; only the
+# hook they attach to differs), and that hook is proven here by their loads of 1,000
+# and their wrong rule count, and in test_ebpf by every verdict of their programs:
+# tampering with them as well repeated the XDP pair's checks (~11 s).
+TAMPERED = [n for n in FILTERING if not n.startswith("tc-")]
 SERVER = "198.19.0.2"
 
 
@@ -69,7 +76,7 @@ def test_loads_1000_and_verifies(testbed, backend):
     assert v.details["sample"]["disagreements"] == []
 
 
-@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+@pytest.mark.parametrize("backend", TAMPERED, indirect=True)
 def test_missing_test_rule_fails_verification(testbed, backend):
     """The test entry replaced by one more filler: the count is still N, so only the
     probes can catch it, and they must."""
@@ -158,7 +165,7 @@ def load_tampered(tb, b, name, rs, tamper):
     return b.verify(tb, rs)
 
 
-@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+@pytest.mark.parametrize("backend", TAMPERED, indirect=True)
 def test_reordered_rule_set_fails_verification(testbed, backend):
     """The same rules in another order: right count, every probe still passes (the
     swapped rules are fillers, or the two auxiliary rules after a set's rule)."""
@@ -177,7 +184,7 @@ def test_reordered_rule_set_fails_verification(testbed, backend):
     assert p["ping"]["forwarded"] == PROBES
 
 
-@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+@pytest.mark.parametrize("backend", TAMPERED, indirect=True)
 def test_one_rule_too_permissive_fails_verification(testbed, backend):
     """A filler (or set element) replaced by one that lets the disallowed probe's
     flow through: same size; the disallowed probe and the comparison both catch it."""
@@ -215,7 +222,7 @@ def test_one_rule_widened_fails_verification(testbed, backend):
     assert "missing from the kernel" in v.reason and "40005" in v.reason, v.reason
 
 
-@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+@pytest.mark.parametrize("backend", TAMPERED, indirect=True)
 def test_missing_icmp_rule_fails_verification(testbed, backend):
     """The ICMP echo-request rule left out: the entries are all there; the ping
     probe and the comparison catch it."""
@@ -233,7 +240,7 @@ def test_missing_icmp_rule_fails_verification(testbed, backend):
     assert v.details["probes"]["test flow"]["forwarded"] == PROBES
 
 
-@pytest.mark.parametrize("backend", FILTERING, indirect=True)
+@pytest.mark.parametrize("backend", TAMPERED, indirect=True)
 def test_one_element_replaced_fails_verification(testbed, backend):
     """One set element (or, in a linear chain, one rule) replaced by another that no
     probe sends: same size, every probe passes; the comparison tells."""
