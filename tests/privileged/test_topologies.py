@@ -15,20 +15,28 @@ def _ping(tb, host, src, dst):
     return cp.returncode == 0
 
 
-@pytest.mark.parametrize("hosts", [False, True], ids=["addresses", "hosts"])
-@pytest.mark.parametrize("version", [4, 6])
-def test_every_client_reaches_the_server(hosts, version, netns_of):
+@pytest.fixture(scope="module", params=[False, True], ids=["addresses", "hosts"])
+def bed(request, netns_of):
+    """(hosts, topology, testbed): one testbed of N clients for both address families,
+    as addresses on the client's port or as hosts of their own; checked gone after."""
+    hosts = request.param
     topo = Topology.many_clients(N, hosts=hosts)
     with NetnsTestbed(topo) as tb:
         created = netns_of(topo.run_id)
         assert len(created) == len(topo.hosts) and all(NETNS_RE.match(n) for n in created)
-        server = ad.SERVER[version]
-        assert _ping(tb, "client", ad.CLIENT[version], server)
-        for i, addr in enumerate(ad.client_addresses(N - 1, version), 1):
-            host = f"client{i}" if hosts else "client"
-            assert _ping(tb, host, addr, server), (host, addr)
-        if hosts:
-            assert tb.recorded["rps_cpus"].keys() == {
-                p.ifname for p in topo.ports_of("fw") if p != topo.fw_server_side} | \
-                {topo.server.ifname}
+        yield hosts, topo, tb
     assert netns_of(topo.run_id) == []
+
+
+@pytest.mark.parametrize("version", [4, 6])
+def test_every_client_reaches_the_server(bed, version):
+    hosts, topo, tb = bed
+    server = ad.SERVER[version]
+    assert _ping(tb, "client", ad.CLIENT[version], server)
+    for i, addr in enumerate(ad.client_addresses(N - 1, version), 1):
+        host = f"client{i}" if hosts else "client"
+        assert _ping(tb, host, addr, server), (host, addr)
+    if hosts:
+        assert tb.recorded["rps_cpus"].keys() == {
+            p.ifname for p in topo.ports_of("fw") if p != topo.fw_server_side} | \
+            {topo.server.ifname}
