@@ -206,10 +206,10 @@ class Testbed(ABC):
         n = self.snmp("fw").get("Ip:OutTransmits")
         return self.stats(self.topo.fw_server_side).tx_packets if n is None else n
 
-    def taken_in(self) -> int:
+    def taken_in(self) -> int | None:
         """IPv4 + IPv6 packets the firewall's IP layer has taken in: it grows while
         the firewall still works through its input queue, even when it drops them
-        all. (Verification waits on it.)"""
+        all (verification waits on it); None when the testbed has no such count."""
         text = self.exec("fw", ["cat", "/proc/net/snmp", "/proc/net/snmp6"])
         lines = text.splitlines()
         n = 0

@@ -279,15 +279,16 @@ class SshTestbed(Testbed):
     def cpus(self, role: str) -> int:
         return self.recorded["hosts"][role]["cpus"]
 
-    def taken_in(self) -> int:
-        """Packets the firewall's test interfaces have received. Not its IP layer's
-        count, as in a namespace: a real host's counts its management traffic too,
-        this very SSH session's included, so it never stands still. The interfaces'
-        count is taken a queue earlier than the IP layer's; verification's settle
-        time after it covers that queue."""
-        names = {p.ifname for p in self.topo.ports_of("fw")}
-        links = hoststate.parsed(self.exec("fw", ["ip", "-s", "-j", "link", "show"]))
-        return sum(x["stats64"]["rx"]["packets"] for x in links if x["ifname"] in names)
+    def taken_in(self) -> None:
+        """None: a real host has no count that proves its IP layer took fwbench's
+        packets in. Its host-wide one counts the management traffic too (this SSH
+        session's, so it never stands still), and its test interfaces' receive
+        counts are taken a queue earlier: with them, a firewall busy for 50 ms
+        (the settle time after the count) had packets declared dropped that were
+        only late (2 of 168 trials of a full quick run). Verification then waits
+        until nothing was captured for its quiet time, as it does for packets the
+        firewall drops."""
+        return None
 
     def health(self) -> str | None:
         for role, c in self.executor.conns.items():

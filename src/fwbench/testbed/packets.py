@@ -339,7 +339,8 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
             _sink(tb, role, host.ifname)
             sinks.append(role)
         handed_before = _handover_drops(tb)
-        taken_in = tb.taken_in() + len(packets)
+        start_in = tb.taken_in()
+        taken_in = None if start_in is None else start_in + len(packets)
         for role, a in agents.items():
             a.write({"cmd": "send", "frames": frames[role],
                      "limit_s": max(0.5, timeout_s - (time.monotonic() - start))})
