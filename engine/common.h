@@ -92,6 +92,7 @@ struct fwb_counters {
 	__u64 first_ns;		/* arrival time of the first and last packet */
 	__u64 last_ns;
 	__u64 bytes;		/* frame bytes (Ethernet, no FCS) of received packets */
+	__u64 reflected;	/* sent back to their source (the sink's reflect mode) */
 };
 
 /*

@@ -2,7 +2,8 @@
 /*
  * The stdin control protocol the receivers (sink, recv) share: `arm COOKIE`,
  * `read`, `quit`, and for a receiver with a time series `series BASE_NS
- * SLOT_NS` and `read-series`; every answer is one JSON line on stdout.
+ * SLOT_NS` and `read-series`, for one that sends packets back `reflect EVERY`;
+ * every answer is one JSON line on stdout.
  */
 #include <string.h>
 #include "engine.h"
@@ -13,7 +14,7 @@ void control_loop(const struct rx_ops *ops)
 	struct json j;
 
 	while (fgets(line, sizeof(line), stdin)) {
-		unsigned long long base, width;
+		unsigned long long base, width, every;
 		unsigned long cookie;
 		const char *why;
 
@@ -34,6 +35,15 @@ void control_loop(const struct rx_ops *ops)
 				json_u64(&j, "series_slot_ns", width);
 			}
 			json_end(&j);
+		} else if (sscanf(line, "reflect %llu", &every) == 1) {
+			why = ops->reflect ? ops->reflect(ops->ctx, every)
+					   : "reflect: this receiver sends nothing back";
+			json_begin(&j, stdout);
+			if (why)
+				json_str(&j, "error", why);
+			else
+				json_u64(&j, "reflect_every", every);
+			json_end(&j);
 		} else if (!strncmp(line, "read-series", 11)) {
 			json_begin(&j, stdout);
 			if (ops->read_series)
@@ -50,7 +60,7 @@ void control_loop(const struct rx_ops *ops)
 		} else {
 			json_begin(&j, stdout);
 			json_str(&j, "error",
-				 "unknown command (arm COOKIE | read | series BASE_NS SLOT_NS | read-series | quit)");
+				 "unknown command (arm COOKIE | read | series BASE_NS SLOT_NS | read-series | reflect EVERY | quit)");
 			json_end(&j);
 		}
 	}

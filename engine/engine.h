@@ -27,7 +27,9 @@ void json_rx_report(struct json *j, const char *mode, uint32_t cookie,
  * count packets carrying COOKIE), `read` prints the trial's report as one
  * JSON line, `quit` or end of input stops. A receiver that keeps a time
  * series (the sink) also takes `series BASE_NS SLOT_NS` (for the next arm;
- * returns NULL or why not) and `read-series`; for others they are NULL.
+ * returns NULL or why not) and `read-series`, and one that can send packets
+ * back (the sink) `reflect EVERY` (likewise for the next arm); for others
+ * they are NULL.
  */
 struct rx_ops {
 	void (*arm)(void *ctx, uint32_t cookie);
@@ -35,6 +37,7 @@ struct rx_ops {
 	void *ctx;
 	const char *(*series)(void *ctx, uint64_t base_ns, uint64_t slot_ns);
 	void (*read_series)(void *ctx, struct json *j);
+	const char *(*reflect)(void *ctx, uint64_t every);
 };
 
 void control_loop(const struct rx_ops *ops);

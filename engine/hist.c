@@ -97,6 +97,7 @@ void json_rx_report(struct json *j, const char *mode, uint32_t cookie,
 	json_u64(j, "early", c->early);
 	json_u64(j, "out_of_window", c->out_of_window);
 	json_u64(j, "bytes", c->bytes);
+	json_u64(j, "reflected", c->reflected);
 	json_u64(j, "first_ns", c->first_ns);
 	json_u64(j, "last_ns", c->last_ns);
 	json_latency(j, "latency_ns", hist, c->received, c->lat_sum_ns,

@@ -4,6 +4,15 @@
  * engine packet with the clock the sender used (bpf_ktime_get_ns() is
  * CLOCK_MONOTONIC) and drop it, so no user-space receiver sits on the
  * measured path. Everything else (ARP, ping, iperf3) passes untouched.
+ *
+ * Round trips, for hosts on separate clocks: on the server, `reflect_every`
+ * (a power of two, 0 = off) sends every packet whose sequence number is a
+ * multiple of it back where it came from with XDP_TX, addresses and ports
+ * swapped (so every checksum still holds); on the sending host a second sink
+ * with `match_source` counts the packets coming back *from* the engine ports,
+ * and its latency is the round trip against the sender's own schedule.
+ * Sampling by sequence number picks packets by when they were due, never by
+ * how late they are, and keeps the return load a small share of the load.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -18,9 +27,18 @@
 const volatile __u16 engine_port = 9;	/* UDP destination port, set at load */
 const volatile __u16 port_count = 1;	/* ports engine_port.. counted */
 const volatile __u64 late_ns = 1000000000ULL;
+const volatile __u8 match_source = 0;	/* 1: ports are source ports */
+/*
+ * 1: reflect with a redirect to the receiving interface instead of XDP_TX.
+ * veth needs it: its XDP_TX wakes the peer only when the peer has an XDP
+ * program (not just NAPI, as GRO gives it), so reflected frames would wait in
+ * the peer's ring for unrelated traffic; a redirect's flush always wakes it.
+ */
+const volatile __u8 reflect_redirect = 0;
 
 /* Written by user space when a trial is armed; 0 = disarmed. */
 volatile __u32 cookie;
+volatile __u32 reflect_every;	/* likewise: a power of two; 0 = reflect none */
 
 struct fwb_counters counters;
 __u64 hist[FWB_HIST_BUCKETS];
@@ -73,9 +91,50 @@ static __always_inline struct udphdr *engine_udp(void *data, void *end)
 	}
 	if ((void *)(udp + 1) > end)
 		return NULL;
-	if ((__u16)(bpf_ntohs(udp->dest) - engine_port) >= port_count)
+	if ((__u16)(bpf_ntohs(match_source ? udp->source : udp->dest) - engine_port) >=
+	    port_count)
 		return NULL;
 	return udp;
+}
+
+/* Send a packet engine_udp() accepted back to its source. */
+static __always_inline int reflect(struct xdp_md *ctx, void *data, void *end,
+				   struct udphdr *udp)
+{
+	struct ethhdr *eth = data;
+	__u8 mac[ETH_ALEN];
+	__be16 port;
+
+	if ((void *)(eth + 1) > end || (void *)(udp + 1) > end)
+		return XDP_DROP;
+	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		__be32 a;
+
+		if ((void *)(ip + 1) > end)
+			return XDP_DROP;
+		a = ip->saddr;
+		ip->saddr = ip->daddr;
+		ip->daddr = a;
+	} else {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		struct in6_addr a;
+
+		if ((void *)(ip6 + 1) > end)
+			return XDP_DROP;
+		a = ip6->saddr;
+		ip6->saddr = ip6->daddr;
+		ip6->daddr = a;
+	}
+	port = udp->source;
+	udp->source = udp->dest;
+	udp->dest = port;
+	if (reflect_redirect)
+		return bpf_redirect(ctx->ingress_ifindex, 0);
+	return XDP_TX;
 }
 
 /* A received packet into its stream's span and series slot (common.h). */
@@ -126,7 +185,7 @@ int fwb_sink(struct xdp_md *ctx)
 	struct fwb_stamp st;
 	struct fwb_slot *slot;
 	__u64 now, lat, ext, *next;
-	__u32 key, idx, armed = cookie;
+	__u32 key, idx, every, armed = cookie;
 
 	if (!udp)
 		return XDP_PASS;
@@ -191,6 +250,11 @@ int fwb_sink(struct xdp_md *ctx)
 	if (!counters.lat_min_ns || lat < counters.lat_min_ns)
 		counters.lat_min_ns = lat ? lat : 1;
 	series_add(st.stream, st.sched_ns, now, lat);
+	every = reflect_every;
+	if (every && !(ext & (every - 1))) {
+		__sync_fetch_and_add(&counters.reflected, 1);
+		return reflect(ctx, data, end, udp);
+	}
 	return XDP_DROP;
 }
 

@@ -25,6 +25,7 @@ struct sink {
 	struct fwb_series_slot *series;	/* likewise */
 	size_t series_len;
 	uint64_t base_ns, slot_ns;	/* the series the next arm starts */
+	uint32_t reflect_every;		/* and the packets it sends back */
 	uint32_t cookie;
 };
 
@@ -43,6 +44,7 @@ static void sink_arm(void *ctx, uint32_t cookie)
 	memset(bss->spans, 0, sizeof(bss->spans));
 	bss->series_base_ns = s->base_ns;
 	bss->series_slot_ns = s->slot_ns;
+	bss->reflect_every = s->reflect_every;
 	__atomic_store_n(&bss->cookie, cookie, __ATOMIC_SEQ_CST);
 	s->cookie = cookie;
 }
@@ -66,6 +68,18 @@ static const char *sink_series(void *ctx, uint64_t base_ns, uint64_t slot_ns)
 		return "series: slots of at least 1000 ns";
 	s->base_ns = base_ns;
 	s->slot_ns = slot_ns;
+	return NULL;
+}
+
+static const char *sink_reflect(void *ctx, uint64_t every)
+{
+	struct sink *s = ctx;
+
+	if (every > (1U << 30) || (every & (every - 1)))
+		return "reflect: EVERY must be 0 or a power of two up to 2^30";
+	if (every && s->skel->rodata->match_source)
+		return "reflect: this sink counts returning packets (--match-source)";
+	s->reflect_every = (uint32_t)every;
 	return NULL;
 }
 
@@ -128,18 +142,25 @@ static const struct option sink_opts[] = {
 	{ "ports", required_argument, NULL, 'n' },
 	{ "late-us", required_argument, NULL, 'l' },
 	{ "xdp-mode", required_argument, NULL, 'x' },
+	{ "match-source", no_argument, NULL, 's' },
+	{ "reflect-via", required_argument, NULL, 'r' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
 };
 
 static const char sink_usage[] =
 "usage: fwbench-engine sink --ifname IF [--port P] [--ports N] [--late-us US]\n"
-"         [--xdp-mode native|generic]\n"
+"         [--xdp-mode native|generic] [--match-source] [--reflect-via tx|redirect]\n"
 "  Counts, time-stamps and drops engine packets to UDP ports P..P+N-1 (N 1 by\n"
 "  default) in XDP on IF; everything else passes. Then reads commands on stdin:\n"
-"  arm COOKIE | read | series BASE_NS SLOT_NS | read-series | quit. `series`\n"
-"  makes the next arm keep a time series of the first streams by scheduled\n"
-"  time (slots of SLOT_NS from BASE_NS, CLOCK_MONOTONIC; 0 0 = none).\n";
+"  arm COOKIE | read | series BASE_NS SLOT_NS | read-series | reflect EVERY |\n"
+"  quit. `series` makes the next arm keep a time series of the first streams\n"
+"  by scheduled time (slots of SLOT_NS from BASE_NS, CLOCK_MONOTONIC; 0 0 =\n"
+"  none); `reflect` makes it send every packet whose sequence number is a\n"
+"  multiple of EVERY (a power of two; 0 = none) back to its source instead of\n"
+"  dropping it. --match-source counts packets *from* ports P..P+N-1 instead:\n"
+"  on the sending host, the reflected ones, timed as round trips.\n"
+"  --reflect-via: XDP_TX (default) or a redirect to IF, which veth needs.\n";
 
 /* An mmapable map into this process, or NULL with a note naming `what`. */
 static void *map_shared(const struct bpf_map *map, size_t len, const char *what)
@@ -166,7 +187,8 @@ int cmd_sink(int argc, char **argv)
 	uint32_t flags = XDP_FLAGS_DRV_MODE;
 	struct sink s = { 0 };
 	struct rx_ops ops = { sink_arm, sink_report, &s, sink_series,
-			      sink_read_series };
+			      sink_read_series, sink_reflect };
+	bool match_source = false, redirect = false;
 	volatile int stop = 0;
 	int opt, ifindex, err, ret = EXIT_RUNTIME;
 	struct json j;
@@ -185,6 +207,15 @@ int cmd_sink(int argc, char **argv)
 				flags = XDP_FLAGS_SKB_MODE;
 			else
 				usage_error("--xdp-mode: %s is not native or generic", optarg);
+			break;
+		case 's': match_source = true; break;
+		case 'r':
+			if (!strcmp(optarg, "tx"))
+				redirect = false;
+			else if (!strcmp(optarg, "redirect"))
+				redirect = true;
+			else
+				usage_error("--reflect-via: %s is not tx or redirect", optarg);
 			break;
 		case 'h': fputs(sink_usage, stdout); exit(0);
 		default: usage_error("sink: unknown option or missing value: %s "
@@ -208,6 +239,8 @@ int cmd_sink(int argc, char **argv)
 	s.skel->rodata->engine_port = port;
 	s.skel->rodata->port_count = ports;
 	s.skel->rodata->late_ns = late_us * 1000ULL;
+	s.skel->rodata->match_source = match_source;
+	s.skel->rodata->reflect_redirect = redirect;
 	err = fwb_sink__load(s.skel);
 	if (err) {
 		note("cannot load the XDP sink: %s", strerror(-err));
@@ -236,6 +269,8 @@ int cmd_sink(int argc, char **argv)
 	json_str(&j, "xdp_mode", flags == XDP_FLAGS_DRV_MODE ? "native" : "generic");
 	json_u64(&j, "port", port);
 	json_u64(&j, "ports", ports);
+	json_bool(&j, "match_source", match_source);
+	json_str(&j, "reflect_via", redirect ? "redirect" : "tx");
 	json_end(&j);
 	control_loop(&ops);
 	bpf_xdp_detach(ifindex, flags, NULL);

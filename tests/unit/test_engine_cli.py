@@ -55,6 +55,7 @@ def test_ipv6_needs_room_for_the_stamp():
 
 
 @pytest.mark.parametrize("args", [["warp"], [], ["sink", "--xdp-mode", "turbo"],
+                                  ["sink", "--ifname", "lo", "--reflect-via", "bounce"],
                                   ["recv", "--bind", "192.0.2.1"], ["send"]])
 def test_bad_mode_or_receiver_input_is_one_line(args):
     cp = run(*args)
