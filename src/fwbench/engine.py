@@ -56,10 +56,17 @@ class Receiver:
     testbed port the flow is addressed to (default the server's); a flow to the
     firewall's own address (seed 003's INPUT chain) is received by a socket there,
     as an XDP sink on that port would count frames before the firewall's rules.
+    `returns` True: a sink on the client (`at`) counting the packets the server's
+    sink reflects, *from* `port`: their latency is the round trip. `reflect_via`
+    is how the server's sink sends packets back when asked to (`reflect()`):
+    "tx" (XDP_TX) or "redirect" (to its own interface, which veth needs).
+    `xdp_mode` "generic" runs the sink in the stack's receive path instead of the
+    driver's.
     """
 
     def __init__(self, tb: Testbed, kind: str = "sink", late_us: int = 1_000_000,
-                 port: int = ENGINE_PORT, version: int = 4, at=None, ports: int = 1):
+                 port: int = ENGINE_PORT, version: int = 4, at=None, ports: int = 1,
+                 returns: bool = False, reflect_via: str = "tx", xdp_mode: str = "native"):
         if kind not in ("sink", "recv"):
             raise FwbenchError(f"engine receiver {kind!r}: expected sink or recv")
         srv = at if at is not None else tb.topo.server
@@ -69,6 +76,12 @@ class Receiver:
         argv = [str(binary()), kind, "--port", str(port), "--late-us", str(late_us)]
         if kind == "sink":
             argv += ["--ifname", srv.ifname, "--ports", str(ports)]
+            if xdp_mode != "native":
+                argv += ["--xdp-mode", xdp_mode]
+            if returns:
+                argv += ["--match-source"]
+            elif reflect_via != "tx":
+                argv += ["--reflect-via", reflect_via]
         elif ports != 1:
             raise FwbenchError("engine recv: one port only; count several with the sink")
         else:
@@ -77,6 +90,7 @@ class Receiver:
         self.kind = kind
         self.host = srv.host
         self._tb = tb
+        self._reflect_every = 0
         self._p = tb.spawn(srv.host, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, bufsize=1)
         self.info = self._reply(10.0)
@@ -110,6 +124,16 @@ class Receiver:
 
     def read(self) -> dict:
         return self._ask("read")
+
+    def reflect(self, every: int) -> None:
+        """From the next arm, send every packet whose sequence number is a multiple
+        of `every` (a power of two; 0: none) back to its source (the sink only)."""
+        if every == self._reflect_every:
+            return
+        got = self._ask(f"reflect {every}")
+        if "error" in got:
+            raise FwbenchError(f"engine {self.kind}: {got['error']}")
+        self._reflect_every = every
 
     def series(self, base_ns: int, slot_ns: int) -> None:
         """Keep a time series from the next arm on (the sink only): per slot of

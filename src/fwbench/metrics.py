@@ -6,7 +6,7 @@ on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from fwbench.results import TrialRecord
@@ -180,6 +180,28 @@ TITLES: dict[str, str] = {
     "echo": "seed 001: n clients echoing messages through the firewall, bytes one way",
     "update": "a rule-set update under traffic: when it took effect, what a kept flow saw",
 }
+
+
+def round_trips(records) -> bool:
+    """Whether the run's engine timed round trips (hosts on separate clocks, or
+    asked for): its latency figures are round-trip times, labelled so."""
+    return any(r.metrics.get("latency_kind") == "round trip" for r in records
+               if r.status == "ok")
+
+
+def relabelled(ms: tuple[Metric, ...], records) -> tuple[Metric, ...]:
+    """`ms` as a run whose `records` timed round trips must show them."""
+    if not round_trips(records):
+        return ms
+    return tuple(replace(m, label=m.label.replace("one-way", "round-trip"),
+                         column=m.column.replace("one-way", "round-trip"))
+                 for m in ms)
+
+
+def title(method: str, records) -> str:
+    """The method's TITLES entry, for a run of `records`."""
+    t = TITLES[method]
+    return t.replace("one-way latency", "round-trip latency") if round_trips(records) else t
 
 
 def of(method: str) -> tuple[Metric, ...]:

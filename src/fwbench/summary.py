@@ -34,8 +34,8 @@ def medians(records: list[TrialRecord]) -> dict[tuple[str, int, int], dict]:
 
 def table(records: list[TrialRecord], backend_order: list[str]) -> Table:
     method = records[0].method if records else "maxrate"
-    title = metrics.TITLES[method]
-    col1, col2 = (m.column for m in metrics.of(method)[:2])
+    title = metrics.title(method, records)
+    col1, col2 = (m.column for m in metrics.relabelled(metrics.of(method), records)[:2])
     cells = medians(records)
     t = Table(title=f"{method}: median over repetitions (frame size incl. FCS; {title})")
     for col, just in (("frame", "right"), ("backend", "left"), ("rules", "right"),

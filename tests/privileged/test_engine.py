@@ -11,7 +11,10 @@ import pytest
 
 from fwbench import backends, engine
 from fwbench.ruleset.templates.seed000 import seed000
-from fwbench.traffic.engine import EngineSettings, EngineTraffic, drain
+from fwbench.errors import FwbenchError
+from fwbench.testbed.netns import NetnsTestbed
+from fwbench.testbed.topology import TestbedSettings, Topology
+from fwbench.traffic.engine import EngineSettings, EngineTraffic, Flow, drain
 
 
 @pytest.fixture
@@ -205,6 +208,47 @@ def test_reflect_gives_round_trips(testbed):
         testbed.forget(near)
     assert got["mode"] == "recv" and got["received"] == 1000
     assert got["latency_ns"]["p50"] > 0 and got["duplicated"] == 0
+
+
+def test_round_trips_time_reflected_packets_against_the_senders_schedule():
+    """Across machines the engine times round trips: the server's XDP sink sends a
+    sample of the packets back, a sink on the client times them. On one machine the
+    one-way times of the same packets are there to check them against."""
+    with NetnsTestbed(Topology.new(TestbedSettings(latency="round-trip"))) as tb:
+        assert tb.round_trip and tb.recorded["timing"]["kind"] == "round trip"
+        eng = EngineTraffic()
+        try:
+            m = eng.measurer(tb, 64)
+            r = m.measure(0.5, 2000)
+            assert r.sent == r.received == 1000
+            # below 5,000 pps every packet goes back, and every one came back
+            assert r.extra["reflected"] == r.extra["returned"] == 1000, r.extra
+            assert r.extra["latency_kind"] == "round trip"
+            rt, ow = r.latency_us, r.extra["one_way_latency_us"]
+            # each packet's round trip holds its one-way trip: so does every percentile
+            assert all(rt[k] > ow[k] for k in ("min", "p50", "p90", "p99", "max")), (rt, ow)
+            r = m.measure(0.5, 50_000)
+            assert r.sent == r.received == 25_000
+            # 1 in 16: sequence numbers 0, 16, .. 24,992
+            assert r.extra["reflected"] == r.extra["returned"] == 1563, r.extra
+            assert r.latency_us["p50"] > 0
+            # A firewall dropping the way back leaves nothing to time: one clear error.
+            tb.exec("fw", ["nft", "add table inet fwbrt; add chain inet fwbrt f { type "
+                                  "filter hook forward priority 0; }; add rule inet fwbrt f "
+                                  f"udp sport {engine.ENGINE_PORT} drop"])
+            with pytest.raises(FwbenchError, match="must let the return path through"):
+                m.measure(0.3, 2000)
+            tb.exec("fw", ["nft", "delete table inet fwbrt"])
+        finally:
+            eng.close()
+        # IPv6: the sink swaps 16-byte addresses
+        t = tb.topo
+        eng = EngineTraffic(flow=Flow(src=t.client.ip6, dst=t.server.ip6))
+        try:
+            r = eng.measurer(tb, 84).measure(0.3, 2000)
+            assert r.sent == r.received == r.extra["returned"] == 600, r.extra
+        finally:
+            eng.close()
 
 
 _CAPTURE = """

@@ -109,7 +109,7 @@ def test_a_scenario_runs_over_ssh_and_every_host_is_left_as_it_was(the_lab, tmp_
     tb = meta["sessions"][0]["testbed"]
     assert set(tb["hosts"]) == {"client", "fw", "server"}
     assert tb["hosts"]["fw"]["nics"]["test0"]["driver"] == "veth"
-    assert tb["latency_clock"].startswith("one clock")
+    assert tb["timing"]["kind"] == "one-way" and "one kernel" in tb["timing"]["clocks"]
     assert meta["sessions"][0]["restored"] == {"client": True, "fw": True, "server": True}
     recs = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
     assert [r["status"] for r in recs] == ["ok"] * 2, [r["reason"] for r in recs]
@@ -230,11 +230,14 @@ def test_a_host_that_cannot_serve_is_one_line_and_changes_nothing(the_lab, tmp_p
 
 
 def test_seed_004_nat_under_tcp_load_runs_through_the_lab(the_lab, tmp_path):
-    """Seed 004's scenario, its NAT rule set under bidirectional TCP load only."""
+    """Seed 004's scenario, its NAT rule set under bidirectional TCP load only, with
+    the engine's probes timed as round trips, as on separate machines: the server's
+    sink reflects them and the firewall's NAT translates them back to the client."""
     before = host_state(the_lab)
     text = (REPO / "scenarios" / "seed004-latency.toml").read_text()
     text = re.sub(r"(?m)^rulesets = .*$", 'rulesets = ["seed004-nat"]', text)
     text = re.sub(r"(?m)^loads = .*$", 'loads = ["tcp-bidir"]', text)
+    text += "\n[testbed]\nlatency = \"round-trip\"\n"
     (tmp_path / "s4.toml").write_text(text)
     cp = fwbench("run", str(tmp_path / "s4.toml"), "--backends", "iptables-nft",
                  "--repeat", "1", "--duration", "1", "--max-repeat", "0", "--no-report",
@@ -246,6 +249,14 @@ def test_seed_004_nat_under_tcp_load_runs_through_the_lab(the_lab, tmp_path):
     m = recs[0]["metrics"]
     assert m["load"]["up_bps"] > 0 and m["load"]["down_bps"] > 0, m["load"]
     assert m["ping"]["count"] > 0 and m["ping"]["lost"] == 0, m["ping"]
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["sessions"][0]["testbed"]["timing"]["kind"] == "round trip"
+    assert m["latency_kind"] == "round trip"
+    # 1,000 probes a second, below the reflect rate: every one is sent back, and
+    # (the load's queues aside) comes back to be timed.
+    assert m["probes"]["received"] * 0.99 <= m["probes"]["count"] <= \
+        m["probes"]["received"], m["probes"]
+    assert m["probes"]["p50"] > 0 and m["probes"]["min"] > 0, m["probes"]
     # The NAT rules were proven: the port forward translated the probe.
     assert recs[0]["verification"]["ok"], recs[0]["verification"]
     assert_same(before, host_state(the_lab))

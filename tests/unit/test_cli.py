@@ -137,3 +137,20 @@ def test_check_refuses_bad_arguments_in_one_line(args, needle):
     lines = cp.stderr.strip().splitlines()
     assert cp.returncode == 2 and len(lines) == 1, cp.stderr
     assert needle in lines[0] and "Traceback" not in cp.stderr, lines[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the not-root check comes first")
+@pytest.mark.parametrize("text, needle", [
+    ("method = 'cpucost'\n", "reflected packets' way back would be in it"),
+    ("traffic = 'iperf3'\n", "traffic iperf3 has no round-trip mode"),
+    ("method = 'update'\n", "method update times packets one way only"),
+])
+def test_round_trips_are_refused_where_they_would_mislead(tmp_path, text, needle):
+    """latency = "round-trip" asks the engine to reflect packets; a method whose figure
+    the returns would change, or that times packets otherwise, says so before anything."""
+    sc = tmp_path / "s.toml"
+    sc.write_text(text + "[testbed]\nlatency = 'round-trip'\n")
+    cp = run_cli("run", str(sc), "--out", str(tmp_path / "out"))
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(lines) == 1 and needle in lines[0], cp.stderr
+    assert not (tmp_path / "out").exists()

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from fwbench.testbed.base import REFLECT_PPS
 from fwbench.errors import MeasurementInvalid
 from fwbench.methods.fixedrate import FixedRate, flow_pps
 from fwbench.methods.latency import Latency
@@ -197,3 +198,15 @@ def test_overload_rate_is_taken_over_the_arrival_span():
     rate, over = overload_rate(trial(14_078, 1.0))
     assert over == "trial duration" and rate == pytest.approx(14_078 / 3.0)
     assert overload_rate(trial(1, None)) == (pytest.approx(1 / 3.0), "trial duration")
+
+
+def test_round_trips_reflect_about_5000_packets_a_second():
+    """The server's sink reflects every packet whose sequence number is a multiple of
+    a power of two: all of them up to 5,000 pps, then halving, so a trial's samples
+    stay a few thousand a second and the return load a small share of the load."""
+    from fwbench.traffic.engine import reflect_every
+    assert [reflect_every(r) for r in (1, 1000, 5000, 5001, 20000, 100000, 1.5e6)] == \
+        [1, 1, 1, 2, 4, 32, 512]
+    for rate in (7000, 64000, 999999, 1.4e7):
+        assert REFLECT_PPS / 2 < rate / reflect_every(rate) <= REFLECT_PPS
+    assert reflect_every(0) == 256     # open throttle: the rate is known only after

@@ -71,3 +71,22 @@ def test_adaptive_repetitions_work_on_a_droprate_run():
     need = adaptive.cells_needing_more(records, "droprate", factors, 1e-9, 0.95, 4)
     assert need == sorted(widths)
     assert adaptive.cells_needing_more(records, "droprate", factors, 1e-9, 0.95, 3) == []
+
+
+def test_round_trips_are_labelled_as_such():
+    """A run whose engine timed round trips (hosts on separate clocks) shows its
+    latency metrics and title as round trips; a one-way run keeps its labels."""
+    one_way = [rec("nftables", 10, 0, {"ndr_pps": 1.0, "latency_kind": "one-way",
+                                        "latency_us": {"idle": {"p50": 5.0}}}, "latency")]
+    round_trip = [rec("nftables", 10, 0, {"ndr_pps": 1.0, "latency_kind": "round trip",
+                                           "latency_us": {"idle": {"p50": 9.0}}}, "latency")]
+    labels = [m.label for m in metrics.relabelled(metrics.of("latency"), one_way)]
+    assert "one-way latency p50, idle" in labels
+    labels = [m.label for m in metrics.relabelled(metrics.of("latency"), round_trip)]
+    assert "round-trip latency p50, idle" in labels and not any("one-way" in x
+                                                                for x in labels)
+    assert metrics.title("latency", round_trip).startswith("round-trip latency")
+    assert metrics.title("latency", one_way).startswith("one-way latency")
+    data = RunData(None, {"scenario": {"method": "latency"},
+                          "factors": ["backend", "rules", "frame_size"]}, round_trip)
+    assert any(m.label == "round-trip latency p50, idle" for m in data.metrics())

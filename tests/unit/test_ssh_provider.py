@@ -11,7 +11,8 @@ from fwbench.backends.base import host_traffic_rules
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.templates.seed004 import seed004_forward, seed004_nat
 from fwbench.testbed import hosts, hoststate, inventory
-from fwbench.testbed.topology import Topology
+from fwbench.testbed.base import Testbed
+from fwbench.testbed.topology import TestbedSettings, Topology
 
 GOOD = """
 [ssh]
@@ -90,14 +91,30 @@ def test_the_topology_maps_onto_the_inventory_s_interfaces_macs_and_cpus(tmp_pat
     assert t.client.ip4 == Topology.line().client.ip4   # fwbench's own addresses
 
 
-def test_hosts_on_another_clock_are_refused_in_one_line(tmp_path):
+def test_hosts_on_separate_clocks_time_round_trips(tmp_path):
+    """One kernel, one CLOCK_MONOTONIC: one-way latency. Separate kernels (boot_ids
+    differ): `auto` times round trips, and `one-way` is refused in one line."""
     inv = inventory.load(write(tmp_path, GOOD))
-    here = open("/proc/sys/kernel/random/boot_id").read().strip()
-    hosts.one_clock(inv.hosts, {"client": here, "fw": here, "server": here})
+    same, why = hosts.shared_clock(inv.hosts, {"client": "a", "server": "a"})
+    assert same and "one kernel" in why
+    same, why = hosts.shared_clock(inv.hosts, {"client": "a", "server": "b"})
+    assert not same and "server (root@192.0.2.3:22)" in why
+
+    class Bed(Testbed):   # what settle_latency needs of a testbed: settings, clocks
+        build = destroy = health = lambda self: None
+
+    for mode, one_clock, kind in (("auto", True, "one-way"), ("auto", False, "round trip"),
+                                  ("round-trip", True, "round trip")):
+        tb = Bed(Topology.line(TestbedSettings(latency=mode)), None)
+        tb.one_clock = one_clock
+        tb.settle_latency(why)
+        assert tb.round_trip == (kind == "round trip")
+        assert tb.recorded["timing"]["kind"] == kind
+    tb = Bed(Topology.line(TestbedSettings(latency="one-way")), None)
+    tb.one_clock = False
     with pytest.raises(FwbenchError) as e:
-        hosts.one_clock(inv.hosts, {"client": here, "fw": here, "server": "another"})
-    assert "server (root@192.0.2.3:22) runs on another clock" in str(e.value)
-    assert "reflect" in str(e.value) and "\n" not in str(e.value)
+        tb.settle_latency(why)
+    assert "round-trip" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_listings_compare_without_time_stamps_and_counters():

@@ -192,6 +192,12 @@ class Experiment(abc.ABC):
         reads and runs goes through the testbed), else why not."""
         return f"method {self.sc.method} has not been made to run over SSH"
 
+    def over_round_trips(self) -> str | None:
+        """None when the experiment's latency can be timed as round trips (the
+        engine's reflect mode, for client and server on separate clocks), else
+        why not."""
+        return f"method {self.sc.method} times packets one way only"
+
     @abc.abstractmethod
     def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         """Once per session, before its first trial: set up what every trial shares

@@ -74,6 +74,8 @@ def _check(exp: Experiment) -> None:
     exp.check()
     if exp.sc.testbed.provider == "ssh" and (why := exp.over_ssh()):
         raise FwbenchError(f"the ssh provider cannot run this yet: {why}")
+    if exp.sc.testbed.latency == "round-trip" and (why := exp.over_round_trips()):
+        raise FwbenchError(f"latency = \"round-trip\" cannot be used here: {why}")
 
 
 def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:

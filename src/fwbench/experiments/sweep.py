@@ -56,6 +56,14 @@ class Sweep(Experiment):
             return "method cpucost's soaker runs on this machine, not the firewall host"
         return None
 
+    def over_round_trips(self) -> str | None:
+        if self.sc.method == "cpucost":
+            return ("method cpucost's figure is the firewall's CPU per packet, and the "
+                    "reflected packets' way back would be in it")
+        if self.sc.traffic != "engine":
+            return f"traffic {self.sc.traffic} has no round-trip mode; the engine has"
+        return None
+
     def check(self) -> None:
         check_tools()
         make_method(self.sc)    # settings a search would reject, rejected now
@@ -359,7 +367,8 @@ def calibrate(tb: Testbed, engine: EngineTraffic, frame_sizes: list[int],
     smallest = min_frame(version)   # 64 B; IPv6's header needs 84
     r = engine.measurer(tb, smallest).measure(1.0, 1000)
     bias = {"frame_size": smallest, "offered_pps": 1000, "duration_s": 1.0,
-            "one_way_us": r.latency_us, "send_lag_us": r.extra.get("send_lag_us"),
+            ("round_trip_us" if r.extra.get("latency_kind") == "round trip" else
+             "one_way_us"): r.latency_us, "send_lag_us": r.extra.get("send_lag_us"),
             "loss_ratio": r.loss_ratio, "receiver": r.extra.get("receiver")}
     ceilings = {str(f): engine.measurer(tb, f).measure(0.5, 0).achieved_pps
                 for f in sorted(set(frame_sizes))}

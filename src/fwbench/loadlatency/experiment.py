@@ -64,6 +64,9 @@ class LoadLatency(Experiment):
     def over_ssh(self) -> str | None:
         return None
 
+    def over_round_trips(self) -> str | None:
+        return None
+
     def check(self) -> None:
         proc.require(REQUIRED_TOOLS)
         if "tcp-bidir" in self.s.loads:
@@ -238,6 +241,7 @@ class LoadLatency(Experiment):
                # every reply, as seed 004's Appendix F kept them: when, which, how long
                "ping_replies": [[r.ts, r.seq, r.rtt_us] for r in pr.replies],
                "probes": {**ps.summary(), "gaps_s": round(ps.gaps_s, 3)},
+               "latency_kind": ps.extra["latency_kind"],
                "series": {"ping": pr.per_second(), "probes": ps.per_second()}}
         if running is not None:
             got = running.wait()
@@ -265,7 +269,7 @@ class LoadLatency(Experiment):
         p, e = m["ping"], m["probes"]
         load = m.get("load")
         text = (f"ping mean {p['mean']:,.0f} µs (median {p['median']:,.0f}, p99 "
-                f"{p['p99']:,.0f}), one-way p50 {e.get('p50', 0):,.1f} µs")
+                f"{p['p99']:,.0f}), {_kind(m)} p50 {e.get('p50', 0):,.1f} µs")
         if load:
             text += (f", load {load['up_bps'] / 1e9:.2f} / {load['down_bps'] / 1e9:.2f} "
                      f"Gbit/s")
@@ -276,3 +280,8 @@ class LoadLatency(Experiment):
     def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
         from fwbench.loadlatency import stats
         return stats.table(records)
+
+
+def _kind(metrics: dict) -> str:
+    """How a trial's engine probes were timed: one-way, or round-trip across clocks."""
+    return "round-trip" if metrics.get("latency_kind") == "round trip" else "one-way"

@@ -26,6 +26,7 @@ import numpy as np
 from rich.table import Table
 
 from fwbench import stats
+from fwbench.metrics import round_trips
 from fwbench.results import TrialRecord
 
 FACTORS = ("ruleset", "backend", "load", "entries")
@@ -227,7 +228,9 @@ def table(records: list[TrialRecord]) -> Table:
     t = Table(title="loadlatency: ping RTT through the firewall, µs (trial means: their "
                     "median over trials; pooled replies as seed 004 reported them)")
     for col in ("rule set", "backend", "load", "conns", "n ok", "trial mean [95 %]",
-                "pooled mean", "median", "sd", "one-way p50", "load up/down Gbit/s"):
+                "pooled mean", "median", "sd",
+                "round-trip p50" if round_trips(records) else "one-way p50",
+                "load up/down Gbit/s"):
         t.add_column(col, justify="left" if col in ("rule set", "backend", "load")
                      else "right")
     for c, s in sorted(cs.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3],

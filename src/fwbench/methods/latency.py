@@ -53,6 +53,7 @@ class Latency(Method):
         points = {}
         for name, load in self.loads(ndr, pdr).items():
             r = m.measure(duration_s, load)
+            metrics["latency_kind"] = r.extra.get("latency_kind", "one-way")
             points[name] = {"offered_pps": load, "achieved_pps": r.achieved_pps,
                             "loss_ratio": r.loss_ratio, "sender_short": r.sender_short,
                             "received": r.received, "reordered": r.reordered,

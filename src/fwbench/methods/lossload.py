@@ -38,6 +38,7 @@ class LossLoad(Method):
                     and not p["sender_short"]]
         return {"curve": curve, "loss_ratio_at_max": curve[0]["loss_ratio"],
                 "max_lossless_offered_pps": max(lossless) if lossless else None,
+                "latency_kind": r.extra.get("latency_kind", "one-way"),
                 "trials": curve}
 
     def line(self, m: dict) -> str:

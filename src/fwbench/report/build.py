@@ -94,10 +94,15 @@ def environment_rows(data: RunData) -> list[list[str]]:
                                    "server_cpu", "firewall_rps", "ingress_gro") if k in tb}
         rows.append(["testbed" if len(sessions) == 1 else f"testbed, session {i}",
                      ", ".join(f"{k}={v}" for k, v in keep.items())])
+    for s in sessions[:1]:
+        if timing := s.get("testbed", {}).get("timing"):
+            rows.append(["latency", timing["how"]])
     bias = env.get("engine_bias")
-    if bias and bias.get("one_way_us"):
-        ow = bias["one_way_us"]
-        rows.append(["engine bias", f"one-way p50 {ow.get('p50', 0):.1f} µs, min "
+    kind = next((k for k in ("one_way_us", "round_trip_us") if (bias or {}).get(k)), None)
+    if kind:
+        ow = bias[kind]
+        rows.append(["engine bias", f"{'one-way' if kind == 'one_way_us' else 'round-trip'} "
+                                    f"p50 {ow.get('p50', 0):.1f} µs, min "
                                     f"{ow.get('min', 0):.1f} µs, p99 {ow.get('p99', 0):.1f} µs "
                                     f"(no firewall, {bias.get('offered_pps')} pps)"])
     for s in data.meta.get("sessions", []):

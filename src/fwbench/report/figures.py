@@ -34,7 +34,7 @@ from matplotlib.ticker import (  # noqa: E402
     FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator)
 
 from fwbench.report.analysis import CellSummary, CostRow, groups  # noqa: E402
-from fwbench.metrics import Metric  # noqa: E402
+from fwbench.metrics import Metric, round_trips  # noqa: E402
 from fwbench.report.data import PERCENTILES, RunData  # noqa: E402
 
 plt.rcParams.update({"svg.hashsalt": "fwbench", "svg.fonttype": "none", "figure.dpi": 100,
@@ -402,6 +402,8 @@ def latency_percentiles(data: RunData, frame: int, colour: dict[str, str]) -> Fi
     """At the largest rule count each backend ran (and `none`): the median over trials
     of each percentile."""
     where = "at full throttle" if data.method == "maxrate" else "idle"
+    kind, back = (("round-trip", " and back to the client's") if round_trips(data.ok)
+                  else ("one-way", ""))
     marker = markers(data.backends())
     fig, ax = plt.subplots(figsize=(9.0, 4.6))
     drawn = 0
@@ -427,8 +429,8 @@ def latency_percentiles(data: RunData, frame: int, colour: dict[str, str]) -> Fi
     _log_axis(ax, "y")
     return _finish(fig, ax, f"fig-latency-{frame}",
                    f"latency percentiles {where}, {frame}-byte frames",
-                   "percentile", "one-way latency (µs)",
-                   "Engine timestamp to XDP sink, against the scheduled send time; median "
+                   "percentile", f"{kind} latency (µs)",
+                   f"Engine timestamp to XDP sink{back}, against the scheduled send time; median "
                    "over trials of each percentile, at each backend's largest rule set.",
                    legend="outside")
 

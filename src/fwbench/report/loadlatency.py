@@ -10,6 +10,7 @@ import statistics
 
 from fwbench.findings import DOES_NOT_HOLD, HOLDS, NOT_SHOWN, Finding, claim
 from fwbench.loadlatency import stats as ll
+from fwbench.metrics import round_trips
 from fwbench.plan import Cell
 from fwbench.report import analysis as an
 from fwbench.report import figures as fg
@@ -37,7 +38,8 @@ def _p(t) -> str:
     return an.format_p(t.p if t else None)
 
 
-def figures_table(cs: dict) -> Table:
+def figures_table(cs: dict, round_trip: bool = False) -> Table:
+    kind = "round-trip" if round_trip else "one-way"
     rows = []
     for c, s in sorted(cs.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][3],
                                                    ll._backend_order(kv[0][1]))):
@@ -59,14 +61,14 @@ def figures_table(cs: dict) -> Table:
     return Table(["rule set", "backend", "load", "conns", "n", "trial mean [95 %]",
                   "trial median",
                   "pooled mean", "pooled median", "pooled sd", "95 % of replies",
-                  "one-way p50 / p99", "load up / down Gbit/s", "seed mean / median / sd"],
+                  f"{kind} p50 / p99", "load up / down Gbit/s", "seed mean / median / sd"],
                  rows, "Ping RTT through the firewall (µs). Trial mean: each trial's mean "
                  "reply, the median over trials and its bootstrap 95 % interval (the "
                  "tests below use the trial means); trial median: the same for each "
                  "trial's median reply. "
                  "Pooled: every reply of the configuration, as seed 004 reported (its error "
-                 "bars were the range holding 95 % of replies). One-way: the engine's "
-                 "stamped probes. Seed 004: 2017, dedicated hosts, 1 GbE, 10 x 15 min.",
+                 "bars were the range holding 95 % of replies). "
+                 f"{kind.capitalize()}: the engine's stamped probes. Seed 004: 2017, dedicated hosts, 1 GbE, 10 x 15 min.",
                  id="seed004-figures")
 
 
@@ -123,7 +125,7 @@ def lead(data: RunData) -> tuple[list[Block], list[fg.Figure]]:
                              "table: too few trials cannot show a difference at all.",
                              "note"),
                         Heading(3, "Per configuration (the seed's Figures 6.1-6.3)"),
-                        figures_table(cs),
+                        figures_table(cs, round_trips(data.records)),
                         Heading(3, "Under load against no load"),
                         tests_table(loads, "load-vs-none",
                                     "Each backend and rule set: trial medians under load "

@@ -21,6 +21,13 @@ from fwbench.testbed.executor import Executor
 from fwbench.testbed.topology import Port, Topology
 
 
+# Round trips (Testbed.round_trip): how many packets a second the server's sink
+# sends back, at most, and the share at open throttle, where the rate is not known
+# before the trial (traffic.engine.reflect_every).
+REFLECT_PPS = 5_000
+OPEN_THROTTLE_EVERY = 256
+
+
 @dataclass(frozen=True)
 class IfStats:
     rx_packets: int
@@ -44,6 +51,39 @@ class Testbed(ABC):
         self.executor = executor
         self._procs: list[subprocess.Popen] = []
         self.recorded: dict = {}
+        # The client and the server read one CLOCK_MONOTONIC (one kernel): the
+        # engine can time a packet from the sender's stamp to the sink's arrival.
+        self.one_clock = True
+
+    @property
+    def round_trip(self) -> bool:
+        """Whether the engine times round trips (the server's sink reflecting a sample
+        of the packets to a sink on the client) rather than one-way latency."""
+        mode = self.topo.settings.latency
+        return mode == "round-trip" or (mode == "auto" and not self.one_clock)
+
+    def settle_latency(self, clocks: str) -> None:
+        """Record how latency is timed, given `clocks` (why the client and server
+        share a clock or not); refuse one-way latency across clocks."""
+        if self.topo.settings.latency == "one-way" and not self.one_clock:
+            raise FwbenchError(f"latency = \"one-way\" needs the client and the server on "
+                               f"one clock, and {clocks}: use \"round-trip\" or \"auto\"")
+        if self.round_trip:
+            why = ("as the scenario asks" if self.one_clock
+                   else "as they are on separate clocks")
+            self.recorded["timing"] = {
+                "kind": "round trip", "clocks": clocks,
+                "how": f"round trips, {why}: the server's XDP sink sends every packet "
+                       f"whose sequence number is a multiple of a power of two back to "
+                       f"its source (about {REFLECT_PPS:,} packets/s, 1 in "
+                       f"{OPEN_THROTTLE_EVERY} at open throttle) and a sink on the client "
+                       f"times them against the sender's schedule; loss is still counted "
+                       f"one way, at the server, and the firewall's CPU per packet holds "
+                       f"the reflected packets' way back"}
+        else:
+            self.recorded["timing"] = {
+                "kind": "one-way", "clocks": clocks,
+                "how": "one-way, from the sender's stamp to the server sink's arrival"}
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -79,6 +119,12 @@ class Testbed(ABC):
         `role` runs on."""
         return self.exec(role, ["cat", path])
 
+    def driver(self, port: Port) -> str:
+        """The driver of a test interface, as `ethtool -i` names it ("veth", "ice")."""
+        info = self.exec(port.host, ["ethtool", "-i", port.ifname])
+        return next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
+                     if ln.startswith("driver:")), "")
+
     def port_name(self, port: Port) -> str:
         """How records name a port: its interface (unique on one machine)."""
         return port.ifname
@@ -112,10 +158,16 @@ class Testbed(ABC):
     def _set_offloads(self) -> None:
         t = self.topo
         state = "on" if t.settings.offloads else "off"
-        ingress = {port.ifname for port in self.firewall_ingress()}
+        # GRO puts veth's receive path in NAPI mode, without which veth drops the
+        # XDP frames sent into it: the XDP sender's on the firewall's client side,
+        # the server sink's reflected ones on its server side.
+        napi = ({(p.host, p.ifname) for p in self.firewall_ingress()}
+                if t.settings.ingress_gro else set())
+        if self.round_trip:
+            napi |= {(p.host, p.ifname) for p in self.firewall_ports("server")}
         got = {}
         for p in t.ports:
-            gro = "on" if t.settings.ingress_gro and p.ifname in ingress else state
+            gro = "on" if (p.host, p.ifname) in napi else state
             self.exec(p.host, ["ethtool", "-K", p.ifname, "gro", gro, "gso", state,
                                "tso", state])
             got[self.port_name(p)] = _read_offloads(self.exec(p.host, ["ethtool", "-k", p.ifname]))
@@ -123,10 +175,14 @@ class Testbed(ABC):
 
     def firewall_ingress(self) -> list:
         """The firewall's ports that face a client: where the traffic under test enters."""
+        return self.firewall_ports("client")
+
+    def firewall_ports(self, facing: str) -> list:
+        """The firewall's ports whose peer is a host of kind `facing`."""
         t = self.topo
         kind = {h.role: h.kind for h in t.hosts}
         return [port for a, b in t.links for port, peer in ((a, b), (b, a))
-                if kind[port.host] == "firewall" and kind[peer.host] == "client"]
+                if kind[port.host] == "firewall" and kind[peer.host] == facing]
 
     def _set_rps(self) -> None:
         s = self.topo.settings

@@ -130,10 +130,10 @@ class SshTestbed(Testbed):
         facts = parallel(self._check, roles)
         self.topo = _on_hosts(self.topo, self.hosts, facts)
         self.recorded["hosts"] = {r: f["environment"] for r, f in facts.items()}
-        one_clock(self.hosts, {r: f["boot_id"] for r, f in facts.items()})
-        self.recorded["latency_clock"] = (
-            "one clock: every host runs on one kernel (same boot_id), so latency is "
-            "one-way, from the sender's stamp to the receiver's arrival")
+        ends = [h.role for h in self.topo.hosts if h.kind in ("client", "server")]
+        self.one_clock, clocks = shared_clock(self.hosts, {r: facts[r]["boot_id"]
+                                                            for r in ends})
+        self.settle_latency(clocks)
         files = artifacts(self.programs)
         parallel(lambda r: self._prepare(r, files), roles)
         parallel(self._links, roles)
@@ -325,24 +325,18 @@ class SshTestbed(Testbed):
             print(f"fwbench: {line}", file=sys.stderr)
 
 
-def one_clock(hosts: dict[str, Host], boot_ids: dict[str, str]) -> None:
-    """Refuse hosts on separate clocks, in one line.
+def shared_clock(hosts: dict[str, Host], boot_ids: dict[str, str]) -> tuple[bool, str]:
+    """Whether the hosts of `boot_ids` (the clients and servers) read one
+    CLOCK_MONOTONIC, and why.
 
-    The engine stamps each packet with the sender's CLOCK_MONOTONIC and the
-    receiver reads its own on arrival: one-way latency, lateness and the update
-    experiment's timings all need both on one clock, and this machine's too
-    (the runs' time series start from its clock). Only one kernel gives one
-    CLOCK_MONOTONIC; what tells is the boot_id. Across machines the engine would
-    have to reflect its packets back to the sender and time round trips; that
-    mode is not built yet."""
-    here = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    others = {r: b for r, b in boot_ids.items() if b != here}
-    if others:
-        where = ", ".join(hosts[r].where for r in others)
-        raise FwbenchError(f"{where} run{'s' if len(others) == 1 else ''} on another "
-                           f"clock than this machine (another kernel: boot_id differs); "
-                           f"fwbench's timings need one clock, and the engine's round-trip "
-                           f"(reflect) mode for separate machines is not built yet")
+    The engine stamps each packet with the sender's CLOCK_MONOTONIC; the sink
+    times its arrival with its own. Only one kernel gives one CLOCK_MONOTONIC,
+    and what tells is the boot_id. On separate clocks the engine times round
+    trips instead (Testbed.round_trip)."""
+    if len(set(boot_ids.values())) <= 1:
+        return True, "the clients and servers run on one kernel (one boot_id)"
+    where = ", ".join(hosts[r].where for r in boot_ids)
+    return False, f"{where} run on separate kernels (their boot_ids differ)"
 
 
 def put_back(ex: SshExecutor, hosts: dict[str, Host], saved: dict[str, dict],

@@ -75,6 +75,7 @@ class NetnsTestbed(Testbed):
         for h in t.hosts:
             if h.kind == "firewall":
                 self.sysctl(h.role, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+        self.settle_latency("every host is a namespace of this machine's kernel")
         self.configure()
 
     def destroy(self) -> None:

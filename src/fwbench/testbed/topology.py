@@ -44,6 +44,12 @@ class TestbedSettings(BaseModel):
         False, description="GRO on the firewall's interfaces facing the clients, whatever "
         "`offloads` says: it puts veth's receive path in NAPI mode, which the XDP sender "
         "needs (veth takes XDP frames only into a peer with NAPI or an XDP program)")
+    latency: Literal["auto", "one-way", "round-trip"] = Field(
+        "auto", description="how the engine times packets: one-way (the sender's stamp "
+        "to the server's arrival; needs client and server on one clock), round-trip "
+        "(the server's sink sends a sample of the packets back and the client times "
+        "them against the sender's own schedule); auto: one-way on one clock, "
+        "round-trip across machines")
     sender_cpu: Annotated[int, Field(ge=0)] = Field(
         0, description="the traffic generator is pinned here")
     firewall_cpu: Annotated[int, Field(ge=0)] = Field(

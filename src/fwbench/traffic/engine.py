@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fwbench import cpu, engine
 from fwbench.errors import FwbenchError
 from fwbench.measurer import TrialResult
-from fwbench.testbed.base import Testbed
+from fwbench.testbed.base import OPEN_THROTTLE_EVERY, REFLECT_PPS, Testbed
 
 _DRAIN_POLL_S = 0.02
 _DRAIN_LIMIT_S = 2.0   # RFC 2544 waits 2 s for stragglers; we stop once nothing moves
@@ -65,6 +65,19 @@ def _us(lat_ns: dict) -> dict[str, float] | None:
     if not lat_ns.get("count"):
         return None
     return {k: round(v / 1000, 3) for k, v in lat_ns.items() if k != "count"}
+
+
+def reflect_every(offered_pps: float) -> int:
+    """Which packets the server's sink reflects when the engine times round trips:
+    every one whose sequence number is a multiple of this power of two, so that
+    about REFLECT_PPS come back (all of them below it). At open throttle, where
+    the rate is known only afterwards, 1 in OPEN_THROTTLE_EVERY."""
+    if offered_pps <= 0:
+        return OPEN_THROTTLE_EVERY
+    every = 1
+    while offered_pps / every > REFLECT_PPS:
+        every *= 2
+    return every
 
 
 def drain(rx: engine.Receiver) -> dict:
@@ -116,8 +129,12 @@ class EngineMeasurer:
     def measure(self, duration_s: float, offered_pps: float) -> TrialResult:
         """`offered_pps` 0 means open throttle: as fast as the sender can."""
         rx = self.traffic.receiver(self.tb)
+        back = self.traffic.returns(self.tb)
         st, flow = self.traffic.settings, self.traffic.flow
         cookie = self._rng.randrange(1, 2**32)
+        if back is not None:
+            rx.reflect(reflect_every(offered_pps))
+            back.arm(cookie)
         rx.arm(cookie)
         before = cpu.CpuSample.of(self.tb)
         sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
@@ -127,6 +144,18 @@ class EngineMeasurer:
         got = drain(rx)
         after = cpu.CpuSample.of(self.tb)
         fw_cpu = self.tb.topo.settings.firewall_cpu
+        timed = got
+        extra = {"open_throttle": offered_pps <= 0,
+                 "send_lag_us": _us(sent["send_lag_ns"]),
+                 "send_errors": sent["send_errors"],
+                 "refused_by_next_hop": sent["refused_by_next_hop"],
+                 "stale": got["stale"], "early": got["early"],
+                 "malformed": got["malformed"], "receiver": rx.kind,
+                 "sender": sent.get("via", "packet"),
+                 "arrival_span_s": _span_s(got), "latency_kind": "one-way"}
+        if back is not None:
+            timed = drain(back)
+            extra.update(_round_trip(got, timed, self.tb.one_clock, flow))
         return TrialResult(
             offered_pps=offered_pps if offered_pps > 0 else sent["achieved_pps"],
             duration_s=duration_s,
@@ -135,19 +164,30 @@ class EngineMeasurer:
             achieved_pps=sent["achieved_pps"],
             reordered=got["reordered"],
             duplicated=got["duplicated"],
-            late=got["late"],
+            late=timed["late"],
             out_of_window=got["out_of_window"],
-            latency_us=_us(got["latency_ns"]),
+            latency_us=_us(timed["latency_ns"]),
             cpu=cpu.delta(before, after, got["received"], fw_cpu),
-            extra={"open_throttle": offered_pps <= 0,
-                   "send_lag_us": _us(sent["send_lag_ns"]),
-                   "send_errors": sent["send_errors"],
-                   "refused_by_next_hop": sent["refused_by_next_hop"],
-                   "stale": got["stale"], "early": got["early"],
-                   "malformed": got["malformed"], "receiver": rx.kind,
-                   "sender": sent.get("via", "packet"),
-                   "arrival_span_s": _span_s(got)},
+            extra=extra,
         )
+
+
+def _round_trip(got: dict, back: dict, one_clock: bool, flow: Flow) -> dict:
+    """What a round-trip trial adds to its record: how many packets the server
+    reflected and how many came back; with one clock, the one-way latency too."""
+    if got["reflected"] >= 10 and back["received"] == 0:
+        raise FwbenchError(
+            f"round trip: none of the {got['reflected']:,} packets the server's sink sent "
+            f"back reached the client; the firewall must let the return path through "
+            f"(UDP from the server's port {flow.sink_port} to the client)")
+    out = {"latency_kind": "round trip", "reflected": got["reflected"],
+           "returned": back["received"], "returned_duplicated": back["duplicated"],
+           # returned before they were due: clock trouble on the client (the
+           # server's count compares two clocks, and says nothing across machines)
+           "early": back["early"]}
+    if one_clock:
+        out["one_way_latency_us"] = _us(got["latency_ns"])
+    return out
 
 class EngineTraffic:
     name = "engine"
@@ -156,6 +196,7 @@ class EngineTraffic:
         self.settings = settings or EngineSettings()
         self.flow = flow or Flow()
         self._rx: engine.Receiver | None = None
+        self._back: engine.Receiver | None = None   # round trips: the client's sink
         # How the sender sends: "xdp" only when asked for, or once an experiment has
         # probed it through a testbed with GRO at the firewall's ingress (resolve_sender).
         self.via = "xdp" if self.settings.sender == "xdp" else "packet"
@@ -178,14 +219,39 @@ class EngineTraffic:
 
     def start(self, tb: Testbed) -> None:
         self.receiver(tb)
+        self.returns(tb)
 
     def receiver(self, tb: Testbed) -> engine.Receiver:
         if self._rx is None:
             st, flow = self.settings, self.flow
             at = tb.topo.fw_client_side if flow.at == "fw" else tb.topo.server
+            via = "tx"
+            if tb.round_trip and st.receiver == "sink" and tb.driver(at) == "veth":
+                via = "redirect"    # engine/sink.bpf.c says why
             self._rx = engine.Receiver(tb, st.receiver, st.late_us, flow.sink_port,
-                                       flow.version, at)
+                                       flow.version, at, reflect_via=via)
         return self._rx
+
+    def returns(self, tb: Testbed) -> engine.Receiver | None:
+        """The sink on the client that times round trips, when the testbed has the
+        engine time them (Testbed.round_trip); else None."""
+        if not tb.round_trip:
+            return None
+        if self._back is None:
+            st, flow = self.settings, self.flow
+            if st.receiver != "sink" or flow.at != "server":
+                raise FwbenchError("round-trip latency needs the XDP sink on the server "
+                                   "(receiver sink, a flow to the server): it is the "
+                                   "sink that sends packets back")
+            # Coming back, the packets leave from the port the client sent to (a
+            # DNAT'd flow's is translated back by the firewall). On veth a native XDP
+            # program moves the client's receive path from the backlog (1,000
+            # packets) to a ring of 256, which a TCP load overflows (seed 004's
+            # pings were lost): generic XDP leaves the path as it was.
+            mode = "generic" if tb.driver(tb.topo.client) == "veth" else "native"
+            self._back = engine.Receiver(tb, "sink", st.late_us, flow.dport, flow.version,
+                                         tb.topo.client, returns=True, xdp_mode=mode)
+        return self._back
 
     def resolve_sender(self, tb: Testbed, frame_size: int,
                        open_throttle: bool = True) -> dict:
@@ -221,9 +287,10 @@ class EngineTraffic:
 
     def close(self) -> None:
         """Stop the receiver (detaching the XDP sink); the next trial starts one."""
-        if self._rx is not None:
-            self._rx.close()
-            self._rx = None
+        for rx in (self._rx, self._back):
+            if rx is not None:
+                rx.close()
+        self._rx = self._back = None
 
     def restart(self, tb: Testbed) -> None:
         self.close()
@@ -243,4 +310,5 @@ class EngineTraffic:
                 "sender": r.extra["sender"],
                 "duplicated": r.duplicated, "reordered": r.reordered,
                 "out_of_window": r.out_of_window,
-                "latency_us": r.latency_us, "cpu": r.cpu}
+                "latency_us": r.latency_us, "latency_kind": r.extra["latency_kind"],
+                "cpu": r.cpu}

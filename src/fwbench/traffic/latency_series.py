@@ -281,7 +281,8 @@ def latency_summary(reads: Sequence[dict]) -> dict | None:
 class ProbeSecond:
     """One 1-second engine measurement. Latency in µs, one-way, from each probe's
     scheduled send time to its arrival at the server-side receiver (so the sender's
-    own lateness is in it: `send_lag_p99` shows how much)."""
+    own lateness is in it: `send_lag_p99` shows how much); on a testbed timing
+    round trips, to its return to the client (Testbed.round_trip)."""
     t: int
     start: float
     """Epoch seconds when this second's measurement began."""
@@ -349,6 +350,7 @@ class EngineProbeRun:
         self._done: list = []
         self._reads: list[dict] = []
         self._rows: list[ProbeSecond] = []
+        self.kind = "one-way"       # how the probes were timed: set by _run
         self.start = self._end = time.time()
         self._thread = threading.Thread(target=self._run, name="engine-probes",
                                         daemon=True)
@@ -359,6 +361,9 @@ class EngineProbeRun:
         m = s.traffic.measurer(self._tb, s.frame_size)
         rx = s.traffic.receiver(self._tb)
         try:
+            back = s.traffic.returns(self._tb)     # round trips: the client's sink times
+            if back is not None:
+                self.kind = "round trip"
             for t in range(self.seconds):
                 if self._stop.is_set():
                     break
@@ -367,11 +372,12 @@ class EngineProbeRun:
                 # The receiver's read does not reset it: read again for the
                 # histogram the TrialResult leaves out, to merge the seconds.
                 got = rx.read()
-                self._reads.append(got)
+                timed = back.read() if back is not None else got
+                self._reads.append(timed)
                 lag = r.extra.get("send_lag_us") or {}
                 self._rows.append(ProbeSecond(
                     t, began, r.sent, got["received"],
-                    _us(got["latency_ns"]), lag.get("p99"), r.sender_short))
+                    _us(timed["latency_ns"]), lag.get("p99"), r.sender_short))
             self._done.append(None)
         except BaseException as e:  # handed to wait(), in the caller's thread
             self._done.append(e)
@@ -397,7 +403,8 @@ class EngineProbeRun:
             sink_port=flow.sink_port, rate_pps=s.rate_pps, frame_size=s.frame_size,
             start=self.start, seconds=rows, latency_us=latency_summary(self._reads),
             gaps_s=max(0.0, busy - len(rows)) if rows else 0.0,
-            extra={"receiver": s.traffic.settings.receiver})
+            extra={"receiver": s.traffic.settings.receiver,
+                   "latency_kind": self.kind})
 
 
 class EngineProbeSeries:
