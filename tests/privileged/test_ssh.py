@@ -260,3 +260,29 @@ def test_seed_004_nat_under_tcp_load_runs_through_the_lab(the_lab, tmp_path):
     # The NAT rules were proven: the port forward translated the probe.
     assert recs[0]["verification"]["ok"], recs[0]["verification"]
     assert_same(before, host_state(the_lab))
+
+
+def test_seed_003_input_chain_runs_over_ssh_without_cutting_the_session(the_lab, tmp_path):
+    """Seed 003's INPUT variant (policy drop at the input hook) on a real host: the
+    rule set lets the host's own traffic through, emptying the firewall between
+    trials and at the end sets the policies to accept before flushing (the other
+    way round dropped the session mid-way), and the flow is counted by UDP, which
+    the session's TCP does not move."""
+    before = host_state(the_lab)
+    (tmp_path / "fr.toml").write_text(
+        'method = "fixedrate"\nbackends = ["iptables-legacy"]\nrules = [1000]\n'
+        'frame_sizes = [128]\nrepeat = 2\nduration_s = 0.5\n'
+        '[fixedrate]\nfind_degradation = false\nchains = ["input"]\ncpus = [1]\n')
+    cp = fwbench("run", str(tmp_path / "fr.toml"), "--no-report", "--inventory",
+                 str(the_lab["inventory"]), "--out", str(tmp_path / "run"))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    recs = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
+    assert [r["status"] for r in recs] == ["ok", "ok"], [r["reason"] for r in recs]
+    for r in recs:
+        m = r["metrics"]
+        assert r["conditions"]["ruleset"] == "seed000-linear-input-host"
+        assert m["delivered"] == m["fw_counters"]["Udp_InDatagrams"] > 0, m
+        assert m["fw_counters"]["Ip_InDelivers"] > m["delivered"]   # the session's own
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["sessions"][0]["restored"] == {"client": True, "fw": True, "server": True}
+    assert_same(before, host_state(the_lab))

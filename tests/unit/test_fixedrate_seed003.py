@@ -196,17 +196,20 @@ def test_old_records_without_chain_or_cpus_count_as_forward_on_one_cpu():
 # --- the method and the steering --------------------------------------------------------
 
 class FakeTb:
-    """A testbed whose firewall IP layer delivers `delivered` per point."""
+    """A testbed whose firewall IP layer delivers `delivered` per point; a real host
+    (`own_traffic`) also delivers its SSH session's TCP segments."""
 
-    def __init__(self, delivered):
-        self.delivered, self.n = delivered, 0
+    def __init__(self, delivered, own_traffic=False):
+        self.delivered, self.n, self.own_traffic = delivered, 0, own_traffic
 
     def snmp(self, role):
         assert role == "fw"
         self.n += 1
         d = self.delivered * (self.n // 2)
-        return {"Ip:InDelivers": d, "Udp:InDatagrams": d, "Udp:RcvbufErrors": 0,
-                "Udp:InErrors": 0, "Udp:NoPorts": 0}
+        tcp = 900 * self.n if self.own_traffic else 0
+        return {"Ip:InDelivers": d + tcp, "Udp:InDatagrams": d - 10 * self.n,
+                "Udp:RcvbufErrors": 10 * self.n, "Udp:InErrors": 10 * self.n,
+                "Udp:NoPorts": 0}
 
 
 class FakeEngine:
@@ -231,11 +234,22 @@ def test_input_points_count_what_passed_the_input_hook():
     assert out["fw_counters"]["Ip_InDelivers"] == 7000
 
 
+def test_on_a_host_with_its_own_traffic_the_input_flow_is_counted_by_udp():
+    """A real firewall's SSH session (TCP) moves IP's InDelivers; what UDP took in
+    (sockets, full sockets, no socket) counts the flow alone."""
+    fw = SimulatedFirewall(true_ndr_pps=1e9, seed=1)
+    m = FixedRate(FakeEngine(fw), FixedRateSettings(find_degradation=False), 1000,
+                  count_delivered=True)
+    out = m.run(FakeTb(7000, own_traffic=True), 128, 1.0, rules=1000)
+    assert out["fw_counters"]["Ip_InDelivers"] == 7900      # the session's 900 in it
+    assert out["delivered"] == 7000 and out["processed_pps"] == 7000
+
+
 def test_steered_cpus():
     assert steered_cpus(1, 1, 2) == [1]
     assert steered_cpus(2, 1, 2) == [1, 0]
     assert steered_cpus(2, 0, 4) == [0, 1]
-    with pytest.raises(FwbenchError, match="this machine has 2"):
+    with pytest.raises(FwbenchError, match="the firewall's machine has 2"):
         steered_cpus(3, 1, 2)
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from fwbench.ruleset import templates
+from fwbench.ruleset.evaluate import evaluate
 from fwbench.ruleset.model import Interfaces, Match, Ports, Prefix, RuleSet, RuleSetError
 from fwbench.ruleset.render import iptables as ipt
 from fwbench.ruleset.render import nft
@@ -121,3 +122,28 @@ def test_nft_check_catches_a_broken_file(nft_check):
     """The check above can fail: a rule set with a syntax error is rejected."""
     text = nft.render(seed000(3), IFS).replace("accept", "acept", 1)
     assert nft_check(text).returncode != 0
+
+
+def test_the_input_variant_lets_a_real_hosts_own_traffic_through(nft_check):
+    """On a real firewall the INPUT chain (policy drop) would also drop the SSH session
+    fwbench drives the host by: `host_traffic` accepts what enters on neither test
+    interface, after the test interfaces' jumps, so the measured flow and the probes
+    are decided as before."""
+    plain = seed000(5, chain="input")
+    rs = seed000(5, chain="input", host_traffic=True)
+    assert rs.name == "seed000-linear-input-host" and rs.digest() != plain.digest()
+    assert rs.probes == plain.probes
+    decided = [(v.forward, v.decided_by, v.policy_of)
+               for v in (evaluate(x, p.packet) for x in (rs, plain) for p in x.probes)]
+    assert decided[:3] == decided[3:]
+    assert decided[1] == (False, None, "input")     # the disallowed probe: the policy
+    base = rs.tables[0].chains[0]
+    assert [r.id for r in base.rules] == ["from-client", "from-server", "not-from-client"]
+    text = nft.render(rs, IFS)
+    assert 'iifname != "fwb000000-f0" jump host' in text
+    assert 'iifname != "fwb000000-f1"' in text
+    assert nft_check(text).returncode == 0
+    rules = ipt.render(rs, IFS, 4)
+    assert "! -i fwb000000-f0" in rules and "! -i fwb000000-f1" in rules
+    with pytest.raises(RuleSetError, match="for chain input"):
+        seed000(5, host_traffic=True)

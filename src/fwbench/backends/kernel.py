@@ -16,6 +16,7 @@ from pathlib import Path
 from fwbench import bpf, proc
 from fwbench.ruleset.render import ID_TAG
 from fwbench.testbed.base import Testbed
+from fwbench.testbed.hoststate import emptying
 
 
 @dataclass(frozen=True)
@@ -306,12 +307,10 @@ def flush_all(tb: Testbed) -> None:
         if fam.variant != "legacy" or not proc.have(fam.tool):
             continue
         # Only tables already registered: touching nat would register it, and with
-        # it connection tracking, for every later trial in this namespace.
+        # it connection tracking, for every later trial in this namespace. Policies
+        # first, in one command (hoststate.emptying says why).
         for table in _xt_tables(tb, fam):
-            tb.exec("fw", [fam.tool, "-t", table, "-F"])
-            tb.exec("fw", [fam.tool, "-t", table, "-X"])
-            for chain in _BUILTIN.get(table, ()):
-                tb.exec("fw", [fam.tool, "-t", table, "-P", chain, "ACCEPT"])
+            tb.exec("fw", emptying(fam.tool, table))
     if proc.have("nft"):
         tb.exec("fw", ["nft", "flush", "ruleset"])  # also removes iptables-nft's tables
     if proc.have("ipset"):
@@ -319,13 +318,6 @@ def flush_all(tb: Testbed) -> None:
     for port in (tb.topo.fw_client_side, tb.topo.fw_server_side):
         bpf.detach_all(tb.executor, "fw", port.ifname)
     flush_conntrack(tb)
-
-
-# Built-in chains whose policy can be set, per x_tables table.
-_BUILTIN = {"filter": ("INPUT", "FORWARD", "OUTPUT"),
-            "raw": ("PREROUTING", "OUTPUT"),
-            "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
-            "security": ("INPUT", "FORWARD", "OUTPUT")}
 
 
 def flush_conntrack(tb: Testbed) -> bool:

@@ -34,7 +34,7 @@ from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.experiments.base import Planned, Trial
 from fwbench.fixedrate import stats
 from fwbench.experiments.sweep import Sweep
-from fwbench.methods.fixedrate import FixedRate
+from fwbench.methods.fixedrate import FixedRate, delivered_by
 from fwbench.plan import TrialKey
 from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet, Unsupported
@@ -49,16 +49,16 @@ def steered_cpus(cpus: int, firewall_cpu: int, ncpu: int) -> list[int]:
     """The CPUs RPS spreads the firewall's ingress over: the firewall CPU, then the
     lowest others."""
     if not 1 <= cpus <= ncpu:
-        raise FwbenchError(f"fixedrate: {cpus} CPUs asked for the firewall; this "
-                           f"machine has {ncpu}")
+        raise FwbenchError(f"fixedrate: {cpus} CPUs asked for the firewall; the "
+                           f"firewall's machine has {ncpu}")
     return [firewall_cpu] + [c for c in range(ncpu) if c != firewall_cpu][:cpus - 1]
 
 
 def steer(tb: Testbed, cpus: int) -> dict:
     """Write the RPS mask for `cpus` CPUs on the firewall's ingress ports and read it
     back: what the record keeps."""
-    ncpu = os.cpu_count() or 1
-    chosen = steered_cpus(cpus, tb.topo.settings.firewall_cpu, ncpu)
+    fw = tb.topo.fw_client_side.host
+    chosen = steered_cpus(cpus, tb.topo.settings.firewall_cpu, tb.cpus(fw))
     mask = sum(1 << c for c in chosen)
     got = {}
     for port in tb.firewall_ingress():
@@ -78,15 +78,25 @@ class FixedRateSweep(Sweep):
         super().__init__(sc)
         self.methods: dict[str, FixedRate] = {}
         self.cached: dict[tuple, RuleSet] = {}
+        # The firewall carries its own traffic (a real host's SSH session): the INPUT
+        # rule set lets it through, and the INPUT flow is counted by UDP (open()).
+        self.host_traffic = False
 
     def over_ssh(self) -> str | None:
-        return "method fixedrate counts this machine's CPUs and reads its CPU times"
+        return None
+
+    def over_round_trips(self) -> str | None:
+        if "input" in self.sc.fixedrate.chains:
+            return ("fixedrate's INPUT flow ends in a socket on the firewall, which sends "
+                    "nothing back (across machines its latency is not timed)")
+        return super().over_round_trips()
 
     def check(self) -> None:
         super().check()
-        ncpu = os.cpu_count() or 1
-        for c in self.sc.fixedrate.cpus:
-            steered_cpus(c, self.sc.testbed.firewall_cpu, ncpu)
+        if self.sc.testbed.provider == "netns":   # a real firewall's CPUs: at steer()
+            ncpu = os.cpu_count() or 1
+            for c in self.sc.fixedrate.cpus:
+                steered_cpus(c, self.sc.testbed.firewall_cpu, ncpu)
 
     def plan(self) -> Planned:
         p = super().plan()
@@ -119,6 +129,7 @@ class FixedRateSweep(Sweep):
         engine = EngineTraffic(sc.engine.model_copy(update={"receiver": "recv"}),
                                Flow(dst=top.ip4, at="fw"))
         engine.via = fwd.engine.via
+        self.host_traffic = tb.own_traffic
         inp = FixedRate(engine, sc.fixedrate, max(sc.rules), count_delivered=True)
         inp.ceilings.update(fwd.ceilings)
         self.methods = {"forward": fwd, "input": inp}
@@ -137,10 +148,12 @@ class FixedRateSweep(Sweep):
 
     def _rules(self, n: int, backend: Backend, chain: str) -> RuleSet:
         n = max(n, 1)  # `none` still needs a test flow to probe
-        key = (n, backend.layout, chain)
+        host = self.host_traffic and chain == "input"
+        key = (n, backend.layout, chain, host)
         if key not in self.cached:
             self.cached[key] = seed000(n, version=self.sc.version, layout=backend.layout,
-                                       counters=self.sc.policy.counters, chain=chain)
+                                       counters=self.sc.policy.counters, chain=chain,
+                                       host_traffic=host)
         return self.cached[key]
 
     def _verify(self, tb: Testbed, backend: Backend, rs: RuleSet):
@@ -186,8 +199,8 @@ class FixedRateSweep(Sweep):
                          "family": sc.family, "ruleset": rs.name,
                          "counters": sc.policy.counters, "chain": chain,
                          "flow_dst": rs.flow.daddr, "receiver": (
-                             "engine recv socket in the firewall namespace; processed = "
-                             "IP InDelivers there" if chain == "input" else
+                             f"engine recv socket on the firewall; processed = "
+                             f"{delivered_by(tb)} there" if chain == "input" else
                              f"engine {sc.engine.receiver} on the server"),
                          "engine_flows": sc.engine.flows, "steering": steered})
 

@@ -393,10 +393,7 @@ def _empty_firewall(ex: SshExecutor, role: str) -> None:
     empty = {"ip_tables_names": "iptables-legacy", "ip6_tables_names": "ip6tables-legacy"}
     for names, tool in empty.items():
         for t in ex.run(role, ["cat", f"/proc/net/{names}"], check=False).stdout.split():
-            ex.run(role, ["sh", "-c", f"{tool} -t {t} -F && {tool} -t {t} -X"])
-            for ln in ex.output(role, [tool, "-t", t, "-S"]).splitlines():
-                if ln.startswith("-P ") and not ln.endswith(" ACCEPT"):
-                    ex.run(role, [tool, "-t", t, "-P", ln.split()[1], "ACCEPT"])
+            ex.run(role, hoststate.emptying(tool, t))
     ex.run(role, ["nft", "flush", "ruleset"])
     ex.run(role, ["ipset", "destroy"])
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import shlex
 from typing import Callable
 
 from fwbench.addresses import BENCH
@@ -277,6 +278,16 @@ def restore_links(ex: Executor, role: str, saved: dict,
             step(f"sysctl {k}", ["sysctl", "-q", "-w", f"{k}={v}"])
 
 
+def emptying(tool: str, table: str, zero: bool = False) -> list[str]:
+    """A command emptying one x_tables table: policies to ACCEPT first, then rules
+    and chains, in one command. The other way round, flushed rules under an INPUT
+    policy of drop drop the SSH session before the next command arrives."""
+    t = f"{shlex.quote(tool)} -t {shlex.quote(table)}"
+    return ["sh", "-c", f"for c in $({t} -S | awk '$1 == \"-P\" && $3 != \"ACCEPT\" "
+                        f"{{print $2}}'); do {t} -P \"$c\" ACCEPT || exit 1; done; "
+                        f"{t} -F && {t} -X" + (f" && {t} -Z" if zero else "")]
+
+
 def _restore_firewall(ex: Executor, role: str, fw: dict, step) -> None:
     """Empty every tool's tables, then reload what was saved, sets before the
     rules that name them."""
@@ -287,13 +298,7 @@ def _restore_firewall(ex: Executor, role: str, fw: dict, step) -> None:
         tool = name.removesuffix("-legacy") + "-legacy"
         tables = ex.run(role, ["cat", f"/proc/net/{table_file}"], check=False).stdout.split()
         for t in tables:
-            step(f"flushing {name} {t}", ["sh", "-c", f"{tool} -t {t} -F && {tool} -t {t} "
-                                          f"-X && {tool} -t {t} -Z"])
-            policies = ex.run(role, [tool, "-t", t, "-S"], check=False).stdout
-            for ln in policies.splitlines():
-                if ln.startswith("-P ") and not ln.endswith(" ACCEPT"):
-                    step(f"{name} {t} policy", [tool, "-t", t, "-P", ln.split()[1],
-                                                "ACCEPT"])
+            step(f"emptying {name} {t}", emptying(tool, t, zero=True))
     if "nft" in fw:
         step("flushing nftables", ["nft", "flush", "ruleset"])
     if "ipset" in fw:

@@ -156,6 +156,11 @@ class EngineMeasurer:
         if back is not None:
             timed = drain(back)
             extra.update(_round_trip(got, timed, self.tb.one_clock, flow))
+        elif not self.tb.one_clock:
+            # A receiver that sends nothing back, on another clock than the sender:
+            # its latencies would subtract one clock from another.
+            timed = {**got, "late": 0, "latency_ns": {}}
+            extra.update(latency_kind="not timed", early=None)
         return TrialResult(
             offered_pps=offered_pps if offered_pps > 0 else sent["achieved_pps"],
             duration_s=duration_s,
@@ -234,15 +239,19 @@ class EngineTraffic:
 
     def returns(self, tb: Testbed) -> engine.Receiver | None:
         """The sink on the client that times round trips, when the testbed has the
-        engine time them (Testbed.round_trip); else None."""
+        engine time them (Testbed.round_trip) and the receiver can send packets back
+        (the XDP sink on the server); else None. Asked for by name where it cannot:
+        one line."""
         if not tb.round_trip:
             return None
-        if self._back is None:
-            st, flow = self.settings, self.flow
-            if st.receiver != "sink" or flow.at != "server":
+        st, flow = self.settings, self.flow
+        if st.receiver != "sink" or flow.at != "server":
+            if tb.topo.settings.latency == "round-trip":
                 raise FwbenchError("round-trip latency needs the XDP sink on the server "
                                    "(receiver sink, a flow to the server): it is the "
                                    "sink that sends packets back")
+            return None     # across clocks: not timed (EngineMeasurer.measure)
+        if self._back is None:
             # Coming back, the packets leave from the port the client sent to (a
             # DNAT'd flow's is translated back by the firewall). On veth a native XDP
             # program moves the client's receive path from the backlog (1,000

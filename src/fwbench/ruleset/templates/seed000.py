@@ -14,6 +14,13 @@ echo-request to the server), or to from_server, which accepts the return path.
 endpoint (seed 003's INPUT variant): every entry's destination, the test flow's and
 the probes' are the firewall's own address on the client side, and the probes are
 local (delivered to the firewall, proven by their rules' counters).
+
+`host_traffic=True` (the INPUT variant on a real host, whose own traffic, the SSH
+session fwbench drives it by included, enters on other interfaces) lets through
+what comes in on neither test interface: after the two jumps, packets from
+neither interface jump to `host`, which accepts them. The measured flow is
+decided in from_client before it, and the disallowed probe still falls to the
+policy.
 """
 from __future__ import annotations
 
@@ -73,7 +80,7 @@ def entry_rule(rid: str, daddr: str, proto: str, port: int, counter: bool = True
 
 def skeleton(version: int, entries: list[Rule], sets: tuple[Set, ...] = (), *,
              server: str, chain: str = "forward", control_port: int = 5201,
-             tail: tuple[Rule, ...] = ()) -> Table:
+             tail: tuple[Rule, ...] = (), host_traffic: bool = False) -> Table:
     """Seed 000's table around `entries`: the base chain at `chain`'s hook (policy
     drop) jumps by input interface to from_client, which holds the entries, then
     the control and ping rules, then `tail` (rules appended after them, as
@@ -82,15 +89,20 @@ def skeleton(version: int, entries: list[Rule], sets: tuple[Set, ...] = (), *,
     rules = [*entries, Rule(CONTROL_RULE, _entry_match(server, "tcp", control_port)),
              Rule(PING_RULE, Match(dst=Prefix.of(server), proto=icmp, icmp_type=echo)),
              *tail]
+    base = [Rule("from-client", Match(iif=Iface(CLIENT)), jump("from_client"), counter=False),
+            Rule("from-server", Match(iif=Iface(SERVER)), jump("from_server"), counter=False)]
+    host: tuple[Chain, ...] = ()
+    if host_traffic:
+        base.append(Rule("not-from-client", Match(iif=Iface(CLIENT, negate=True)),
+                         jump("host"), counter=False))
+        host = (Chain("host", (Rule("host-traffic", Match(iif=Iface(SERVER, negate=True)),
+                                    counter=False),)),)
     return Table("ip" if version == 4 else "ip6", TABLE, (
         # The skeleton's rules count nothing in nft, as seed 000's files had it.
-        Chain(chain, (Rule("from-client", Match(iif=Iface(CLIENT)), jump("from_client"),
-                           counter=False),
-                      Rule("from-server", Match(iif=Iface(SERVER)), jump("from_server"),
-                           counter=False)),
-              hook=chain, priority=0, type="filter", policy="drop"),
+        Chain(chain, tuple(base), hook=chain, priority=0, type="filter", policy="drop"),
         Chain("from_client", tuple(rules)),
         Chain("from_server", (Rule("return-path", counter=False),)),
+        *host,
     ), sets)
 
 
@@ -102,11 +114,12 @@ def filler(i: int, server: str) -> tuple[str, str, int]:
 
 def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool = True,
             test_port: int = 5201, control_port: int = 5201,
-            chain: str = "forward") -> RuleSet:
+            chain: str = "forward", host_traffic: bool = False) -> RuleSet:
     """N entries, the test entry (UDP to the server's test port) last; `counters`
     False leaves the fillers without counters (nft only; iptables always counts).
     `chain` "input": the entries at the input hook, for the firewall's own
-    client-side address instead of the server's."""
+    client-side address instead of the server's; `host_traffic` lets the host's
+    own traffic (not on a test interface) through there."""
     if not 1 <= n <= MAX_ENTRIES:
         raise RuleSetError(f"rule count must be 1..{MAX_ENTRIES}, got {n}")
     if layout not in ("linear", "set"):
@@ -130,8 +143,11 @@ def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool 
         sets = (Set(SET_NAME, ("addr", "proto", "port"), tuple(entries), version),)
         rules = [Rule(SET_RULE, Match(sets=(SetRef(SET_NAME, ("daddr", "proto", "dport")),)))]
         test_rule = SET_RULE
+    if host_traffic and not local:
+        raise RuleSetError("host_traffic is for chain input: forwarding leaves the "
+                           "host's own traffic alone")
     table = skeleton(version, rules, sets, server=server, chain=chain,
-                     control_port=control_port)
+                     control_port=control_port, host_traffic=host_traffic)
 
     flow = Packet(version, "client", client, server, "udp", PROBE_SPORT, test_port)
     probes = (
@@ -141,6 +157,6 @@ def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool 
         Probe("ping", Packet(version, "client", client, server, icmp, icmp_type=echo),
               True, PING_RULE, local=local),
     )
-    name = f"seed000-{layout}" + ("-input" if local else "")
+    name = f"seed000-{layout}" + ("-input" if local else "") + ("-host" if host_traffic else "")
     return validate(RuleSet(name, (table,), probes, flow=flow,
                             flow_rule=test_rule, size=n, layout=layout, ipt_prefix="fwb_"))
