@@ -15,11 +15,17 @@
  *
  * The count lives in a 64-byte file mapped shared, so a reader samples it
  * without a system call on this CPU: magic, the soaker's pid, the CPU, rounds.
+ * With --control a thread on the other CPUs answers `read` on stdin with the
+ * count and its own CLOCK_MONOTONIC time, taken together: the way to read a
+ * soaker on another host (over SSH), where no file can be mapped. --bpf-stats
+ * keeps the kernel's BPF run-time statistics on while the soaker runs
+ * (BPF_ENABLE_STATS: scoped to this process, no system setting changed).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -27,6 +33,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
+#include <bpf/bpf.h>
 #include "engine.h"
 
 #define SPIN_MAGIC 0x4e495053424d5746ULL	/* "FWMBSPIN" */
@@ -43,21 +50,70 @@ struct spin_page {
 static const struct option spin_opts[] = {
 	{ "cpu", required_argument, NULL, 'c' },
 	{ "file", required_argument, NULL, 'f' },
+	{ "control", no_argument, NULL, 'C' },
+	{ "bpf-stats", no_argument, NULL, 'b' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
 };
 
 static const char spin_usage[] =
-"usage: fwbench-engine spin --cpu N --file PATH\n"
+"usage: fwbench-engine spin --cpu N (--file PATH | --control) [--bpf-stats]\n"
 "  Spins on CPU N at SCHED_IDLE until killed (or its parent ends), counting\n"
 "  rounds of fixed work into the 64-byte file PATH (magic, pid, cpu, rounds:\n"
-"  little-endian u64s). Prints one JSON line once it runs.\n";
+"  little-endian u64s). Prints one JSON line once it runs. --control: answers\n"
+"  `read` on stdin with {\"rounds\", \"t_ns\"} (CLOCK_MONOTONIC) from a thread\n"
+"  on the other CPUs, and ends at `quit` or the end of stdin. --bpf-stats: BPF\n"
+"  run-time statistics on while it runs.\n";
+
+/* The --control thread: read the count and the clock together, on request. */
+static void *control_main(void *arg)
+{
+	const struct spin_page *pg = arg;
+	char line[64];
+	struct json j;
+
+	while (fgets(line, sizeof(line), stdin)) {
+		if (!strncmp(line, "quit", 4))
+			break;
+		json_begin(&j, stdout);
+		if (!strncmp(line, "read", 4)) {
+			json_u64(&j, "rounds", __atomic_load_n(&pg->rounds, __ATOMIC_RELAXED));
+			json_u64(&j, "t_ns", now_ns());
+		} else {
+			json_str(&j, "error", "unknown command (read | quit)");
+		}
+		json_end(&j);
+	}
+	exit(0);
+}
+
+/* The control thread runs anywhere but on the soaked CPU (where it would be
+ * counted as busy), if there is anywhere else. */
+static void start_control(struct spin_page *pg, long cpu)
+{
+	cpu_set_t others;
+	pthread_t tid;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	int err;
+
+	CPU_ZERO(&others);
+	for (long c = 0; c < n && c < CPU_SETSIZE; c++)
+		if (c != cpu)
+			CPU_SET(c, &others);
+	err = pthread_create(&tid, NULL, control_main, pg);
+	if (err)
+		runtime_error("spin: cannot start the control thread: %s", strerror(err));
+	if (CPU_COUNT(&others))
+		pthread_setaffinity_np(tid, sizeof(others), &others);
+}
 
 int cmd_spin(int argc, char **argv)
 {
 	struct sched_param sp = { 0 };
-	struct spin_page *pg;
+	static struct spin_page private_page;
+	struct spin_page *pg = &private_page;
 	const char *file = NULL;
+	bool control = false, bpf_stats = false;
 	long cpu = -1;
 	int opt, fd;
 	struct json j;
@@ -70,6 +126,12 @@ int cmd_spin(int argc, char **argv)
 		case 'f':
 			file = optarg;
 			break;
+		case 'C':
+			control = true;
+			break;
+		case 'b':
+			bpf_stats = true;
+			break;
 		case 'h':
 			fputs(spin_usage, stdout);
 			return 0;
@@ -77,24 +139,31 @@ int cmd_spin(int argc, char **argv)
 			usage_error("spin: unknown option (--help)");
 		}
 	}
-	if (cpu < 0 || !file)
-		usage_error("spin: --cpu and --file are required");
+	if (cpu < 0 || (!file && !control))
+		usage_error("spin: --cpu and --file or --control are required");
 	/* A soaker outliving whoever reads it would eat a CPU for nothing. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() == 1)
 		runtime_error("spin: the parent is gone");
+	if (bpf_stats && bpf_enable_stats(BPF_STATS_RUN_TIME) < 0)
+		runtime_error("spin: BPF run-time statistics cannot be enabled: %s",
+			      strerror(errno));
 	pin_to_cpu((int)cpu);
 	if (sched_setscheduler(0, SCHED_IDLE, &sp))
 		runtime_error("spin: cannot run at SCHED_IDLE: %s",
 			      strerror(errno));
-	fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || ftruncate(fd, sizeof(*pg)))
-		runtime_error("spin: cannot create %s: %s", file,
-			      strerror(errno));
-	pg = mmap(NULL, sizeof(*pg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (pg == MAP_FAILED)
-		runtime_error("spin: cannot map %s: %s", file, strerror(errno));
-	close(fd);
+	if (file) {
+		fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || ftruncate(fd, sizeof(*pg)))
+			runtime_error("spin: cannot create %s: %s", file,
+				      strerror(errno));
+		pg = mmap(NULL, sizeof(*pg), PROT_READ | PROT_WRITE, MAP_SHARED,
+			  fd, 0);
+		if (pg == MAP_FAILED)
+			runtime_error("spin: cannot map %s: %s", file,
+				      strerror(errno));
+		close(fd);
+	}
 	pg->pid = (uint64_t)getpid();
 	pg->cpu = (uint64_t)cpu;
 	__atomic_store_n(&pg->magic, SPIN_MAGIC, __ATOMIC_RELEASE);
@@ -104,8 +173,11 @@ int cmd_spin(int argc, char **argv)
 	json_u64(&j, "cpu", (uint64_t)cpu);
 	json_u64(&j, "pid", (uint64_t)getpid());
 	json_u64(&j, "round_iterations", SPIN_ROUND);
+	json_bool(&j, "bpf_stats", bpf_stats);
 	json_end(&j);
 	fflush(stdout);
+	if (control)
+		start_control(pg, cpu);
 
 	for (uint64_t rounds = 1;; rounds++) {
 		for (int k = 0; k < SPIN_ROUND; k++)

@@ -13,10 +13,7 @@ attached, and `drop_count` reads the per-CPU map its program counts drops in.
 """
 from __future__ import annotations
 
-import ctypes
 import json
-import os
-import platform
 import subprocess
 import tempfile
 from pathlib import Path
@@ -176,45 +173,9 @@ def has_clsact(ex: Executor, host: str, ifname: str) -> bool:
     return any(q.get("kind") == "clsact" for q in json.loads(cp.stdout))
 
 
-# --- the kernel's run-time statistics of BPF programs ---------------------------------
-
-_SYS_BPF = 321              # x86_64
-_BPF_ENABLE_STATS = 32
-_BPF_STATS_RUN_TIME = 0
-
-
-class RunTimeStats:
-    """The kernel counts run time and runs of every BPF program while this is open
-    (BPF_ENABLE_STATS: the syscall form of kernel.bpf_stats_enabled, scoped to this
-    process and undone when it ends, so no system setting is changed). Counting costs
-    each program run two clock reads, on every program it measures alike."""
-
-    def __init__(self) -> None:
-        if platform.machine() != "x86_64":
-            raise FwbenchError(f"BPF run-time statistics: no syscall number for "
-                               f"{platform.machine()}")
-        libc = ctypes.CDLL(None, use_errno=True)
-        attr = (ctypes.c_uint32 * 32)(_BPF_STATS_RUN_TIME)
-        fd = libc.syscall(_SYS_BPF, _BPF_ENABLE_STATS, ctypes.byref(attr), 4)
-        if fd < 0:
-            raise FwbenchError("BPF run-time statistics cannot be enabled: "
-                               f"{os.strerror(ctypes.get_errno())}")
-        self._fd = fd
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> "RunTimeStats":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
 def run_stats(ex: Executor, host: str, prog_id: int) -> dict[str, int]:
-    """{"run_time_ns", "run_cnt"} of program `prog_id` so far (zeros while no
-    RunTimeStats is open)."""
+    """{"run_time_ns", "run_cnt"} of program `prog_id` so far: the kernel's run-time
+    statistics (zeros unless something keeps them on, as `fwbench-engine spin
+    --bpf-stats` does for cpucost)."""
     info = json.loads(ex.output(host, ["bpftool", "-j", "prog", "show", "id", str(prog_id)]))
     return {"run_time_ns": int(info.get("run_time_ns", 0)), "run_cnt": int(info.get("run_cnt", 0))}

@@ -1,5 +1,5 @@
 """What a CPU had left over, to the microsecond: `fwbench-engine spin` soaks one CPU
-at SCHED_IDLE with rounds of fixed work and publishes its count in a mapped file.
+at SCHED_IDLE with rounds of fixed work and tells its count when asked.
 
 Everything else on that CPU (softirq forwarding, netfilter, XDP, other tasks) takes
 the CPU from it, so over a window
@@ -19,65 +19,71 @@ arriving there (an RPS interrupt) finds it awake. Methods that use it say so.
 from __future__ import annotations
 
 import json
-import mmap
-import os
-import struct
+import select
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 
 from fwbench import engine
 from fwbench.errors import FwbenchError
 
-_MAGIC = 0x4E495053424D5746
 _START_S = 5.0
+_READ_S = 5.0
 
 
 @dataclass(frozen=True)
 class Reading:
     rounds: int
-    t_ns: int       # CLOCK_MONOTONIC
+    t_ns: int       # CLOCK_MONOTONIC of the soaker's machine
 
 
 class Soaker:
-    """A running soaker on `cpu`; a context manager (it ends with the block)."""
+    """A running soaker on `cpu`; a context manager (it ends with the block).
 
-    def __init__(self, cpu: int):
+    It runs on this machine, or with `tb` on the testbed's host `role` (the
+    firewall's: over SSH on a real host). Either way it is read over its stdin
+    (`spin --control`): it answers with its count and its own clock's time, taken
+    together by a thread on the other CPUs, so a reading's time is the soaker
+    machine's and an SSH round trip does not blur it. `bpf_stats`: the kernel
+    counts BPF programs' run time there while the soaker runs."""
+
+    def __init__(self, cpu: int, tb=None, role: str = "fw", bpf_stats: bool = False):
         self.cpu = cpu
-        fd, self._path = tempfile.mkstemp(prefix="fwbench-spin-")
-        os.close(fd)
-        self._p = subprocess.Popen(
-            [str(engine.binary()), "spin", "--cpu", str(cpu), "--file", self._path],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._tb = tb
+        argv = [str(engine.binary()), "spin", "--cpu", str(cpu), "--control"]
+        if bpf_stats:
+            argv.append("--bpf-stats")
+        pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True, bufsize=1)
+        self._p = tb.spawn(role, argv, **pipes) if tb is not None else \
+            subprocess.Popen(argv, **pipes)
         try:
-            line = self._first_line()
-            self.info = json.loads(line)
-            with open(self._path, "rb") as f:
-                self._map = mmap.mmap(f.fileno(), 64, prot=mmap.PROT_READ)
-            if struct.unpack_from("<Q", self._map, 0)[0] != _MAGIC:
-                raise FwbenchError(f"CPU soaker on CPU {cpu}: its count file is not its own")
+            self.info = json.loads(self._line(_START_S, "no start line"))
         except BaseException:
             self.close()
             raise
 
-    def _first_line(self) -> str:
+    def _line(self, timeout_s: float, what: str) -> str:
         assert self._p.stdout is not None
-        deadline = time.monotonic() + _START_S
-        while time.monotonic() < deadline:
-            if self._p.poll() is not None:
-                err = (self._p.stderr.read() if self._p.stderr else "").strip()
-                raise FwbenchError(f"CPU soaker on CPU {self.cpu}: "
-                                   f"{err.splitlines()[-1] if err else 'ended at start'}")
-            os.set_blocking(self._p.stdout.fileno(), False)
-            line = self._p.stdout.readline()
-            if line:
-                return line
-            time.sleep(0.01)
-        raise FwbenchError(f"CPU soaker on CPU {self.cpu}: no start line in {_START_S:g} s")
+        ready, _, _ = select.select([self._p.stdout], [], [], timeout_s)
+        line = self._p.stdout.readline() if ready else ""
+        if line:
+            return line
+        self._p.poll()
+        err = ""
+        if self._p.returncode is not None and self._p.stderr is not None:
+            err = self._p.stderr.read().strip()
+        raise FwbenchError(f"CPU soaker on CPU {self.cpu}: "
+                           f"{err.splitlines()[-1] if err else what}")
 
     def read(self) -> Reading:
-        return Reading(struct.unpack_from("<Q", self._map, 24)[0], time.monotonic_ns())
+        try:
+            self._p.stdin.write("read\n")
+            self._p.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise FwbenchError(f"CPU soaker on CPU {self.cpu} has stopped") from None
+        got = json.loads(self._line(_READ_S, f"no answer in {_READ_S:g} s"))
+        return Reading(got["rounds"], got["t_ns"])
 
     def idle_rate(self, window_s: float) -> float:
         """Rounds per second over `window_s` of nothing but what the machine does anyway."""
@@ -91,18 +97,21 @@ class Soaker:
 
     def close(self) -> None:
         if self._p.poll() is None:
+            try:
+                self._p.stdin.write("quit\n")
+                self._p.stdin.flush()
+                self._p.wait(2)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                pass
+        if self._tb is not None:
+            self._tb.forget(self._p)
+            return
+        if self._p.poll() is None:
             self._p.kill()
         self._p.wait()
-        for s in (self._p.stdout, self._p.stderr):
+        for s in (self._p.stdin, self._p.stdout, self._p.stderr):
             if s:
                 s.close()
-        if getattr(self, "_map", None) is not None:
-            self._map.close()
-            self._map = None
-        try:
-            os.unlink(self._path)
-        except FileNotFoundError:
-            pass
 
     def __enter__(self) -> "Soaker":
         return self

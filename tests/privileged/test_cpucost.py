@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from fwbench.soaker import Soaker, busy_ns
 
@@ -55,5 +54,4 @@ def test_cpucost_run_ranks_backends_at_one_load(tmp_path, own_netns):
     engine = json.loads((d / "run.json").read_text())["sessions"][0]["engine"]
     assert engine["sender"] == "packet" and engine["asked"] == "auto", engine
     assert "paces" in engine["why"]
-    assert not list(Path("/tmp").glob("fwbench-spin-*")), "the soaker's file was left"
     assert own_netns(d) == []

@@ -286,3 +286,25 @@ def test_seed_003_input_chain_runs_over_ssh_without_cutting_the_session(the_lab,
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["sessions"][0]["restored"] == {"client": True, "fw": True, "server": True}
     assert_same(before, host_state(the_lab))
+
+
+def test_cpucost_soaks_and_times_the_firewall_hosts_cpu(the_lab, tmp_path):
+    """cpucost over SSH: the soaker runs on the firewall host, read over its stdin
+    with that host's clock, and it keeps the kernel's BPF run-time statistics on
+    there, so the eBPF program's own time is measured on the host that runs it."""
+    before = host_state(the_lab)
+    (tmp_path / "cc.toml").write_text(
+        'method = "cpucost"\nbackends = ["xdp-set"]\nrules = [20]\nframe_sizes = [64]\n'
+        'repeat = 1\nduration_s = 0.3\n[cpucost]\ncalibrate_s = 0.2\nredo = 0\n')
+    cp = fwbench("run", str(tmp_path / "cc.toml"), "--no-report", "--inventory",
+                 str(the_lab["inventory"]), "--out", str(tmp_path / "run"))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    (rec,) = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
+    assert rec["status"] == "ok", rec["reason"]
+    m = rec["metrics"]
+    assert m["fw_busy_ns_per_pkt"] > 0 and 0 < m["fw_busy_fraction"] <= 1.05, m
+    assert m["soaker"]["idle_rounds_per_s"] > 0 and m["soaker"]["window_ns"] > 0
+    prog = m["bpf"]["xdp"]
+    assert prog["run_cnt"] >= 0.99 * m["offered_pps"] * 0.3 and prog["ns_per_run"] > 0
+    assert_same(before, host_state(the_lab))
+    assert leftover_processes(the_lab) == []

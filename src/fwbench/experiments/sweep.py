@@ -52,8 +52,6 @@ class Sweep(Experiment):
         self.kept: Kept | None = None   # what stays loaded (keep_loaded), and its proof
 
     def over_ssh(self) -> str | None:
-        if self.sc.method == "cpucost":
-            return "method cpucost's soaker runs on this machine, not the firewall host"
         return None
 
     def over_round_trips(self) -> str | None:

@@ -39,20 +39,19 @@ class CpuCost(Method):
         super().__init__(traffic)
         self.settings = settings
         self.soaker: Soaker | None = None
-        self.bpf_stats: bpf.RunTimeStats | None = None
 
     def prepare(self, tb: Testbed) -> None:
         super().prepare(tb)
         if self.soaker is None:
-            self.soaker = Soaker(tb.topo.settings.firewall_cpu)
-        if self.bpf_stats is None:
-            self.bpf_stats = bpf.RunTimeStats()
+            # On the firewall's machine, which also counts its BPF programs' run time
+            # while the soaker runs.
+            self.soaker = Soaker(tb.topo.settings.firewall_cpu, tb,
+                                 tb.topo.fw_client_side.host, bpf_stats=True)
 
     def close(self) -> None:
-        for part in (self.soaker, self.bpf_stats):
-            if part is not None:
-                part.close()
-        self.soaker = self.bpf_stats = None
+        if self.soaker is not None:
+            self.soaker.close()
+        self.soaker = None
 
     def _programs(self, tb: Testbed) -> dict[str, int]:
         """The BPF programs on the firewall's ingress: the backend's, never the
