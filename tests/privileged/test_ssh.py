@@ -308,3 +308,25 @@ def test_cpucost_soaks_and_times_the_firewall_hosts_cpu(the_lab, tmp_path):
     assert prog["run_cnt"] >= 0.99 * m["offered_pps"] * 0.3 and prog["ns_per_run"] > 0
     assert_same(before, host_state(the_lab))
     assert leftover_processes(the_lab) == []
+
+
+def test_seed_001_echo_reads_the_firewall_hosts_counters(the_lab, tmp_path):
+    """Seed 001's echo over SSH: clients and server on their hosts, and the CPU
+    shares, context switches and memory read from the firewall's host."""
+    before = host_state(the_lab)
+    (tmp_path / "echo.toml").write_text(
+        'method = "echo"\nbackends = ["iptables-legacy"]\nduration_s = 0.5\nrepeat = 1\n'
+        '[echo]\nclients = [5]\nprotocols = ["udp"]\nfamilies = ["ipv4"]\nframes = [64]\n'
+        'servers = ["epoll"]\nrules_per_client = [2]\ntransactions = ["echo"]\n'
+        'conntrack_entries = [0]\nwarmup_s = 0.2\n')
+    cp = fwbench("run", str(tmp_path / "echo.toml"), "--no-report", "--inventory",
+                 str(the_lab["inventory"]), "--out", str(tmp_path / "run"))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    (rec,) = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
+    assert rec["status"] == "ok", rec["reason"]
+    m = rec["metrics"]
+    assert m["throughput"]["msgs"] > 0 and m["rtt_us"]["p50"] > 0, m["throughput"]
+    assert m["context_switches"]["system"] > 0 and m["cpu_share"], m["context_switches"]
+    assert "Slab" in m["memory_kb"]
+    assert_same(before, host_state(the_lab))
+    assert leftover_processes(the_lab) == []

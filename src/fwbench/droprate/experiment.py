@@ -91,8 +91,13 @@ class DropRate(Experiment):
         self.target: Target | None = None
 
     def over_ssh(self) -> str | None:
-        return ("method droprate reads ksoftirqd's and its processes' CPU times from "
-                "this machine's /proc")
+        return ("method droprate puts the sender and the firewall on one CPU (seed 002's "
+                "setup: what the firewall spends on the flood shows as what the sender "
+                "loses), which hosts of their own do not share; run it with the netns "
+                "provider")
+
+    def over_round_trips(self) -> str | None:
+        return "droprate's flood is counted, not timed"
 
     def check(self) -> None:
         check(list(self.trs.values()), self.sc.droprate.cpu)

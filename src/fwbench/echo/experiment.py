@@ -76,23 +76,28 @@ def settle(tb: Testbed) -> int:
         time.sleep(0.05)
 
 
-def _ctxt() -> int:
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith("ctxt "):
-                return int(line.split()[1])
+def _ctxt(stat: str) -> int:
+    """The context switches so far, from /proc/stat's text."""
+    for line in stat.splitlines():
+        if line.startswith("ctxt "):
+            return int(line.split()[1])
     return 0
 
 
-def _meminfo() -> dict[str, int]:
+def _meminfo(tb: Testbed) -> dict[str, int]:
+    """The firewall machine's memory figures (kB) that its rules and connections
+    move."""
     want = {"MemAvailable", "Slab", "SUnreclaim", "Percpu", "VmallocUsed"}
     out = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in want:
-                out[k] = int(v.split()[0])
+    for line in tb.machine_file(_firewall(tb), "/proc/meminfo").splitlines():
+        k, _, v = line.partition(":")
+        if k in want:
+            out[k] = int(v.split()[0])
     return out
+
+
+def _firewall(tb: Testbed) -> str:
+    return tb.topo.fw_client_side.host
 
 
 class Echo(Experiment):
@@ -125,8 +130,11 @@ class Echo(Experiment):
     # --- before any testbed ----------------------------------------------------------
 
     def over_ssh(self) -> str | None:
-        return ("method echo reads CPU times, memory and context switches from this "
-                "machine's /proc")
+        return None
+
+    def over_round_trips(self) -> str | None:
+        return ("echo times its own round trips (each message and its echo); "
+                "[testbed] latency is for the engine's packets")
 
     def check(self) -> None:
         proc.require(REQUIRED_TOOLS)
@@ -196,7 +204,7 @@ class Echo(Experiment):
     def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         flush_all(tb)
         flush_conntrack(tb)
-        self.baseline_mem = _meminfo()
+        self.baseline_mem = _meminfo(tb)
         return {"memory_baseline_kb": self.baseline_mem}
 
     # --- one trial ---------------------------------------------------------------------
@@ -341,11 +349,16 @@ class Echo(Experiment):
     def _measure(self, tb: Testbed, spec: EchoSpec) -> dict:
         sources = self.sources(spec.clients, spec.version)
         with EchoServer(tb, spec) as srv:
-            mem = _meminfo()
-            cpu0, ctxt0, t0 = CpuSample.now(), _ctxt(), time.monotonic()
+            # CPU, context switches and memory: the firewall's machine's (in
+            # namespaces this machine's, every host's alike)
+            fw = _firewall(tb)
+            mem = _meminfo(tb)
+            stat0, t0 = tb.machine_file(fw, "/proc/stat"), time.monotonic()
             rep = run_clients(tb, spec, sources, duration_s=self.sc.duration_s,
                               warmup_s=self.s.warmup_s, threads=self.s.client_threads)
-            cpu1, ctxt1, wall = CpuSample.now(), _ctxt(), time.monotonic() - t0
+            stat1, wall = tb.machine_file(fw, "/proc/stat"), time.monotonic() - t0
+            cpu0, cpu1 = CpuSample.parse(stat0), CpuSample.parse(stat1)
+            ctxt0, ctxt1 = _ctxt(stat0), _ctxt(stat1)
             srv_rep = srv.stop()
         out = summarise(rep, srv_rep, cpu0, cpu1, ctxt1 - ctxt0, wall, mem,
                         self.baseline_mem)
@@ -366,9 +379,11 @@ class Echo(Experiment):
 
 def summarise(rep: dict, srv: dict, cpu0: CpuSample, cpu1: CpuSample, ctxt: int,
               wall_s: float, mem: dict[str, int], baseline: dict[str, int]) -> dict:
-    """A trial's metrics from the clients' and the server's reports. CPU shares and
-    the machine's context switches cover the clients' whole run (connecting and the
-    warm-up included, `wall_s`); rates and round trips only the counted window."""
+    """A trial's metrics from the clients' and the server's reports. CPU shares,
+    context switches and memory are the firewall machine's (in namespaces this
+    machine's, every host's); CPU shares and context switches cover the clients'
+    whole run (connecting and the warm-up included, `wall_s`); rates and round
+    trips only the counted window."""
     per = rep["per_client"]
     mps = [p["msgs_per_s"] for p in per]
     bps = [8 * p["bytes_per_s"] for p in per]

@@ -73,7 +73,7 @@ def default_out(sc: Scenario) -> Path:
 def _check(exp: Experiment) -> None:
     exp.check()
     if exp.sc.testbed.provider == "ssh" and (why := exp.over_ssh()):
-        raise FwbenchError(f"the ssh provider cannot run this yet: {why}")
+        raise FwbenchError(f"the ssh provider cannot run this: {why}")
     if exp.sc.testbed.latency == "round-trip" and (why := exp.over_round_trips()):
         raise FwbenchError(f"latency = \"round-trip\" cannot be used here: {why}")
 
