@@ -330,3 +330,25 @@ def test_seed_001_echo_reads_the_firewall_hosts_counters(the_lab, tmp_path):
     assert "Slab" in m["memory_kb"]
     assert_same(before, host_state(the_lab))
     assert leftover_processes(the_lab) == []
+
+
+def test_an_update_under_traffic_runs_its_commands_on_the_firewall_host(the_lab, tmp_path):
+    """The update experiment over SSH: its commands run on the firewall's host by
+    fwbench's runner there (the eBPF loader's path the host's copy), timed by that
+    host's clock, with its kernel memory sampled there."""
+    before = host_state(the_lab)
+    (tmp_path / "upd.toml").write_text(
+        'method = "update"\nbackends = ["xdp-set"]\nrules = [1000]\nrepeat = 1\n'
+        '[update]\nkinds = ["element-add"]\nmechanisms = ["map"]\nflow_pps = 10000\n'
+        'before_s = 0.3\nafter_s = 0.3\n')
+    cp = fwbench("run", str(tmp_path / "upd.toml"), "--no-report", "--inventory",
+                 str(the_lab["inventory"]), "--out", str(tmp_path / "run"))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    (rec,) = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
+    assert rec["status"] == "ok", rec["reason"]
+    m = rec["metrics"]
+    assert 0 < m["command_s"] < 1 and 0 < m["update_s"] < 1, m
+    assert m["kept"]["lost"] == 0 and m["after"]["ok"], m["kept"]
+    assert m["memory"]["samples"] > 0
+    assert_same(before, host_state(the_lab))
+    assert leftover_processes(the_lab) == []

@@ -54,6 +54,9 @@ class Testbed(ABC):
         # The client and the server read one CLOCK_MONOTONIC (one kernel): the
         # engine can time a packet from the sender's stamp to the sink's arrival.
         self.one_clock = True
+        # The hosts whose kernel is not this machine's (their boot_ids differ): they
+        # read another CLOCK_MONOTONIC than fwbench's own process.
+        self.other_clocks: list[str] = []
 
     @property
     def round_trip(self) -> bool:

@@ -35,6 +35,11 @@ class Executor(ABC):
         """run()'s standard output."""
         return self.run(host, argv, **kw).stdout
 
+    def on_host(self, host: str, argv: Sequence[str]) -> list[str]:
+        """argv as host runs it: for a program that hands commands on (the update
+        runner), which run() and spawn() would otherwise translate."""
+        return [str(a) for a in argv]
+
 
 class NetnsExecutor(Executor):
     """Commands in the namespaces of one topology on this machine."""

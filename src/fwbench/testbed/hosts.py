@@ -130,6 +130,8 @@ class SshTestbed(Testbed):
         facts = parallel(self._check, roles)
         self.topo = _on_hosts(self.topo, self.hosts, facts)
         self.recorded["hosts"] = {r: f["environment"] for r, f in facts.items()}
+        here = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        self.other_clocks = [r for r in roles if facts[r]["boot_id"] != here]
         ends = [h.role for h in self.topo.hosts if h.kind in ("client", "server")]
         self.one_clock, clocks = shared_clock(self.hosts, {r: facts[r]["boot_id"]
                                                             for r in ends})

@@ -375,18 +375,23 @@ class SshExecutor(Executor):
         except KeyError:
             raise FwbenchError(f"ssh: no host {host!r} in this testbed") from None
 
-    def command(self, host: str, argv: Sequence[str], cpu: int | None = None,
-                record: bool = True) -> str:
-        """The shell line that runs argv on host in the wrapper, which records its
-        PID in a pid file when `record` (a started process, which a killed run may
-        leave running) and always tells it on standard error."""
+    def on_host(self, host: str, argv: Sequence[str]) -> list[str]:
+        """argv with fwbench's Python and the programs copied there as the host has
+        them."""
         argv = [str(a) for a in argv]
         if argv and argv[0] == sys.executable:
             if host not in self.python:
                 raise FwbenchError(f"ssh: {host}: fwbench's Python is not on the host")
             argv = self.python[host] + argv[1:]
         tr = self.translate.get(host, {})
-        argv = [tr.get(a, a) for a in argv]
+        return [tr.get(a, a) for a in argv]
+
+    def command(self, host: str, argv: Sequence[str], cpu: int | None = None,
+                record: bool = True) -> str:
+        """The shell line that runs argv on host in the wrapper, which records its
+        PID in a pid file when `record` (a started process, which a killed run may
+        leave running) and always tells it on standard error."""
+        argv = self.on_host(host, argv)
         if cpu is not None:
             argv = ["taskset", "-c", str(cpu), *argv]
         pidfile = ""

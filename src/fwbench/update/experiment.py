@@ -25,10 +25,12 @@ until it returned to its baseline.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import secrets
 import statistics
+import sys
 import time
 from collections import defaultdict
 
@@ -106,6 +108,11 @@ def cells_of(b: Backend, s, sizes: list[int]) -> tuple[list[tuple], list[str]]:
     return cells, left
 
 
+def _memory(tb: Testbed) -> dict[str, int]:
+    """The firewall machine's kernel memory (memory.FIELDS), bytes."""
+    return memory.parse(tb.machine_file(tb.topo.fw_client_side.host, "/proc/meminfo"))
+
+
 def probe_rate(s, layout: str, n: int) -> float:
     """The probe flow's rate: `probe_pps`, held down for a linear rule set so that
     the rules its packets cross (all of them, before a rule lets it through) cost
@@ -129,9 +136,7 @@ class Update(Experiment):
     # --- before any testbed ----------------------------------------------------------
 
     def over_ssh(self) -> str | None:
-        return ("method update times each update command from this machine (over SSH "
-                "every command would carry the session's round trip) and samples "
-                "this machine's kernel memory")
+        return None
 
     def check(self) -> None:
         if self.sc.version != 4:
@@ -216,6 +221,12 @@ class Update(Experiment):
         return Topology.new(self.sc.testbed, server_rps=False)
 
     def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
+        if tb.other_clocks:
+            raise FwbenchError(
+                f"method update sets the kept flow's time slots by this machine's clock "
+                f"and compares the firewall's command times with the flow's arrivals "
+                f"at the server: every host must run on this machine's kernel, and "
+                f"{', '.join(tb.other_clocks)} do{'es' * (len(tb.other_clocks) == 1)} not")
         flush_all(tb)
         return {"flows": {
             "kept": {"dport": tpl.KEEP_PORT, "pps": self.s.flow_pps, "stream": 0,
@@ -249,12 +260,12 @@ class Update(Experiment):
             flush_conntrack(tb)
             flush_all(tb)
             time.sleep(SETTLE_S)
-            empty = memory.read()
+            empty = _memory(tb)
             say("loading the rule set before the update")
             # A map update adds in place: the set is loaded with room for it.
             room = k.changed(n) if mech == "map" else 0
             t.load_time_s = t.timed("apply_s", b.apply, tb, old, room).load_time_s
-            held = memory.delta(memory.read(), empty)
+            held = memory.delta(_memory(tb), empty)
             held.update(b.charged_memory(tb))
             # The probes only: the flows that matter here (a corpus sample costs
             # seconds at 100,000 rules, every trial).
@@ -315,28 +326,23 @@ class Update(Experiment):
             restore.append(lambda: os.sched_setaffinity(0, affinity))
             time.sleep(s.before_s)
             out: dict = {"steps": len(steps)}
-            # The update runs on the firewall's CPU, beside its packet processing,
-            # as a firewall's own control plane would; on the sender's CPU it
-            # would delay the packets' sending and pass for the firewall's delay.
-            pin = ["taskset", "-c", str(tb.topo.settings.firewall_cpu)]
-            pre = memory.read()
-            with memory.Peak() as peak:
-                start = time.monotonic_ns()
-                for i, st in enumerate(steps):
-                    cp = tb.run("fw", [*pin, *st.argv], input=st.input, check=False,
-                                timeout=STEP_TIMEOUT_S)
-                    if cp.returncode != 0:
-                        err = (cp.stderr or "").strip().splitlines()
-                        out["problem"] = (
-                            f"update command {i + 1} of {len(steps)} "
-                            f"({st.argv[0].rsplit('/', 1)[-1]}) failed: "
-                            f"{err[-1] if err else 'exit ' + str(cp.returncode)}")
-                        break
-                end = time.monotonic_ns()
+            # The update runs on the firewall's host, on its CPU, beside its packet
+            # processing, as a firewall's own control plane would (runner.py).
+            fw = tb.topo.fw_client_side.host
+            spec = {"cpu": tb.topo.settings.firewall_cpu, "timeout_s": STEP_TIMEOUT_S,
+                    "steps": [{"argv": tb.executor.on_host(fw, st.argv), "input": st.input}
+                              for st in steps]}
+            cp = tb.run(fw, [sys.executable, "-m", "fwbench.update.runner"],
+                        input=json.dumps(spec), timeout=STEP_TIMEOUT_S * len(steps) + 60)
+            got = json.loads(cp.stdout)
+            if got["problem"]:
+                out["problem"] = got["problem"]
+            start, end = got["start_ns"], got["end_ns"]
+            pre = got["pre"]
             time.sleep(s.after_s)
-            out["memory"] = {"update_peak_bytes": peak.peak["kernel"] - pre["kernel"],
-                             "after_update_bytes": memory.read()["kernel"] - pre["kernel"],
-                             "samples": peak.samples}
+            out["memory"] = {"update_peak_bytes": got["peak"]["kernel"] - pre["kernel"],
+                             "after_update_bytes": _memory(tb)["kernel"] - pre["kernel"],
+                             "samples": got["samples"]}
             reports = [snd.stop() for snd in senders]
             senders.clear()
             time.sleep(DRAIN_S)

@@ -22,8 +22,13 @@ SAMPLE_S = 0.002
 
 def read(path: Path = MEMINFO) -> dict[str, int]:
     """FIELDS and their sum `kernel`, bytes."""
+    return parse(path.read_text())
+
+
+def parse(text: str) -> dict[str, int]:
+    """FIELDS and their sum `kernel`, bytes, from /proc/meminfo's text."""
     got: dict[str, int] = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         name, _, rest = line.partition(":")
         if name in FIELDS:
             value, *unit = rest.split()
