@@ -51,6 +51,9 @@ def test_an_inventory_settles_every_host_from_its_own_keys_then_ssh_then_default
     assert client.cpu == 2 and fw.cpu is None
     assert fw.ports == {"client": "eth1", "server": "eth2"}
     assert hosts.private_dir(fw) == "/var/tmp/fwbench/fw"
+    assert fw.watchdog_s == 90
+    inv = inventory.load(write(tmp_path, GOOD.replace("[ssh]", "[ssh]\nwatchdog_s = 5")))
+    assert inv.hosts["fw"].watchdog_s == 5
 
 
 @pytest.mark.parametrize("edit, says", [
@@ -64,6 +67,7 @@ def test_an_inventory_settles_every_host_from_its_own_keys_then_ssh_then_default
     (lambda t: t.replace('address = "192.0.2.1"', 'adress = "x"'), "hosts.client"),
     (lambda t: t.replace('[ssh]', '[ssh]\nworkdir = "/"'), "workdir: must be an absolute"),
     (lambda t: t.replace('eth2', 'a/b'), "hosts.fw.ports.server"),
+    (lambda t: t.replace('[ssh]', '[ssh]\nwatchdog_s = 0'), "ssh.watchdog_s"),
     (lambda t: t + "[", "malformed TOML"),
 ])
 def test_a_bad_inventory_is_one_line_naming_the_key(tmp_path, edit, says):

@@ -166,10 +166,11 @@ class Backend(abc.ABC):
     def apply(self, tb: Testbed, rs: RuleSet, room: int = 0) -> LoadStats:
         self.check(rs)
         files = self.rendering(rs, interfaces(tb))
-        kernel.flush_all(tb)
-        t0 = time.perf_counter()
-        self.load(tb, files, room)
-        took = time.perf_counter() - t0
+        with tb.firewall_change():
+            kernel.flush_all(tb)
+            t0 = time.perf_counter()
+            self.load(tb, files, room)
+            took = time.perf_counter() - t0
         _fresh[self.name] = (rs.digest(), tb.topo.run_id)
         return LoadStats(took, {k: len(v) for k, v in files.items()})
 

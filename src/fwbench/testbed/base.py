@@ -9,6 +9,7 @@ set the same way once the links are there: offloads, RPS and a quiet start.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -121,6 +122,11 @@ class Testbed(ABC):
         """A machine-wide file (/proc/stat, /proc/meminfo) of the machine host
         `role` runs on."""
         return self.exec(role, ["cat", path])
+
+    def firewall_change(self) -> contextlib.AbstractContextManager:
+        """Around a change of the firewall's rules: on a real host, a guard against
+        a rule set that cuts fwbench off it (hosts.SshTestbed); here nothing."""
+        return contextlib.nullcontext()
 
     def driver(self, port: Port) -> str:
         """The driver of a test interface, as `ethtool -i` names it ("veth", "ice")."""

@@ -23,11 +23,13 @@ one and removes the private directory. After a SIGKILL, `fwbench clean
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import platform
 import signal
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -57,6 +59,7 @@ KIND_TOOLS = {
 LIBRARIES = {"libbpf.so": "libbpf1", "libelf.so": "libelf1", "libz.so": "zlib1g",
              "libnftnl.so": "libnftnl11", "libmnl.so": "libmnl0"}
 STATE = "state.json"
+
 
 
 def private_dir(h: Host) -> str:
@@ -116,10 +119,48 @@ class SshTestbed(Testbed):
         self._saved: dict[str, dict] = {}      # role -> the state saved on it
         self._tracked: dict[str, set[str]] = {r: set() for r in topo.roles}
         self._made: set[str] = set()           # roles whose private directory we made
+        self._dogs = 0                         # watchdogs armed (firewall_change)
         self.notes: list[str] = []
 
     def port_name(self, port) -> str:
         return f"{port.host}:{port.ifname}"
+
+    @contextlib.contextmanager
+    def firewall_change(self):
+        """A rule set can drop the SSH session fwbench drives the firewall host by
+        (an INPUT chain of policy drop, say), leaving the host with it until someone
+        reaches it another way. So, as iptables-apply does, a watchdog is armed on
+        the host first: unless disarmed within the inventory's watchdog_s (90 s by
+        default; a load of 100,000 rules takes seconds), it marks that it fired and
+        empties the host's firewall, and the session comes back. Disarming it is the
+        proof the session survived."""
+        dogs = {}
+        for r in (h.role for h in self.topo.hosts if h.kind == "firewall"):
+            self._dogs += 1
+            mark = f"{self.executor.rundir[r]}/watchdog-{self._dogs}"
+            dogs[r] = (mark, self.spawn(r, ["sh", "-c", (
+                f"sleep {self.hosts[r].watchdog_s:g}; touch {shlex.quote(mark)}; "
+                f"{hoststate.EMPTY_FIREWALL}")], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
+        try:
+            yield
+        finally:
+            for r, (mark, dog) in dogs.items():
+                h = self.hosts[r]
+                try:
+                    self.forget(dog)
+                    fired = self.executor.run(r, ["test", "-e", mark], check=False,
+                                              timeout=h.watchdog_s + 60).returncode == 0
+                except (FwbenchError, OSError) as e:
+                    raise FwbenchError(f"{h.where}: lost after a rule-set change ({e}); "
+                                       f"its watchdog empties the host's firewall "
+                                       f"{h.watchdog_s:g} s after the change began, then "
+                                       f"`fwbench clean --inventory {self.inventory.path}` "
+                                       f"puts the host back") from None
+                if fired:
+                    raise FwbenchError(f"{h.where}: the rule set cut fwbench's SSH session "
+                                       f"to the host, and after {h.watchdog_s:g} s its "
+                                       f"watchdog emptied the host's firewall")
 
     # --- building ----------------------------------------------------------------------
 

@@ -278,14 +278,30 @@ def restore_links(ex: Executor, role: str, saved: dict,
             step(f"sysctl {k}", ["sysctl", "-q", "-w", f"{k}={v}"])
 
 
+def _emptying(tool: str, table: str) -> str:
+    """Shell: empty one x_tables table, policies to ACCEPT first. `table` is a word
+    of the shell (a name, or a variable)."""
+    t = f"{tool} -t {table}"
+    return (f"for c in $({t} -S | awk '$1 == \"-P\" && $3 != \"ACCEPT\" {{print $2}}'); "
+            f"do {t} -P \"$c\" ACCEPT || exit 1; done; {t} -F && {t} -X")
+
+
 def emptying(tool: str, table: str, zero: bool = False) -> list[str]:
     """A command emptying one x_tables table: policies to ACCEPT first, then rules
     and chains, in one command. The other way round, flushed rules under an INPUT
     policy of drop drop the SSH session before the next command arrives."""
     t = f"{shlex.quote(tool)} -t {shlex.quote(table)}"
-    return ["sh", "-c", f"for c in $({t} -S | awk '$1 == \"-P\" && $3 != \"ACCEPT\" "
-                        f"{{print $2}}'); do {t} -P \"$c\" ACCEPT || exit 1; done; "
-                        f"{t} -F && {t} -X" + (f" && {t} -Z" if zero else "")]
+    return ["sh", "-c", _emptying(shlex.quote(tool), shlex.quote(table))
+            + (f" && {t} -Z" if zero else "")]
+
+
+# Shell: every firewall of the host emptied (legacy x_tables of both families, then
+# nftables, iptables-nft's tables with it): what the watchdog does to a host whose
+# new rule set cut fwbench off (hosts.SshTestbed.firewall_change).
+EMPTY_FIREWALL = "; ".join(
+    f"for t in $(cat /proc/net/{names} 2>/dev/null); do {_emptying(tool, '$t')}; done"
+    for names, tool in (("ip_tables_names", "iptables-legacy"),
+                        ("ip6_tables_names", "ip6tables-legacy"))) + "; nft flush ruleset"
 
 
 def _restore_firewall(ex: Executor, role: str, fw: dict, step) -> None:

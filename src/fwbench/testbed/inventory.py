@@ -44,6 +44,9 @@ class Login(BaseModel):
                                     "(default ~/.ssh/known_hosts)")
     connect_timeout_s: Annotated[float, Field(gt=0, le=300)] | None = None
     workdir: str | None = Field(None, description="fwbench's private directory on the host")
+    watchdog_s: Annotated[float, Field(ge=1, le=3600)] | None = Field(
+        None, description="after a rule-set change, how long the host waits for fwbench "
+        "to prove its SSH session survived before emptying its firewall (default 90)")
     netns: str | None = Field(
         None, description="open the connection from inside this network namespace of "
         "this machine (the local lab of `fwbench lab`); unset: from here")
@@ -65,7 +68,7 @@ class HostEntry(Login):
 
 _DEFAULTS = dict(user="root", port=22, key=None, agent=False,
                  known_hosts="~/.ssh/known_hosts", connect_timeout_s=10.0,
-                 workdir="/var/tmp/fwbench", netns=None)
+                 workdir="/var/tmp/fwbench", watchdog_s=90.0, netns=None)
 
 
 class Host(BaseModel):
@@ -81,6 +84,7 @@ class Host(BaseModel):
     known_hosts: str
     connect_timeout_s: float
     workdir: str
+    watchdog_s: float
     netns: str | None
     cpu: int | None
     ports: dict[str, str]

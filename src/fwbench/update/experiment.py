@@ -332,8 +332,10 @@ class Update(Experiment):
             spec = {"cpu": tb.topo.settings.firewall_cpu, "timeout_s": STEP_TIMEOUT_S,
                     "steps": [{"argv": tb.executor.on_host(fw, st.argv), "input": st.input}
                               for st in steps]}
-            cp = tb.run(fw, [sys.executable, "-m", "fwbench.update.runner"],
-                        input=json.dumps(spec), timeout=STEP_TIMEOUT_S * len(steps) + 60)
+            with tb.firewall_change():
+                cp = tb.run(fw, [sys.executable, "-m", "fwbench.update.runner"],
+                            input=json.dumps(spec),
+                            timeout=STEP_TIMEOUT_S * len(steps) + 60)
             got = json.loads(cp.stdout)
             if got["problem"]:
                 out["problem"] = got["problem"]
