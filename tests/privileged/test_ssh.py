@@ -357,12 +357,12 @@ def test_an_update_under_traffic_runs_its_commands_on_the_firewall_host(the_lab,
 def test_a_rule_set_that_cuts_the_session_is_undone_by_the_hosts_watchdog(the_lab, tmp_path):
     """A rule set whose INPUT drops everything cuts fwbench off the firewall host. As
     iptables-apply does, a watchdog armed on the host before every change empties
-    its firewall unless fwbench disarms it in time (here 5 s): the session comes
+    its firewall unless fwbench disarms it in time (here 2 s): the session comes
     back, the trial fails saying so, and the host is put back as it was."""
     before = host_state(the_lab)
     inv = the_lab["dir"] / "inventory-watchdog.toml"    # beside the lab's key files
     inv.write_text(the_lab["inventory"].read_text().replace("[ssh]\n",
-                                                             "[ssh]\nwatchdog_s = 5\n", 1))
+                                                             "[ssh]\nwatchdog_s = 2\n", 1))
     (tmp_path / "cut.rules").write_text(
         "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n"
         "-A FORWARD -i eth0 -p udp --dport 5201 -j ACCEPT\n-A FORWARD -i eth1 -j ACCEPT\n"
@@ -375,7 +375,7 @@ def test_a_rule_set_that_cuts_the_session_is_undone_by_the_hosts_watchdog(the_la
     assert cp.returncode == 1 and "1 not ok" in cp.stdout, cp.stderr[-2000:]
     (rec,) = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
     assert rec["status"] == "failed"
-    assert "cut fwbench's SSH session" in rec["reason"] and "after 5 s" in rec["reason"]
+    assert "cut fwbench's SSH session" in rec["reason"] and "after 2 s" in rec["reason"]
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["sessions"][0]["restored"] == {"client": True, "fw": True, "server": True}
     assert_same(before, host_state(the_lab))

@@ -29,7 +29,6 @@ import io
 import json
 import platform
 import signal
-import shlex
 import subprocess
 import sys
 import zipfile
@@ -59,7 +58,6 @@ KIND_TOOLS = {
 LIBRARIES = {"libbpf.so": "libbpf1", "libelf.so": "libelf1", "libz.so": "zlib1g",
              "libnftnl.so": "libnftnl11", "libmnl.so": "libmnl0"}
 STATE = "state.json"
-
 
 
 def private_dir(h: Host) -> str:
@@ -138,10 +136,13 @@ class SshTestbed(Testbed):
         for r in (h.role for h in self.topo.hosts if h.kind == "firewall"):
             self._dogs += 1
             mark = f"{self.executor.rundir[r]}/watchdog-{self._dogs}"
-            dogs[r] = (mark, self.spawn(r, ["sh", "-c", (
-                f"sleep {self.hosts[r].watchdog_s:g}; touch {shlex.quote(mark)}; "
-                f"{hoststate.EMPTY_FIREWALL}")], stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL))
+            # One process while it waits (a shell's `sleep` would outlive a killed
+            # shell, holding the session's channel): any signal ends it whole.
+            dogs[r] = (mark, self.spawn(r, [sys.executable, "-c", (
+                f"import subprocess, time; time.sleep({self.hosts[r].watchdog_s:g}); "
+                f"open({mark!r}, 'w').close(); "
+                f"subprocess.run(['sh', '-c', {hoststate.EMPTY_FIREWALL!r}])")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         try:
             yield
         finally:
@@ -151,7 +152,7 @@ class SshTestbed(Testbed):
                     self.forget(dog)
                     fired = self.executor.run(r, ["test", "-e", mark], check=False,
                                               timeout=h.watchdog_s + 60).returncode == 0
-                except (FwbenchError, OSError) as e:
+                except (FwbenchError, OSError, subprocess.TimeoutExpired) as e:
                     raise FwbenchError(f"{h.where}: lost after a rule-set change ({e}); "
                                        f"its watchdog empties the host's firewall "
                                        f"{h.watchdog_s:g} s after the change began, then "
