@@ -61,15 +61,17 @@ REQUIRED_TOOLS = {"ip": "iproute2", "ss": "iproute2", "conntrack": "conntrack"}
 SETTLE_S = 5.0
 
 
-def settle(tb: Testbed) -> int:
-    """Wait until no TCP connection of the trial is still closing at either end (a
-    FIN retransmitted seconds later would be counted by the next trial's rules while
-    it verifies them); TIME-WAIT sends nothing unprompted. Returns how many were left
-    after SETTLE_S (0: all gone)."""
+def settle(tb: Testbed, port: int) -> int:
+    """Wait until no TCP connection of the trial (to or from the echo `port`) is still
+    closing at either end (a FIN retransmitted seconds later would be counted by the
+    next trial's rules while it verifies them); TIME-WAIT sends nothing unprompted.
+    Only the echo's: a real host's own connections (the SSH session fwbench drives
+    it by) never close. Returns how many were left after SETTLE_S (0: all gone)."""
     deadline = time.monotonic() + SETTLE_S
+    ours = ["(", "sport", "=", f":{port}", "or", "dport", "=", f":{port}", ")"]
     while True:
         left = sum(len(tb.run(role, ["ss", "-Htan", "exclude", "listening", "exclude",
-                                     "time-wait"], check=False).stdout.splitlines())
+                                     "time-wait", *ours], check=False).stdout.splitlines())
                    for role in ("client", "server"))
         if not left or time.monotonic() > deadline:
             return left
@@ -287,7 +289,7 @@ class Echo(Experiment):
             rep = run_clients(tb, spec, self.sources(n, spec.version), count=m,
                               threads=self.s.client_threads)
             srv_rep = srv.stop()
-        settle(tb)
+        settle(tb, spec.port)
         short = [p["id"] for p in rep["per_client"] if p["msgs"] != m]
         if short:
             return {"ok": False, "reason": f"{len(short)} of {n} clients did not complete "
@@ -362,7 +364,7 @@ class Echo(Experiment):
             srv_rep = srv.stop()
         out = summarise(rep, srv_rep, cpu0, cpu1, ctxt1 - ctxt0, wall, mem,
                         self.baseline_mem)
-        out["tcp_still_closing"] = settle(tb)
+        out["tcp_still_closing"] = settle(tb, spec.port)
         return out
 
     def line(self, rec: TrialRecord) -> str:
