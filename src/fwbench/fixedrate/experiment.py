@@ -115,11 +115,15 @@ class FixedRateSweep(Sweep):
             "chains": chains, "cpus": cpus,
             "input_flow": "to the firewall's client-side address, received by the "
                           "engine's socket receiver in the firewall namespace; processed "
-                          "= its IP InDelivers",
+                          "= its IP InDelivers (on a host carrying its own traffic, UDP's "
+                          "intake: each trial's conditions say which)",
             "forward_flow": "to the server, counted by the engine's receiver there"}}
         return Planned(p.scenario, cells, meta, p.notes)
 
     def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
+        ncpu = tb.cpus(tb.topo.fw_client_side.host)   # a real firewall's, before any trial
+        for c in self.sc.fixedrate.cpus:
+            steered_cpus(c, self.sc.testbed.firewall_cpu, ncpu)
         info = super().open(tb, plan, console)
         fwd: FixedRate = self.method_
         sc = self.sc

@@ -336,7 +336,11 @@ class Update(Experiment):
                 cp = tb.run(fw, [sys.executable, "-m", "fwbench.update.runner"],
                             input=json.dumps(spec),
                             timeout=STEP_TIMEOUT_S * len(steps) + 60)
-            got = json.loads(cp.stdout)
+            try:
+                got = json.loads(cp.stdout)
+            except json.JSONDecodeError:
+                raise FwbenchError(f"the update runner on {fw} gave no report: "
+                                   f"{cp.stdout.strip()[:80]!r}") from None
             if got["problem"]:
                 out["problem"] = got["problem"]
             start, end = got["start_ns"], got["end_ns"]
