@@ -347,8 +347,10 @@ def cmd_study(args, out: Console, err: Console) -> int:
                            "run directory (findings.csv, report.html)")
     if args.study != "all":
         studies.get(args.study)     # an unknown id is refused before root is asked for
-    _need_root("fwbench study")
     path = Path(args.out) if args.out else studies.default_out(args.study)
+    # So is an --out holding another study's run (or no study's), left as it is.
+    studies.check_out(args.study, path)
+    _need_root("fwbench study")
     try:
         if args.study == "all":
             done, page = studies.run_all(path, err)

@@ -10,15 +10,15 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, \
-    model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, \
+    field_validator, model_validator
 
 from fwbench import backends, tomlfile
 from fwbench.catalog import EXPERIMENTS
 from fwbench.ruleset.templates import TEMPLATES
 from fwbench.ruleset.templates import droprate as drop
 from fwbench.errors import FwbenchError
-from fwbench.findings import STUDY_IDS
+from fwbench.findings import METHOD_OF_STUDY, STUDY_IDS
 from fwbench.frames import check_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
 from fwbench.ruleset.templates.updates import KINDS as UPDATE_KINDS
@@ -389,7 +389,8 @@ class Scenario(BaseModel):
     seed: int = 1
     method: str = Field("maxrate", description="the experiment: a method of fwbench.catalog")
     study: str | None = Field(None, description="the study (fwbench.studies) whose "
-                              "findings the report checks, e.g. \"000\"")
+                              "findings the report checks, e.g. \"000\"; only with the "
+                              "method that study runs (fwbench.findings.METHOD_OF_STUDY)")
     keep_loaded: bool = Field(
         False, description="sweeps: run each backend's rule set at every frame size "
         "back to back, loaded and verified once for them (each round still shuffles "
@@ -434,9 +435,15 @@ class Scenario(BaseModel):
 
     @field_validator("study")
     @classmethod
-    def _known_study(cls, v: str | None) -> str | None:
+    def _known_study(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None and v not in STUDY_IDS:
             raise ValueError(f"unknown study {v!r} (known: {', '.join(STUDY_IDS)})")
+        # `method` comes first, so it is here when it is valid (else its own error).
+        method = info.data.get("method")
+        if v is not None and method is not None and METHOD_OF_STUDY[v] != method:
+            raise ValueError(f"study {v!r} runs method {METHOD_OF_STUDY[v]!r}, not "
+                             f"{method!r}: its findings are decided on that method's "
+                             f"trials")
         return v
 
     @field_validator("backends")

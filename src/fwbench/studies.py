@@ -6,7 +6,9 @@ all` runs the five in turn and writes one page of every finding.
 A study is one scenario under scenarios/ whose runs belong to it (its `study` key,
 or its method: echo, droprate, fixedrate and loadlatency exist for one study each).
 Running a study into a directory that already holds its run finishes that run
-(fwbench.experiments.loop.resume): an interrupted study loses nothing.
+(fwbench.experiments.loop.resume): an interrupted study loses nothing. A directory
+that holds a run of another study, or of none, is refused before anything runs and
+left as it is (`check_out`).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fwbench.errors import FwbenchError
-from fwbench.findings import CLAIMS, Finding
+from fwbench.findings import CLAIMS, Finding, study_of
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -98,6 +100,48 @@ def default_out(study_id: str) -> Path:
                               f"study-{study_id}-{stamp}")
 
 
+def check_out(study_id: str, out: str | Path) -> None:
+    """Refuse, in one line and touching nothing, an output directory `fwbench study
+    ID` (or `all`) must not write into: one holding a run of another study or of
+    none (run.json's scenario says whose: its `study` key, or its method), or, for
+    `all`, one holding a run itself or in a study's subdirectory OUT/<id> that is
+    not that study's. A run of the study itself is fine: it is finished."""
+    from fwbench.results import RunDir
+
+    path = Path(out)
+    if study_id == "all":
+        if (path / "run.json").exists():
+            meta = RunDir.open(path).meta()
+            raise FwbenchError(f"{path} holds a run ({_describe(meta)}); `fwbench study "
+                               f"all` writes each study into {path}/<id>: choose another "
+                               f"--out")
+        for sid in STUDIES:
+            check_out(sid, path / sid)
+        return
+    st = get(study_id)
+    if not (path / "run.json").exists():
+        held = [sid for sid in STUDIES if (path / sid / "run.json").exists()]
+        if held:
+            raise FwbenchError(f"{path} holds the runs of `fwbench study all` (in "
+                               f"{', '.join(held)}): finish them with `fwbench study all "
+                               f"--out {path}`, or study {st.id} alone with --out {path / st.id}")
+        return
+    meta = RunDir.open(path).meta()
+    got = study_of(meta.get("scenario") or {})
+    if got == st.id:
+        return
+    finish = (f"`fwbench study {got} --out {path}` finishes it" if got else
+              f"`fwbench run --resume {path}` finishes it")
+    raise FwbenchError(f"{path} holds a run of {f'study {got}' if got else 'no study'} "
+                       f"({_describe(meta)}), not of study {st.id}: choose another --out "
+                       f"({finish})")
+
+
+def _describe(meta: dict) -> str:
+    sc = meta.get("scenario") or {}
+    return f"scenario {sc.get('name', '?')!r}, method {sc.get('method', 'maxrate')}"
+
+
 def run(study_id: str, out: str | Path | None, console: Console) -> Outcome:
     """Run (or, into a directory holding its run, finish) one study and write its
     report."""
@@ -109,6 +153,7 @@ def run(study_id: str, out: str | Path | None, console: Console) -> Outcome:
 
     st = get(study_id)
     path = Path(out) if out else default_out(study_id)
+    check_out(st.id, path)
     t0 = time.monotonic()
     if (path / "run.json").exists():
         console.print(f"study {st.id}: finishing the run in {path}")
@@ -132,6 +177,7 @@ def run_all(out: str | Path | None, console: Console) -> tuple[list[Outcome], Pa
     """Every study in turn, each into OUT/<id> (finished if it is there already), then
     OUT/index.html and index.md: every study's findings, time and report."""
     root = Path(out) if out else default_out("all")
+    check_out("all", root)      # every study's directory, before the first runs
     done = []
     for sid in STUDIES:
         done.append(run(sid, root / sid, console))

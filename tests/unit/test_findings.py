@@ -179,3 +179,19 @@ def test_seed003_input_against_forward_is_decided_on_one_cpu_and_says_the_rest()
 def test_seed003_advantage_the_other_way_does_not_hold():
     found = {f.claim.key: f for f in rf.decide(fixedrate(adv=(1.5, 3.0)))}
     assert found["advantage-small-packets"].verdict == DOES_NOT_HOLD
+
+
+@pytest.mark.parametrize("study", ["001", "002", "004"])
+def test_a_run_json_naming_a_study_of_another_method_reports_without_a_key_error(study):
+    # Written before the scenario refused it: a maxrate sweep that names seed 001's,
+    # 002's or 004's study, whose decisions read factors a sweep has not (KeyError).
+    data = sweep(SEED000_LIKE)
+    data.meta["scenario"]["study"] = study
+    assert rf.study_of(data) is None and rf.decide(data) == []
+
+
+def test_a_one_study_method_keeps_its_own_study_whatever_run_json_names():
+    data = RunData(__import__("pathlib").Path("/nonexistent"), {"scenario": {
+        **from_dict({"method": "echo"}).dump(), "study": "003"}, "factors": []}, [])
+    assert rf.study_of(data) == "001"
+    assert rf.study_of(sweep(SEED000_LIKE)) == "000"

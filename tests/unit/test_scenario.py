@@ -244,3 +244,25 @@ def test_max_repeat_flag_errors_are_one_line_and_name_the_key():
 def test_adaptive_round_trips_through_run_json():
     sc = scenario.load(None, {"repeat": 2, "adaptive.max_repeat": 6})
     assert scenario.from_dict(sc.dump()) == sc and sc.dump()["adaptive"]["max_repeat"] == 6
+
+
+# --- `study`: a study's findings are decided on its own method's trials --------------
+
+@pytest.mark.parametrize("text, where", [
+    ("study = '7'\n", "study: unknown study '7'"),
+    ("method = 'update'\nstudy = '000'\n", "study: study '000' runs method 'maxrate', "
+                                           "not 'update'"),
+    ("method = 'throughput'\nstudy = '000'\n", "study: study '000' runs method 'maxrate'"),
+    ("study = '002'\n", "study: study '002' runs method 'droprate', not 'maxrate'"),
+    ("method = 'echo'\nstudy = '003'\n", "study: study '003' runs method 'fixedrate'"),
+])
+def test_a_study_of_another_method_is_one_line_naming_the_key(tmp_path, text, where):
+    test_bad_scenarios_name_the_problem(tmp_path, text, where)
+
+
+def test_a_study_with_its_own_method_is_taken(tmp_path):
+    assert load_text(tmp_path, "study = '000'\n").study == "000"
+    assert load_text(tmp_path, "method = 'echo'\nstudy = '001'\n").study == "001"
+    assert load_text(tmp_path, "method = 'loadlatency'\n", study="004").study == "004"
+    with pytest.raises(FwbenchError, match="^command line: study: study '001' runs"):
+        scenario.load(None, {"study": "001"})

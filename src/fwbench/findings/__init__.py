@@ -145,6 +145,27 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
 
 STUDY_IDS = tuple(CLAIMS)
 
+# The method each study runs (its scenario under scenarios/, fwbench.studies): its
+# claims are decided on that method's trials, so a scenario names study X (its
+# `study` key) only with X's method.
+METHOD_OF_STUDY = {"000": "maxrate", "001": "echo", "002": "droprate", "003": "fixedrate",
+                   "004": "loadlatency"}
+# Experiments that exist for one study: their runs are that study's whatever the
+# scenario says. A sweep belongs to a study only when its scenario names one.
+STUDY_OF_METHOD = {"echo": "001", "droprate": "002", "fixedrate": "003", "loadlatency": "004"}
+
+
+def study_of(scenario: dict) -> str | None:
+    """The study a run of `scenario` (as run.json holds it) belongs to, or None: the
+    one its `study` key names, else its method's. A key naming a study of another
+    method (run.json written before the scenario refused that) is not taken: that
+    study's claims cannot be decided on this method's trials."""
+    method = scenario.get("method", "maxrate")
+    named = scenario.get("study")
+    if named is not None and METHOD_OF_STUDY.get(named) == method:
+        return named
+    return STUDY_OF_METHOD.get(method)
+
 
 def claim(study: str, key: str) -> Claim:
     for c in CLAIMS[study]:

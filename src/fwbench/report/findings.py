@@ -7,18 +7,16 @@ The decisions live beside each experiment's report: the sweeps' in report.seed00
 """
 from __future__ import annotations
 
-from fwbench.findings import CLAIMS, NOT_SHOWN, Claim, Finding
+from fwbench import findings as fd
+from fwbench.findings import CLAIMS, NOT_SHOWN, STUDY_OF_METHOD, Claim, Finding  # noqa: F401
 from fwbench.report.data import RunData
 from fwbench.report.document import Block, Heading, Para, Table
 
 
-# Experiments that exist for one study: their runs are that study's whatever the
-# scenario says. A sweep belongs to a study only when its scenario names one.
-STUDY_OF_METHOD = {"echo": "001", "droprate": "002", "fixedrate": "003", "loadlatency": "004"}
-
-
 def study_of(data: RunData) -> str | None:
-    return data.scenario.get("study") or STUDY_OF_METHOD.get(data.method)
+    """The run's study (fwbench.findings.study_of): never one whose claims its
+    method's trials cannot decide."""
+    return fd.study_of(data.scenario)
 
 
 def decide(data: RunData) -> list[Finding]:
