@@ -113,6 +113,28 @@ def _memory(tb: Testbed) -> dict[str, int]:
     return memory.parse(tb.machine_file(tb.topo.fw_client_side.host, "/proc/meminfo"))
 
 
+def leave_cpu(cpu: int):
+    """Take this process (fwbench's, on this machine) off this machine's CPU `cpu`,
+    onto the others it may use; what puts it back. Nothing is changed when it may use
+    no other, or not `cpu` in the first place: only CPUs it already has are asked for,
+    so a machine with fewer CPUs than the firewall's host is no error."""
+    mine = os.sched_getaffinity(0)
+    away = mine - {cpu}
+    if not away or away == mine:
+        return lambda: None
+    try:
+        os.sched_setaffinity(0, away)
+    except OSError:     # its cpuset shrank meanwhile: it stays where it was
+        return lambda: None
+
+    def back() -> None:
+        try:
+            os.sched_setaffinity(0, mine)
+        except OSError:
+            pass
+    return back
+
+
 def probe_rate(s, layout: str, n: int) -> float:
     """The probe flow's rate: `probe_pps`, held down for a linear rule set so that
     the rules its packets cross (all of them, before a rule lets it through) cost
@@ -227,6 +249,16 @@ class Update(Experiment):
                 f"and compares the firewall's command times with the flow's arrivals "
                 f"at the server: every host must run on this machine's kernel, and "
                 f"{', '.join(tb.other_clocks)} do{'es' * (len(tb.other_clocks) == 1)} not")
+        # The runner pins the update to the firewall's CPU on the firewall's host:
+        # one it has, checked before any trial rather than failing every one.
+        fw, cpu = tb.topo.fw_client_side.host, tb.topo.settings.firewall_cpu
+        ncpu = tb.cpus(fw)
+        if not 0 <= cpu < ncpu:
+            raise FwbenchError(f"{METHOD} runs its updates on the firewall's CPU {cpu}, "
+                               f"and {fw}'s machine has {ncpu} CPU"
+                               f"{'s' * (ncpu != 1)} (0-{ncpu - 1}): set "
+                               f"testbed.firewall_cpu (or the inventory's cpu of {fw}) "
+                               f"below {ncpu}")
         flush_all(tb)
         return {"flows": {
             "kept": {"dport": tpl.KEEP_PORT, "pps": self.s.flow_pps, "stream": 0,
@@ -318,12 +350,14 @@ class Update(Experiment):
                     tb, frame_size=frame, rate_pps=rate, duration_s=SENDER_LIMIT_S,
                     cookie=cookie, dport=dport, stream=stream,
                     cpus=[tb.topo.settings.sender_cpu], spin_us=SENDER_SPIN_US))
-            # This process (the commands' parent, the memory sampler) leaves the
-            # sender's CPU to the sender: on it, it delayed the sending by up to
-            # 16 ms at every reload, which the kept flow's latency then showed.
-            affinity = os.sched_getaffinity(0)
-            os.sched_setaffinity(0, {tb.topo.settings.firewall_cpu})
-            restore.append(lambda: os.sched_setaffinity(0, affinity))
+            # This process leaves the sender's CPU to the sender (when the sender
+            # runs on this machine): when it ran the commands and sampled memory
+            # itself, it delayed the sending on it by up to 16 ms at every reload;
+            # the runner it starts in namespaces begins on its CPUs. It never takes
+            # the firewall's CPU number: that is the firewall host's, which may
+            # have more CPUs than this machine (the runner pins there, below).
+            if tb.topo.client.host not in tb.other_clocks:
+                restore.append(leave_cpu(tb.topo.settings.sender_cpu))
             time.sleep(s.before_s)
             out: dict = {"steps": len(steps)}
             # The update runs on the firewall's host, on its CPU, beside its packet

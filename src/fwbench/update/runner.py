@@ -11,6 +11,9 @@ prints one JSON line:
     {"start_ns", "end_ns", "problem": null | "...", "pre": {...}, "peak": {...},
      "samples": n}
 
+A CPU N this host does not have (or will not give it) is refused before anything
+runs: one line on standard error, exit 2 (fwbench's error then names the host).
+
 The times are the host's CLOCK_MONOTONIC, taken around the commands themselves: run
 from fwbench's machine over SSH, every command would carry the session's round trip,
 and the memory read would be another machine's. In namespaces it runs the same way.
@@ -27,9 +30,25 @@ import time
 from fwbench.update import memory
 
 
+class Refused(Exception):
+    """The spec cannot run on this host; the message is one line."""
+
+
+def pin(cpu) -> None:
+    """Pin this process, and so the commands it starts, to CPU `cpu` of this host."""
+    n = os.cpu_count() or 1
+    if type(cpu) is not int or not 0 <= cpu < n:
+        raise Refused(f"update runner: CPU {cpu!r} does not exist on this host (it has "
+                      f"{n}: 0-{n - 1})")
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError as e:   # there, but not this process's to use (a cpuset)
+        raise Refused(f"update runner: cannot run on CPU {cpu} of this host: "
+                      f"{e.strerror or e}") from None
+
+
 def run(spec: dict) -> dict:
-    cpu = spec["cpu"]
-    os.sched_setaffinity(0, {cpu})
+    pin(spec["cpu"])
     steps = spec["steps"]
     out: dict = {"problem": None, "pre": memory.read()}
     with memory.Peak() as peak:
@@ -52,7 +71,12 @@ def run(spec: dict) -> dict:
 
 
 def main() -> None:
-    json.dump(run(json.loads(sys.stdin.read())), sys.stdout)
+    try:
+        got = run(json.loads(sys.stdin.read()))
+    except Refused as e:
+        sys.stderr.write(f"{e}\n")
+        sys.exit(2)
+    json.dump(got, sys.stdout)
     sys.stdout.write("\n")
 
 
