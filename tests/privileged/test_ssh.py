@@ -6,6 +6,7 @@ its firewall as every tool lists it, its test interfaces' settings, routes,
 rules and the sysctls fwbench writes. "As it was" means equal after removing only
 what the kernel changes by itself (save tools' time stamps, packet counters).
 """
+import contextlib
 import json
 import os
 import re
@@ -33,12 +34,44 @@ def fwbench(*args, **kw) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def the_lab(tmp_path_factory):
-    d = tmp_path_factory.mktemp("lab")
+    """A lab in a directory `lab up` makes; `lab down` leaves nothing but what
+    was there before (the directory gone, sshd's privilege separation directory
+    as it was, no namespace, nothing in /var/tmp)."""
+    d = tmp_path_factory.mktemp("labs") / "lab"
+    privsep = os.path.isdir(lab.PRIVSEP) and sorted(os.listdir(lab.PRIVSEP))
     inv = lab.up(d)
     state = json.loads((d / lab.STATE).read_text())
     yield {"dir": d, "inventory": inv, "id": state["id"]}
     lab.down(d)
     assert not [ns for ns in lab.leftover() if state["id"] in ns]
+    assert not d.exists(), sorted(os.listdir(d))
+    assert (os.path.isdir(lab.PRIVSEP) and sorted(os.listdir(lab.PRIVSEP))) == privsep \
+        or lab.leftover(), "another lab still needs it"
+    assert not [p for p in os.listdir("/var/tmp") if state["id"] in p]
+
+
+def address(the_lab, role: str) -> str:
+    """How the lab's inventory reaches a host: its link-local address, scoped."""
+    text = Path(the_lab["inventory"]).read_text()
+    return re.search(rf'(?s)\[hosts\.{role}\]\naddress = "([^"]+)"', text).group(1)
+
+
+def test_lab_up_refuses_a_directory_that_holds_anything_and_touches_nothing(tmp_path):
+    d = tmp_path / "keys"
+    d.mkdir(mode=0o755)
+    (d / "id_ed25519").write_bytes(b"the user's own key\n")
+    os.chmod(d / "id_ed25519", 0o600)
+    before = [(p.name, p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns)
+              for p in d.iterdir()] + [(d.stat().st_mode, d.stat().st_mtime_ns)]
+    cp = fwbench("lab", "up", str(d))
+    assert cp.returncode == 2
+    assert cp.stderr.count("\n") == 1 and "is not empty (it holds id_ed25519)" in cp.stderr
+    assert [(p.name, p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns)
+            for p in d.iterdir()] + [(d.stat().st_mode, d.stat().st_mtime_ns)] == before
+    (tmp_path / "afile").write_text("x")
+    cp = fwbench("lab", "up", str(tmp_path / "afile"))
+    assert cp.returncode == 2 and "is not a directory" in cp.stderr
+    assert (tmp_path / "afile").read_text() == "x"
 
 
 def ns(the_lab, role: str) -> str:
@@ -131,9 +164,9 @@ def test_a_scenario_runs_over_ssh_and_every_host_is_left_as_it_was(the_lab, tmp_
     assert leftover_processes(the_lab) == []
 
 
-def _start(the_lab, out: Path) -> subprocess.Popen:
+def _start(inventory: Path, out: Path) -> subprocess.Popen:
     p = subprocess.Popen([sys.executable, "-m", "fwbench", *QUICK, "--repeat", "20",
-                          "--inventory", str(the_lab["inventory"]), "--out", str(out)],
+                          "--inventory", str(inventory), "--out", str(out)],
                          cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True, start_new_session=True)
     end = time.monotonic() + 120
@@ -147,28 +180,49 @@ def _start(the_lab, out: Path) -> subprocess.Popen:
     raise AssertionError("no trial within 120 s")
 
 
+def tree(path: Path) -> dict:
+    """Every path below `path`: a file's bytes and mode, a directory's mode."""
+    return {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None,
+                                       p.stat().st_mode) for p in sorted(path.rglob("*"))}
+
+
 def test_sigint_and_sigkill_then_clean_leave_every_host_as_it_was(the_lab, tmp_path):
+    """Interrupted, killed and cleaned up after, with the hosts' workdir a folder
+    of the user's holding folders named after the roles (the lab's hosts share
+    this machine's disk): fwbench makes its private directories beside them and
+    removes only those, so the user's come out byte for byte."""
+    work = tmp_path / "work"
+    for role in ("client", "fw", "server"):
+        (work / role).mkdir(parents=True)
+        (work / role / "notes.txt").write_text(f"{role}: the user's own\n")
+    (work / "state.json").write_text("the user's too\n")
+    mine = tree(work)
+    inv = _inventory(the_lab, tmp_path, lambda t: re.sub(
+        r'(?m)^workdir = .*$', f'workdir = "{work}"', t))
     before = host_state(the_lab)
-    p = _start(the_lab, tmp_path / "a")
+    cp = fwbench("clean", "--inventory", str(inv))    # nothing of fwbench's there yet
+    assert cp.returncode == 0 and cp.stdout.count("nothing to put back") == 3, cp.stdout
+    assert tree(work) == mine
+
+    p = _start(inv, tmp_path / "a")
     p.send_signal(signal.SIGINT)
     assert p.wait(120) == 130, p.stderr.read()
     assert_same(before, host_state(the_lab))
-    assert workdirs(the_lab) == [] and leftover_processes(the_lab) == []
+    assert tree(work) == mine and leftover_processes(the_lab) == []
 
-    p = _start(the_lab, tmp_path / "b")
+    p = _start(inv, tmp_path / "b")
     p.kill()
     p.wait()
-    assert workdirs(the_lab), "a killed run leaves its saved state on the hosts"
+    assert set(tree(work)) > set(mine), "a killed run leaves its saved state on the hosts"
     # Another run refuses to start over it, in one line, changing nothing.
-    cp = fwbench(*QUICK, "--inventory", str(the_lab["inventory"]),
-                 "--out", str(tmp_path / "c"))
+    cp = fwbench(*QUICK, "--inventory", str(inv), "--out", str(tmp_path / "c"))
     assert cp.returncode == 2
     assert cp.stderr.count("\n") == 1 and "fwbench clean --inventory" in cp.stderr
-    cp = fwbench("clean", "--inventory", str(the_lab["inventory"]))
+    cp = fwbench("clean", "--inventory", str(inv))
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert cp.stdout.count("put back as it was") == 3
     assert_same(before, host_state(the_lab))
-    assert workdirs(the_lab) == [] and leftover_processes(the_lab) == []
+    assert tree(work) == mine and leftover_processes(the_lab) == []
 
 
 def _inventory(the_lab, tmp_path, edit) -> Path:
@@ -176,7 +230,8 @@ def _inventory(the_lab, tmp_path, edit) -> Path:
     p = tmp_path / "inventory.toml"
     p.write_text(text)
     for f in ("id_ed25519", "known_hosts"):
-        (tmp_path / f).symlink_to(Path(the_lab["dir"]) / f)
+        if not (tmp_path / f).exists():
+            (tmp_path / f).symlink_to(Path(the_lab["dir"]) / f)
     return p
 
 
@@ -191,8 +246,8 @@ def _missing_tools_sshd(the_lab, tmp_path):
     p = subprocess.Popen(["ip", "netns", "exec", ns(the_lab, "fw"), lab.SSHD, "-D", "-e",
                           "-f", str(conf)], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
-    fw_addr = lab.mgmt_addresses(1)[1]
-    lab._wait_listening(ns(the_lab, "fw"), fw_addr, p)
+    fw_addr = address(the_lab, "fw")
+    lab._wait_listening(ns(the_lab, "fw"), p, 2222)
     known = Path(the_lab["dir"]) / "known_hosts"
     line = next(ln for ln in known.read_text().splitlines() if ln.startswith(fw_addr))
     return p, f"[{fw_addr}]:2222 {line.split(' ', 1)[1]}\n"
@@ -202,11 +257,11 @@ def _missing_tools_sshd(the_lab, tmp_path):
                                   "ssh interface"])
 def test_a_host_that_cannot_serve_is_one_line_and_changes_nothing(the_lab, tmp_path, case):
     before = host_state(the_lab)
-    fw_addr = lab.mgmt_addresses(1)[1]
+    fw_addr = address(the_lab, "fw")
     sshd = None
     if case == "unreachable":   # an address on the management link nobody holds
         inv = _inventory(the_lab, tmp_path, lambda t: t.replace(
-            f'address = "{fw_addr}"', 'address = "198.19.254.7"\nconnect_timeout_s = 2'))
+            f'address = "{fw_addr}"', 'address = "fe80::7%m-fw"\nconnect_timeout_s = 2'))
         want = "ssh: cannot reach fw"
     elif case == "wrong key":
         other = tmp_path / "other"
@@ -284,17 +339,47 @@ def test_round_trips_come_back_through_the_firewalls_nat(the_lab, tmp_path):
     assert 0 < m["probes"]["min"] <= m["probes"]["p50"], m["probes"]
 
 
+@contextlib.contextmanager
+def ipv4_session(the_lab, tmp_path):
+    """An inventory reaching the firewall host over IPv4, as most real labs' do (the
+    lab's own runs over IPv6 link-local addresses, which an IPv4 rule set never
+    sees): an address on each end of its management link, from the benchmarking
+    range the lab namespaces may use, and a route beside them. fwbench must leave
+    both alone: it judges a route its own only when it recorded adding it."""
+    mgmt, fw = ns(the_lab, "mgmt"), ns(the_lab, "fw")
+    cmds = [["ip", "-n", mgmt, "addr", "add", "198.19.254.1/30", "dev", "m-fw"],
+            ["ip", "-n", fw, "addr", "add", "198.19.254.2/30", "dev", "mgmt0"],
+            ["ip", "-n", fw, "route", "add", "198.18.254.0/24", "via", "198.19.254.1"]]
+    for c in cmds:
+        subprocess.run(c, check=True)
+    key = next(ln.split(" ", 1)[1] for ln in (the_lab["dir"] / "known_hosts").read_text()
+               .splitlines() if ln.startswith(address(the_lab, "fw")))
+    (tmp_path / "known_hosts").write_text((the_lab["dir"] / "known_hosts").read_text()
+                                          + f"198.19.254.2 {key}\n")
+    try:
+        yield _inventory(the_lab, tmp_path, lambda t: t.replace(
+            f'address = "{address(the_lab, "fw")}"', 'address = "198.19.254.2"'))
+    finally:
+        for c in reversed(cmds):
+            subprocess.run([*c[:4], "del", *c[5:]], check=True)
+
+
 def test_seed_003_input_chain_runs_over_ssh_without_cutting_the_session(the_lab, tmp_path):
-    """Seed 003's INPUT variant (policy drop at the input hook) on a real host: the
-    rule set lets the host's own traffic through, emptying the firewall between
-    trials and at the end sets the policies to accept before flushing (the other
-    way round dropped the session mid-way), and the flow is counted by UDP, which
-    the session's TCP does not move."""
-    before = host_state(the_lab)
-    cp, recs = run_over_lab(the_lab, tmp_path, (
-        'method = "fixedrate"\nbackends = ["iptables-legacy"]\nrules = [1000]\n'
-        'frame_sizes = [128]\nrepeat = 2\nduration_s = 0.5\n'
-        '[fixedrate]\nfind_degradation = false\nchains = ["input"]\ncpus = [1]\n'))
+    """Seed 003's INPUT variant (policy drop at the input hook) on a real host
+    reached over IPv4: the rule set lets the host's own traffic through, emptying
+    the firewall between trials and at the end sets the policies to accept before
+    flushing (the other way round dropped the session mid-way), and the flow is
+    counted by UDP, which the session's TCP does not move. The management route
+    into the benchmarking range stays."""
+    with ipv4_session(the_lab, tmp_path) as inv:
+        before = host_state(the_lab)
+        assert "198.18.254.0/24 via 198.19.254.1" in before["fw: ip route show table all"]
+        cp, recs = run_over_lab(the_lab, tmp_path, (
+            'method = "fixedrate"\nbackends = ["iptables-legacy"]\nrules = [1000]\n'
+            'frame_sizes = [128]\nrepeat = 2\nduration_s = 0.5\n'
+            '[fixedrate]\nfind_degradation = false\nchains = ["input"]\ncpus = [1]\n'),
+            inventory=inv)
+        after = host_state(the_lab)
     assert cp.returncode == 0, cp.stderr[-2000:]
     assert [r["status"] for r in recs] == ["ok", "ok"], [r["reason"] for r in recs]
     for r in recs:
@@ -304,7 +389,7 @@ def test_seed_003_input_chain_runs_over_ssh_without_cutting_the_session(the_lab,
         assert m["fw_counters"]["Ip_InDelivers"] > m["delivered"]   # the session's own
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["sessions"][0]["restored"] == {"client": True, "fw": True, "server": True}
-    assert_same(before, host_state(the_lab))
+    assert_same(before, after)
 
 
 def test_cpucost_soaks_and_times_the_firewall_hosts_cpu(the_lab, tmp_path):
@@ -368,21 +453,23 @@ def test_an_update_under_traffic_runs_its_commands_on_the_firewall_host(the_lab,
 
 
 def test_a_rule_set_that_cuts_the_session_is_undone_by_the_hosts_watchdog(the_lab, tmp_path):
-    """A rule set whose INPUT drops everything cuts fwbench off the firewall host. As
-    iptables-apply does, a watchdog armed on the host before every change empties
-    its firewall unless fwbench disarms it in time (here 2 s): the session comes
-    back, the trial fails saying so, and the host is put back as it was."""
+    """A rule set whose input hook drops everything cuts fwbench off the firewall
+    host (the lab's sessions run over IPv6 link-local addresses: an `inet` table
+    drops them). As iptables-apply does, a watchdog armed on the host before every
+    change empties its firewall unless fwbench disarms it in time (here 2 s): the
+    session comes back, the trial fails saying so, and the host is put back as it
+    was."""
     before = host_state(the_lab)
-    inv = the_lab["dir"] / "inventory-watchdog.toml"    # beside the lab's key files
-    inv.write_text(the_lab["inventory"].read_text().replace("[ssh]\n",
-                                                             "[ssh]\nwatchdog_s = 2\n", 1))
-    (tmp_path / "cut.rules").write_text(
-        "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n"
-        "-A FORWARD -i eth0 -p udp --dport 5201 -j ACCEPT\n-A FORWARD -i eth1 -j ACCEPT\n"
-        "COMMIT\n")
+    inv = _inventory(the_lab, tmp_path,
+                     lambda t: t.replace("[ssh]\n", "[ssh]\nwatchdog_s = 2\n", 1))
+    (tmp_path / "cut.nft").write_text(
+        "table inet cut {\n\tchain input {\n\t\ttype filter hook input priority 0; "
+        "policy drop;\n\t}\n\tchain forward {\n\t\ttype filter hook forward priority 0; "
+        "policy drop;\n\t\tiifname \"eth0\" udp dport 5201 accept\n"
+        "\t\tiifname \"eth1\" accept\n\t}\n}\n")
     cp, (rec,) = run_over_lab(the_lab, tmp_path, (
-        'backends = ["iptables-legacy"]\nframe_sizes = [64]\nrepeat = 1\nduration_s = 0.3\n'
-        f'[policy]\nfile = "{tmp_path / "cut.rules"}"\niface = "eth0=client,eth1=server"\n'),
+        'backends = ["nftables"]\nframe_sizes = [64]\nrepeat = 1\nduration_s = 0.3\n'
+        f'[policy]\nfile = "{tmp_path / "cut.nft"}"\niface = "eth0=client,eth1=server"\n'),
         inventory=inv)
     assert cp.returncode == 1 and "1 not ok" in cp.stdout, cp.stderr[-2000:]
     assert rec["status"] == "failed"

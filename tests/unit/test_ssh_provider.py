@@ -3,6 +3,7 @@ parsing of saved host state, which counters a host's own traffic reaches, the
 clock check, the packet agent's zip and the mapping of a topology onto hosts."""
 import io
 import subprocess
+import types
 import zipfile
 
 import pytest
@@ -50,7 +51,9 @@ def test_an_inventory_settles_every_host_from_its_own_keys_then_ssh_then_default
     assert (fw.port, fw.workdir, fw.netns) == (22, "/var/tmp/fwbench", None)
     assert client.cpu == 2 and fw.cpu is None
     assert fw.ports == {"client": "eth1", "server": "eth2"}
-    assert hosts.private_dir(fw) == "/var/tmp/fwbench/fw"
+    # A fresh directory per run under the workdir, never workdir/ROLE itself.
+    a, b = hosts.private_dir(fw, "r1"), hosts.private_dir(fw, "r1")
+    assert a.startswith("/var/tmp/fwbench/fw-r1-") and a != b
     assert fw.watchdog_s == 90
     inv = inventory.load(write(tmp_path, GOOD.replace("[ssh]", "[ssh]\nwatchdog_s = 5")))
     assert inv.hosts["fw"].watchdog_s == 5
@@ -211,14 +214,15 @@ def test_put_back_restores_interfaces_only_after_every_host_s_hooks_are_gone(mon
             return {} if what == "snapshot" else None
         return f
     monkeypatch.setattr(hosts, "stop_leftovers", lambda ex, role, d: None)
-    monkeypatch.setattr(hosts, "remove_private", lambda ex, role, h: None)
+    monkeypatch.setattr(hosts, "remove_private", lambda ex, role, h, *a: None)
     monkeypatch.setattr(hoststate, "snapshot", record("snapshot"))
     monkeypatch.setattr(hoststate, "restore_hooks_and_firewall", record("unhook", 0.2))
     monkeypatch.setattr(hoststate, "restore_links", record("links"))
     monkeypatch.setattr(hoststate, "compare", lambda a, b: [])
     inv = inventory.load(write(tmp_path, GOOD))
     saved = {r: {"ifnames": ["eth1"], "sysctls": {}} for r in inv.hosts}
-    left = hosts.put_back(None, inv.hosts, saved, lambda s: None)
+    ex = types.SimpleNamespace(rundir={r: f"/var/tmp/fwbench/{r}-x" for r in inv.hosts})
+    left = hosts.put_back(ex, inv.hosts, saved, lambda s: None)
     assert left == {r: [] for r in inv.hosts}
     order = [what for what, _ in events if what != "snapshot"]
     assert order == ["unhook"] * 3 + ["links"] * 3, events

@@ -38,6 +38,9 @@ class IfStats:
     t: float  # time.monotonic() when read
 
 
+PROBE_TABLES = {"client": 101, "server": 102}
+
+
 class Testbed(ABC):
     """Build with `with SomeTestbed(...) as tb:`; leaving the block removes it all.
     `recorded` is what the build measured or set, for the session record."""
@@ -58,6 +61,11 @@ class Testbed(ABC):
         # The hosts whose kernel is not this machine's (their boot_ids differ): they
         # read another CLOCK_MONOTONIC than fwbench's own process.
         self.other_clocks: list[str] = []
+        # The firewall's policy-routing tables (and rule preferences of the same
+        # numbers) the packet injector uses, per side packets come in from
+        # (fwbench.testbed.packets). A namespace of fwbench's has none of its own;
+        # on a real host the ssh provider chooses numbers the host does not use.
+        self.probe_tables = dict(PROBE_TABLES)
 
     @property
     def round_trip(self) -> bool:

@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import platform
+import secrets
 import signal
 import subprocess
 import sys
@@ -35,9 +36,11 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
+from fwbench import __version__, owned
 from fwbench.errors import FwbenchError
 from fwbench.testbed import hoststate
-from fwbench.testbed.base import Testbed, ports_health
+from fwbench.testbed import packets
+from fwbench.testbed.base import PROBE_TABLES, Testbed, ports_health
 from fwbench.testbed.inventory import Host, Inventory
 from fwbench.testbed.ssh import SshExecutor, connect_all, parallel
 from fwbench.testbed.topology import Link, Topology
@@ -60,9 +63,43 @@ LIBRARIES = {"libbpf.so": "libbpf1", "libelf.so": "libelf1", "libz.so": "zlib1g"
 STATE = "state.json"
 
 
-def private_dir(h: Host) -> str:
-    """fwbench's directory on the host (per role: lab hosts share a filesystem)."""
-    return f"{h.workdir.rstrip('/')}/{h.role}"
+def private_dir(h: Host, run_id: str) -> str:
+    """A fresh name for fwbench's private directory on the host, in its workdir:
+    made anew for every testbed, never one that exists (the role is in the name
+    because the lab's hosts share a filesystem; the marker says it too)."""
+    return f"{h.workdir.rstrip('/')}/{h.role}-{run_id}-{secrets.token_hex(3)}"
+
+
+def owned_call(ex: SshExecutor, h: Host, cmd: str, **args):
+    """fwbench.owned's `cmd` run on the host by its python3 (that module is the
+    program, on standard input): the one decider of what fwbench may remove."""
+    cp = ex.run(h.role, ["python3", "-", cmd, json.dumps(args)], input=owned.source(),
+                check=False)
+    if cp.returncode:
+        why = next((ln for ln in (cp.stderr or "").splitlines() if ln.strip()),
+                   f"exit {cp.returncode}")
+        raise FwbenchError(f"{h.where}: {why}")
+    return json.loads(cp.stdout)
+
+
+def killed_runs(ex: SshExecutor, h: Host) -> list[dict]:
+    """fwbench's private directories of this host's role in its workdir (a run
+    killed before it could remove its own), oldest first."""
+    return owned_call(ex, h, "list", top=h.workdir, match={"role": h.role})
+
+
+def make_private(ex: SshExecutor, h: Host, run_id: str, files: list[str]) -> str:
+    """Make the host's private directory (and its workdir, if missing), each with
+    fwbench's marker; `files` are the names the run copies into its bin/."""
+    d = private_dir(h, run_id)
+    about = {"role": h.role, "host": h.address, "run": run_id,
+             "controller": platform.node(), "fwbench": __version__}
+    owned_call(ex, h, "make", about=about, dirs=[
+        {"path": d, "what": f"fwbench's private directory of {h.role} for run {run_id}",
+         "files": [STATE, "watchdog-[0-9]*"]},
+        {"path": f"{d}/pids", "what": "the PIDs of what fwbench started", "files": ["[0-9]*"]},
+        {"path": f"{d}/bin", "what": "what fwbench copied to the host", "files": files}])
+    return d
 
 
 def artifacts(programs: list[Path]) -> dict[str, bytes]:
@@ -168,8 +205,10 @@ class SshTestbed(Testbed):
     def build(self) -> None:
         roles = list(self.topo.roles)
         conns = connect_all([self.hosts[r] for r in roles])
-        self.executor = SshExecutor(conns, {r: private_dir(self.hosts[r]) for r in roles})
+        self.executor = SshExecutor(conns, {})   # private directories: _prepare
         facts = parallel(self._check, roles)
+        for r in roles:
+            self.probe_tables = facts[r].get("probe_tables", self.probe_tables)
         self.topo = _on_hosts(self.topo, self.hosts, facts)
         self.recorded["hosts"] = {r: f["environment"] for r, f in facts.items()}
         here = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -232,23 +271,38 @@ class SshTestbed(Testbed):
                            if any(m.startswith(lib) for m in missing)})
             raise FwbenchError(f"{h.where} lacks the libraries {', '.join(missing)} "
                                f"(Debian: apt-get install {' '.join(pkgs)})")
-        if ex.get(role, f"{private_dir(h)}/{STATE}") is not None:
+        out = {}
+        if kind == "firewall":
+            out["probe_tables"] = dict(zip(PROBE_TABLES, hoststate.free_tables(
+                ex, role, len(PROBE_TABLES), min(PROBE_TABLES.values()))))
+        elif f"table netdev {packets.SINK_TABLE}" in ex.output(
+                role, ["nft", "list", "tables"]).splitlines():
+            raise FwbenchError(f"{h.where} holds an nftables table netdev "
+                               f"{packets.SINK_TABLE}, a name fwbench's packet injector "
+                               f"uses and removes; fwbench will not touch it")
+        waiting = [d["path"] for d in killed_runs(ex, h) if STATE in d["holds"]]
+        if waiting:
             raise FwbenchError(f"{h.where} still holds the saved state of a run that did "
-                               f"not end (in {private_dir(h)}): put it back first with "
+                               f"not end (in {waiting[0]}): put it back first with "
                                f"fwbench clean --inventory {self.inventory.path}")
-        return {"macs": {n: links[n]["address"] for n in h.ports.values()},
+        return {**out, "macs": {n: links[n]["address"] for n in h.ports.values()},
                 "boot_id": env.pop("boot_id"), "cpus": env["cpus"], "environment": env}
 
     def _prepare(self, role: str, files: dict[str, bytes]) -> None:
         """Save the host's state, then copy what it runs."""
         h, ex = self.hosts[role], self.executor
-        d = private_dir(h)
+        d = make_private(ex, h, self.topo.run_id, sorted({_name(f) for f in files}))
+        ex.rundir[role] = d
         self._made.add(role)
-        ex.run(role, ["sh", "-c", f"umask 077 && mkdir -p {d}/pids {d}/bin"])
         keys = self._sysctl_keys(role)
         self._tracked[role] |= set(keys)
         saved = hoststate.snapshot(ex, role, list(h.ports.values()), keys)
         saved["ifnames"] = list(h.ports.values())
+        # What fwbench adds from here on, recorded before it is added: the put-back
+        # takes away only what is written here (hoststate.restore_links).
+        saved["added"] = hoststate.no_additions()
+        if self.topo.host(role).kind == "firewall":
+            saved["added"]["tables"] = list(self.probe_tables.values())
         self._saved[role] = saved
         self._write_state(role)
         digests = {}
@@ -277,32 +331,40 @@ class SshTestbed(Testbed):
         state = {"role": role, "saved": self._saved[role],
                  "tracked": sorted(self._tracked[role])}
         self.executor.put(role, json.dumps(state).encode(),
-                          f"{private_dir(self.hosts[role])}/{STATE}")
+                          f"{self.executor.rundir[role]}/{STATE}")
 
     def _links(self, role: str) -> None:
         """fwbench's addresses, neighbours and routes on the host's test interfaces;
         forwarding on, and the tables empty, on a firewall."""
         t = self.topo
         h = self.topo.host(role)
+        added = self._saved[role]["added"]
         if h.kind == "firewall":
+            added["firewall"] = True
+            self._write_state(role)
             _empty_firewall(self.executor, role)
         ports = t.ports_of(role)
         self.sysctl(role, *[f"net.ipv6.conf.{p.ifname}.{k}={v}" for p in ports
                             for k, v in (("accept_dad", 0), ("addr_gen_mode", 1))])
         lines = []
         for p in ports:
-            lines += [f"link set dev {p.ifname} mtu {t.settings.mtu}",
-                      f"addr add {p.ip4}/{p.prefix4} dev {p.ifname}",
-                      f"addr add {p.ip6}/{p.prefix6} dev {p.ifname} nodad"]
-            lines += [f"addr add {a}/32 dev {p.ifname}" for a in p.extra4]
-            lines += [f"addr add {a}/128 dev {p.ifname} nodad" for a in p.extra6]
+            ours = [f"{p.ip4}/{p.prefix4}", f"{p.ip6}/{p.prefix6}",
+                    *(f"{a}/32" for a in p.extra4), *(f"{a}/128" for a in p.extra6)]
+            added["addresses"].setdefault(p.ifname, []).extend(ours)
+            lines.append(f"link set dev {p.ifname} mtu {t.settings.mtu}")
+            lines += [f"addr add {a} dev {p.ifname}{' nodad' if ':' in a else ''}"
+                      for a in ours]
             lines.append(f"link set dev {p.ifname} up")
         for port, peer in t.neighbours():
             if port.host == role:
-                lines += [f"neigh replace {a} lladdr {peer.mac} dev {port.ifname} "
-                          f"nud permanent" for a in (peer.ip4, peer.ip6)]
+                for a in (peer.ip4, peer.ip6):
+                    added["neighbours"].setdefault(port.ifname, []).append(a)
+                    lines.append(f"neigh replace {a} lladdr {peer.mac} dev {port.ifname} "
+                                 f"nud permanent")
         for r in t.routes_of(role):
+            added["routes"].append({"v": f"-{r.version}", "dst": r.dst, "gateway": r.via})
             lines.append(f"route add {r.dst} via {r.via}")
+        self._write_state(role)
         self.executor.run(role, ["ip", "-batch", "-"],
                           input="".join(ln + "\n" for ln in lines))
         if h.kind == "firewall":
@@ -359,7 +421,7 @@ class SshTestbed(Testbed):
                 if self._saved else {}
             self.recorded["restored"] = {r: (not left) for r, left in results.items()}
             for r in self._made - set(self._saved):   # stopped before its state was saved
-                remove_private(self.executor, r, self.hosts[r])
+                remove_private(self.executor, r, self.hosts[r], self.notes.append)
         finally:
             self.executor.close()
             self.executor = None
@@ -394,7 +456,7 @@ def put_back(ex: SshExecutor, hosts: dict[str, Host], saved: dict[str, dict],
     roles = list(saved)
 
     def unhook(role: str) -> None:
-        stop_leftovers(ex, role, private_dir(hosts[role]))
+        stop_leftovers(ex, role, ex.rundir[role])
         now = hoststate.snapshot(ex, role, saved[role]["ifnames"], [])
         hoststate.restore_hooks_and_firewall(ex, role, saved[role], now, note)
 
@@ -405,19 +467,29 @@ def put_back(ex: SshExecutor, hosts: dict[str, Host], saved: dict[str, dict],
         if left:
             note(f"{h.where} is not as it was: {'; '.join(left[:3])}"
                  f"{f' (and {len(left) - 3} more)' if len(left) > 3 else ''}; its saved "
-                 f"state stays in {private_dir(h)} for fwbench clean --inventory")
+                 f"state stays in {ex.rundir[role]} for fwbench clean --inventory")
         else:
-            remove_private(ex, role, h)
+            remove_private(ex, role, h, note)
         return left
     parallel(unhook, roles)
     parallel(lambda r: hoststate.restore_links(ex, r, saved[r], note), roles)
     return parallel(check, roles)
 
 
-def remove_private(ex: SshExecutor, role: str, h: Host) -> None:
-    """The host's private directory, and the workdir above it once empty."""
-    ex.run(role, ["rm", "-rf", private_dir(h)], check=False)
-    ex.run(role, ["rmdir", "--ignore-fail-on-non-empty", h.workdir], check=False)
+def remove_private(ex: SshExecutor, role: str, h: Host, note=lambda s: None,
+                   d: str | None = None) -> None:
+    """The host's private directory `d` (the executor's, by default): only what
+    fwbench wrote there (fwbench.owned.remove), then the workdir above it if
+    fwbench made it and it is empty. What stays is noted."""
+    d = d or ex.rundir[role]
+    try:
+        left = owned_call(ex, h, "remove", path=d, prune=True)
+    except FwbenchError as e:
+        note(str(e))
+        return
+    if left:
+        note(f"{h.where}: {d} holds what fwbench did not write ({', '.join(left[:3])}); "
+             f"left there")
 
 
 def stop_leftovers(ex: SshExecutor, role: str, d: str) -> None:
@@ -448,6 +520,10 @@ def _carrying(ex: SshExecutor, role: str, session: list[str]) -> set[str]:
     if len(session) < 4:
         return set()
     peer, local = session[0], session[2]
+    # A link-local session names its interface (fe80::1%mgmt0): that is the one.
+    scoped = {a.partition("%")[2] for a in (peer, local) if "%" in a}
+    if scoped:
+        return scoped - {"lo"}
     out = set()
     route = hoststate.parsed(ex.output(role, ["ip", "-j", "route", "get", peer], check=False))
     out |= {r.get("dev") for r in route}
@@ -520,33 +596,50 @@ def _on_hosts(t: Topology, hosts: dict[str, Host], facts: dict) -> Topology:
 
 def clean(inventory: Inventory) -> dict[str, str]:
     """Put back every host of the inventory that holds a saved state (a run killed
-    before it could): role -> what was done."""
+    before it could), and remove fwbench's private directories there (those
+    carrying its marker, and in them only what it wrote): role -> what was done."""
     hosts = list(inventory.hosts.values())
     conns = connect_all(hosts)
-    ex = SshExecutor(conns, {h.role: private_dir(h) for h in hosts})
+    ex = SshExecutor(conns, {})
     notes: list[str] = []
+    done: dict[str, str] = {}
 
     def saved_state(role: str) -> dict | None:
+        """The saved state of the killed run on this host, if any; its other
+        private directories (runs killed before they saved anything) go."""
         h = inventory.hosts[role]
-        raw = ex.get(role, f"{private_dir(h)}/{STATE}")
-        if raw is None:
-            stop_leftovers(ex, role, private_dir(h))
-            remove_private(ex, role, h)
+        dirs = killed_runs(ex, h)
+        with_state = [d for d in dirs if STATE in d["holds"]]
+        if len(with_state) > 1:
+            raise FwbenchError(f"{h.where} holds the saved states of {len(with_state)} "
+                               f"killed runs ({', '.join(d['path'] for d in with_state)}); "
+                               f"fwbench cannot tell which came first: put the host back "
+                               f"by hand")
+        for d in dirs:
+            if d not in with_state:
+                stop_leftovers(ex, role, d["path"])
+                remove_private(ex, role, h, notes.append, d["path"])
+        gone = len(dirs) - len(with_state)
+        done[role] = f"removed {gone} private director{'y' if gone == 1 else 'ies'}" \
+            if gone else "nothing to put back"
+        if not with_state:
             return None
+        ex.rundir[role] = with_state[0]["path"]
+        raw = ex.get(role, f"{with_state[0]['path']}/{STATE}")
         try:
             return json.loads(raw)["saved"]
-        except (ValueError, KeyError):
-            raise FwbenchError(f"{h.where}: {private_dir(h)}/{STATE} is not fwbench's "
-                               f"saved state; left alone") from None
+        except (TypeError, ValueError, KeyError):
+            raise FwbenchError(f"{h.where}: {with_state[0]['path']}/{STATE} is not "
+                               f"fwbench's saved state; left alone") from None
     try:
         saved = {r: s for r, s in parallel(saved_state, list(inventory.hosts)).items()
                  if s is not None}
         left = put_back(ex, inventory.hosts, saved, notes.append) if saved else {}
-        return {r: "nothing to put back" if r not in saved else "put back as it was"
-                if not left[r] else f"still differs: {'; '.join(left[r])}"
-                for r in inventory.hosts}
+        for r in saved:
+            done[r] = "put back as it was" if not left[r] else \
+                f"still differs: {'; '.join(left[r])}"
+        return {r: done[r] for r in inventory.hosts}
     finally:
         ex.close()
         for line in notes:
             print(f"fwbench: {line}", file=sys.stderr)
-

@@ -18,13 +18,11 @@ by itself taken out: the save tools' time stamps and every packet and byte count
 """
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 import shlex
 from typing import Callable
 
-from fwbench.addresses import BENCH
 from fwbench.errors import FwbenchError
 from fwbench.testbed.executor import Executor
 
@@ -52,10 +50,25 @@ def _link(ex: Executor, role: str, ifname: str) -> dict:
     info = parsed(ex.output(role, ["ip", "-j", "-d", "link", "show", "dev", ifname]))[0]
     out = {k: info.get(k) for k in ("ifname", "mtu", "address", "qdisc", "master")}
     out["up"] = "UP" in info.get("flags", [])
-    out["xdp"] = bool(info.get("xdp"))
+    out["xdp"] = _xdp_modes(info.get("xdp"))
     out["addr_gen_mode"] = info.get("inet6_addr_gen_mode")
     out["rx_queues"] = info.get("num_rx_queues", 1)
     return out
+
+
+# `ip -d -j link`'s XDP attach modes, and the `ip link set` keyword detaching each.
+_XDP_MODES = {1: "xdpdrv", 2: "xdpgeneric", 3: "xdpoffload"}
+
+
+def _xdp_modes(xdp: dict | None) -> list[str]:
+    """The modes an interface has an XDP program attached in ([] for none): one,
+    or several ("attached", mode 4) when programs of more than one mode are."""
+    if not xdp:
+        return []
+    if xdp.get("mode") == 4:
+        return sorted(_XDP_MODES[a["mode"]] for a in xdp.get("attached", [])
+                      if a.get("mode") in _XDP_MODES)
+    return [_XDP_MODES.get(xdp.get("mode"), "xdp")]
 
 
 def _addresses(ex: Executor, role: str, ifname: str) -> list[str]:
@@ -97,30 +110,28 @@ def _rps(ex: Executor, role: str, ifname: str) -> dict[str, str]:
 
 
 def _routes(ex: Executor, role: str, ifnames: list[str]) -> list[str]:
-    """The routes and policy rules that are fwbench's business: those through a
-    test interface, to the benchmarking ranges, or selecting by a test interface.
-    The rest (the management network's, learnt ones that come and go) are neither
-    compared nor touched: removing one could cut the SSH session itself."""
+    """The routes through a test interface and the policy rules selecting by one,
+    each as a line of JSON: what the put-back brings back if it went. No other
+    route is fwbench's business, whatever its destination: the management
+    network's, the default route and routes learnt meanwhile are neither
+    compared nor touched (removing one could cut the SSH session itself). Routes
+    fwbench adds are taken away only because it recorded adding them
+    (`restore_links`)."""
     ours = set(ifnames)
     out = []
     for v in ("-4", "-6"):
         for r in parsed(ex.output(role, ["ip", v, "-j", "route", "show", "table", "all"])):
-            if r.get("dev") in ours or _benchmarking(r.get("dst", "")):
+            if r.get("dev") in ours:
+                # Flags but onlink are the link's state (linkdown), not the route's.
+                onlink = [f for f in r.get("flags", []) if f == "onlink"]
                 out.append(json.dumps({"v": v, **{k: r[k] for k in sorted(r)
-                                                   if k not in ("expires", "flags")}},
+                                                   if k not in ("expires", "flags")},
+                                       **({"flags": onlink} if onlink else {})},
                                       sort_keys=True))
         for r in parsed(ex.output(role, ["ip", v, "-j", "rule", "show"])):
             if r.get("iif") in ours or r.get("oif") in ours:
                 out.append(json.dumps({"v": v, "rule": r}, sort_keys=True))
     return sorted(out)
-
-
-def _benchmarking(dst: str) -> bool:
-    try:
-        net = ipaddress.ip_network(dst, strict=False)
-    except ValueError:
-        return False    # "default", names
-    return any(net.version == b.version and net.subnet_of(b) for b in BENCH.values())
 
 
 def sysctls(ex: Executor, role: str, keys: list[str]) -> dict[str, str]:
@@ -133,6 +144,21 @@ def sysctls(ex: Executor, role: str, keys: list[str]) -> dict[str, str]:
         if sep:
             got[k.strip()] = v.strip()
     return {k: got.get(k, "") for k in keys}
+
+
+def free_tables(ex: Executor, role: str, count: int, start: int) -> list[int]:
+    """`count` routing-table numbers from `start` up that the host uses neither as
+    a table (of any route) nor as a rule's preference: the packet injector's own,
+    which the put-back empties (fwbench.testbed.packets)."""
+    used = set()
+    for v in ("-4", "-6"):
+        used |= {str(r.get("table")) for r in parsed(ex.output(
+            role, ["ip", v, "-j", "route", "show", "table", "all"]))}
+        used |= {str(r.get("priority")) for r in parsed(ex.output(
+            role, ["ip", v, "-j", "rule", "show"]))}
+    free = (n for n in range(start, 2 ** 31) if str(n) not in used
+            and n not in (253, 254, 255))   # default, main, local
+    return [next(free) for _ in range(count)]
 
 
 def have(ex: Executor, role: str, tools: list[str]) -> set[str]:
@@ -239,18 +265,32 @@ def _stepper(ex: Executor, role: str, note: Callable[[str], None]):
     return step
 
 
+def no_additions() -> dict:
+    """What fwbench has added to a host, recorded (in its saved state) before it
+    adds it: per test interface the addresses and the neighbours (by address),
+    the routes ({v, dst, gateway}), the routing tables (and rules of the same
+    number) the packet injector uses, and whether it emptied the firewall. The
+    put-back takes away exactly these; nothing else of a host is fwbench's to
+    remove."""
+    return {"firewall": False, "addresses": {}, "neighbours": {}, "routes": [],
+            "tables": []}
+
+
 def restore_hooks_and_firewall(ex: Executor, role: str, saved: dict, now: dict,
                                note: Callable[[str], None] = lambda s: None) -> None:
-    """The first part of putting a host back as `saved` (a snapshot) had it, `now`
-    being its snapshot as it stands: XDP programs and tc hooks it did not have go,
-    and the firewall is reloaded, only when a listing differs (an end host's,
-    which fwbench never loads, stays as it is)."""
+    """The first part of putting a host back as `saved` (a snapshot, with what
+    fwbench added) had it, `now` being its snapshot as it stands: XDP programs
+    and tc hooks on the test interfaces that were not there before go (a host
+    with any there was refused), and a firewall fwbench emptied is reloaded, if
+    its listing differs. An end host's firewall, which fwbench never loads, is
+    left as it is, whatever it holds now."""
     fw = saved["firewall"]
     step = _stepper(ex, role, note)
     for ifname, s in saved["links"].items():
         cur = now["links"].get(ifname, {})
-        if not s["link"]["xdp"] and cur.get("link", {}).get("xdp"):
-            for mode in ("xdp", "xdpgeneric", "xdpdrv"):
+        had = set(s["link"]["xdp"] or [])
+        for mode in cur.get("link", {}).get("xdp") or []:
+            if mode not in had:
                 step(f"detaching XDP from {ifname}", ["ip", "link", "set", "dev", ifname,
                                                        mode, "off"])
         had = {q.split()[0] for q in s["qdiscs"]}
@@ -259,6 +299,8 @@ def restore_hooks_and_firewall(ex: Executor, role: str, saved: dict, now: dict,
             if kind in has and kind not in had:
                 step(f"removing {kind} from {ifname}", ["tc", "qdisc", "del", "dev",
                                                         ifname, kind])
+    if not saved.get("added", {}).get("firewall"):
+        return
     if any(normal(k, fw.get(k, "")) != normal(k, now["firewall"].get(k, ""))
            for k in fw.keys() | now["firewall"].keys()):
         _restore_firewall(ex, role, fw, step)
@@ -266,12 +308,16 @@ def restore_hooks_and_firewall(ex: Executor, role: str, saved: dict, now: dict,
 
 def restore_links(ex: Executor, role: str, saved: dict,
                   note: Callable[[str], None] = lambda s: None) -> None:
-    """The second part: the test interfaces setting by setting, the routes and
-    rules, the sysctls."""
+    """The second part: the test interfaces setting by setting, what fwbench
+    added to them taken away and what they had put back; the routes and rules;
+    the sysctls."""
     step = _stepper(ex, role, note)
+    added = saved.get("added") or no_additions()
+    ifnames = list(saved["links"])
+    _take_routes(ex, role, ifnames, saved["routes"], added, step)
     for ifname, s in saved["links"].items():
-        _restore_link(ex, role, ifname, s, step)
-    _restore_routes(ex, role, saved["routes"], list(saved["links"]), step)
+        _restore_link(ex, role, ifname, s, added, step)
+    _give_routes_back(ex, role, ifnames, saved["routes"], step)
     now = sysctls(ex, role, list(saved["sysctls"]))
     for k, v in saved["sysctls"].items():
         if v != "" and now.get(k) != v:
@@ -334,24 +380,37 @@ def _restore_firewall(ex: Executor, role: str, fw: dict, step) -> None:
             step("restoring nftables", ["nft", "-f", "-"], native)
 
 
-def _restore_link(ex: Executor, role: str, ifname: str, s: dict, step) -> None:
-    now = {"addresses": _addresses(ex, role, ifname),
-           "neighbours": _neighbours(ex, role, ifname)}
-    for a in now["addresses"]:
-        if a not in s["addresses"]:
-            step(f"removing {a} from {ifname}", ["ip", "addr", "del", a, "dev", ifname])
-    for a in s["addresses"]:
-        if a not in now["addresses"] and not a.startswith("fe80:"):
-            step(f"adding {a} back to {ifname}", ["ip", "addr", "add", a, "dev", ifname])
-    for n in _neighbours(ex, role, ifname):
-        if n not in s["neighbours"]:
-            step(f"removing neighbour {n} of {ifname}",
-                 ["ip", "neigh", "del", n.split()[0], "dev", ifname])
+def _restore_link(ex: Executor, role: str, ifname: str, s: dict, added: dict,
+                  step) -> None:
+    """One test interface back as `s` had it. The MTU first (IPv6 addresses need
+    1280), and up or down before addresses and neighbours; an address or a
+    neighbour goes only if fwbench added it, and one the interface had comes back
+    (a neighbour fwbench replaced gets its own link-layer address again)."""
     link = s["link"]
     cur = _link(ex, role, ifname)
     if cur["mtu"] != link["mtu"]:
         step(f"MTU of {ifname}", ["ip", "link", "set", "dev", ifname, "mtu",
                                   str(link["mtu"])])
+    if cur["up"] != link["up"]:
+        step(f"{ifname} {'up' if link['up'] else 'down'}",
+             ["ip", "link", "set", "dev", ifname, "up" if link["up"] else "down"])
+    have = _addresses(ex, role, ifname)
+    for a in added["addresses"].get(ifname, []):
+        if a in have and a not in s["addresses"]:
+            step(f"removing {a} from {ifname}", ["ip", "addr", "del", a, "dev", ifname])
+    for a in s["addresses"]:
+        if a not in have and not a.startswith("fe80:"):
+            step(f"adding {a} back to {ifname}", ["ip", "addr", "add", a, "dev", ifname])
+    had = dict(n.split(" ", 1) for n in s["neighbours"])
+    now = dict(n.split(" ", 1) for n in _neighbours(ex, role, ifname))
+    for dst in added["neighbours"].get(ifname, []):
+        if dst in now and dst not in had:
+            step(f"removing neighbour {dst} of {ifname}",
+                 ["ip", "neigh", "del", dst, "dev", ifname])
+    for dst, mac in had.items():
+        if now.get(dst) != mac:
+            step(f"neighbour {dst} of {ifname}", ["ip", "neigh", "replace", dst, "lladdr",
+                                                  mac, "dev", ifname, "nud", "permanent"])
     features = _features(ex, role, ifname)
     change = []
     for k, v in s["features"].items():
@@ -359,35 +418,94 @@ def _restore_link(ex: Executor, role: str, ifname: str, s: dict, step) -> None:
             change += [k, v]
     if change:
         step(f"offloads of {ifname}", ["ethtool", "-K", ifname, *change])
+    rps = _rps(ex, role, ifname)
     for q, mask in s["rps"].items():
-        step(f"RPS of {ifname} {q}", ["sh", "-c", f"echo {mask} > "
-                                      f"/sys/class/net/{ifname}/queues/{q}/rps_cpus"])
-    if cur["up"] != link["up"]:
-        step(f"{ifname} {'up' if link['up'] else 'down'}",
-             ["ip", "link", "set", "dev", ifname, "up" if link["up"] else "down"])
+        if rps.get(q) != mask:
+            step(f"RPS of {ifname} {q}", ["sh", "-c", f"echo {mask} > "
+                                          f"/sys/class/net/{ifname}/queues/{q}/rps_cpus"])
 
 
-def _restore_routes(ex: Executor, role: str, saved: list[str], ifnames: list[str],
-                    step) -> None:
-    keep = set(saved)
+def _same_route(r: dict, ours: dict) -> bool:
+    """Whether listed route `r` is the one fwbench added as `ours`
+    ({v, dst, gateway}, in the main table)."""
+    return (r["v"], r.get("dst"), r.get("gateway"), r.get("table", "main")) == \
+        (ours["v"], ours["dst"], ours["gateway"], "main")
+
+
+def _route_argv(verb: str, r: dict) -> list[str]:
+    """`ip route VERB` of route `r` as `ip -j route` lists it: type, destination,
+    gateway, device, table and what else it carries."""
+    argv = ["ip", r["v"], "route", verb]
+    if r.get("type", "unicast") != "unicast":
+        argv.append(r["type"])
+    argv.append(r["dst"])
+    if r.get("gateway"):
+        argv += ["via", r["gateway"]]
+    if r.get("dev"):
+        argv += ["dev", r["dev"]]
+    argv += ["table", str(r.get("table", "main"))]
+    if verb == "add":
+        for key, word in (("protocol", "proto"), ("scope", "scope"), ("metric", "metric"),
+                          ("prefsrc", "src"), ("pref", "pref")):
+            if r.get(key) not in (None, "") and not (key == "scope" and r[key] == "global"):
+                argv += [word, str(r[key])]
+        argv += [f for f in r.get("flags", []) if f == "onlink"]
+    return argv
+
+
+def _kernels(r: dict) -> bool:
+    """A route the kernel makes and takes away itself, with an address or a link:
+    it comes back with them and is never added by hand."""
+    return r.get("protocol") == "kernel" or r.get("table") == "local" or \
+        r.get("type") in ("local", "broadcast", "anycast", "multicast")
+
+
+def _take_routes(ex: Executor, role: str, ifnames: list[str], saved: list[str],
+                 added: dict, step) -> None:
+    """The routes and rules fwbench recorded adding go: its routes (unless the
+    host had the same one before), and in the packet injector's tables (empty
+    when fwbench chose them) every route and the rule of the same number.
+    Nothing else is touched, so a management route or the default route never
+    is."""
     for line in _routes(ex, role, ifnames):
-        if line in keep:
+        r = json.loads(line)
+        if "rule" not in r and line not in saved and \
+                any(_same_route(r, a) for a in added["routes"]):
+            step(f"removing route {r['dst']}", _route_argv("del", r))
+    for table in added["tables"]:
+        for v in ("-4", "-6"):
+            for rule in parsed(ex.output(role, ["ip", v, "-j", "rule", "show"])):
+                if rule.get("priority") == table and str(rule.get("table")) == str(table):
+                    step(f"removing rule {table}", ["ip", v, "rule", "del", "pref",
+                                                    str(table), "table", str(table)])
+            if parsed(ex.output(role, ["ip", v, "-j", "route", "show", "table",
+                                       str(table)])):
+                step(f"emptying table {table}", ["ip", v, "route", "flush", "table",
+                                                 str(table)])
+
+
+def _give_routes_back(ex: Executor, role: str, ifnames: list[str], saved: list[str],
+                      step) -> None:
+    """A route or rule through a test interface that the host had and lost (a
+    link reset drops IPv4 routes) comes back, as it was listed."""
+    have = set(_routes(ex, role, ifnames))
+    for line in saved:
+        if line in have:
             continue
         r = json.loads(line)
-        v = r.pop("v")
         if "rule" in r:
-            pref = r["rule"].get("priority")
-            step(f"removing rule {pref}", ["ip", v, "rule", "del", "pref", str(pref)])
-            continue
-        argv = ["ip", v, "route", "del", r["dst"]]
-        if r.get("type") and r["type"] != "unicast":
-            argv = ["ip", v, "route", "del", r["type"], r["dst"]]
-        if r.get("gateway"):
-            argv += ["via", r["gateway"]]
-        if r.get("dev"):
-            argv += ["dev", r["dev"]]
-        argv += ["table", str(r.get("table", "main"))]
-        step(f"removing route {r['dst']}", argv)
+            rule = r["rule"]
+            argv = ["ip", r["v"], "rule", "add", "pref", str(rule["priority"])]
+            for key, word in (("iif", "iif"), ("oif", "oif"), ("src", "from"),
+                              ("dst", "to"), ("fwmark", "fwmark")):
+                if key in rule and rule[key] != "all":
+                    plen = rule.get(f"{key}len")
+                    argv += [word, f"{rule[key]}/{plen}" if plen is not None
+                             else str(rule[key])]
+            argv += ["table", str(rule.get("table", "main"))]
+            step(f"adding rule {rule['priority']} back", argv)
+        elif not _kernels(r):
+            step(f"adding route {r['dst']} back", _route_argv("add", r))
 
 
 def check_tools(ex: Executor, role: str, needed: dict[str, str], where: str) -> None:

@@ -13,26 +13,31 @@ The hosts are lived in: before fwbench ever sees them, each holds firewall
 state of its own (an iptables rule in both tools, an nftables table, an ipset)
 and a non-default sysctl, so a run that does not put everything back is seen.
 
-DIR gets the key fwbench logs in with, the hosts' keys (known_hosts), each
-sshd's configuration and `inventory.toml`, which `fwbench run --inventory` takes.
-`fwbench lab down DIR` ends the sshds and removes the namespaces.
+DIR, which `lab up` makes (or takes, if it is empty: any other is refused and
+left as it is), gets the key fwbench logs in with, the hosts' keys
+(known_hosts), each sshd's configuration and `inventory.toml`, which `fwbench
+run --inventory` takes. It carries fwbench's marker (fwbench.owned), which lists
+every file the lab wrote there; `fwbench lab down DIR` ends the sshds, removes
+the namespaces and then exactly those files (and DIR, if `lab up` made it).
 
 Nothing touches the root namespace: every link is made inside the lab's
-namespaces, and management addresses come from 198.19.254.0/24 (addresses.py).
+namespaces. The management links carry no address of fwbench's: the hosts are
+reached at the IPv6 link-local address each management link has anyway
+(fe80::...%m-ROLE from the management namespace), so the management network
+lies outside the benchmarking ranges, as a real lab's does, and uses no other.
 """
 from __future__ import annotations
 
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from fwbench import addresses as ad
-from fwbench import proc
+from fwbench import owned, proc
 from fwbench.errors import FwbenchError
 
 LAB_PREFIX = "fwblab-"
@@ -41,12 +46,12 @@ ROLES = ("client", "fw", "server")
 LINKS = (("client", "test0", "fw", "test0"), ("fw", "test1", "server", "test0"))
 SSHD = "/usr/sbin/sshd"
 STATE = "lab.json"
-
-
-def mgmt_addresses(i: int) -> tuple[str, str]:
-    """(the management namespace's end, the host's end) of host i's management /30."""
-    net = list(ad.LAB_MGMT.subnets(new_prefix=30))[i]
-    return str(net[1]), str(net[2])
+PRIVSEP = "/run/sshd"   # sshd's privilege separation directory (compiled in)
+# The files `lab up` writes: in DIR, and in DIR/ROLE.
+FILES = ["id_ed25519", "id_ed25519.pub", "authorized_keys", "known_hosts",
+         "inventory.toml", STATE]
+HOST_FILES = ["ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "sshd_config",
+              "sshd.pid", "sshd.log"]
 
 
 # What a lived-in host holds before fwbench comes (per role); restored exactly after.
@@ -68,7 +73,8 @@ LIVED_IN_SYSCTL = "net.ipv4.conf.all.log_martians=1"
 
 
 def up(directory: str | Path) -> Path:
-    """Build the lab; returns the inventory's path. Undone entirely if it fails."""
+    """Build the lab; returns the inventory's path. Undone entirely if it fails.
+    DIR must be new or empty: any other is refused, and nothing changes."""
     d = Path(directory).resolve()
     if (d / STATE).exists():
         raise FwbenchError(f"{d}: a lab is already up there (fwbench lab down {d})")
@@ -76,9 +82,14 @@ def up(directory: str | Path) -> Path:
         raise FwbenchError(f"{SSHD} not found: install the Debian package openssh-server "
                            f"(./scripts/setup.sh installs everything)")
     lab_id = secrets.token_hex(3)
-    state = {"id": lab_id, "netns": [], "sshd": {}}
-    d.mkdir(parents=True, exist_ok=True)
-    os.chmod(d, 0o700)
+    state = {"id": lab_id, "netns": [], "sshd": {}, "made": []}
+    try:
+        owned.take(str(d), f"the local lab {lab_id} (fwbench lab up)", FILES,
+                   {"lab": lab_id})
+    except owned.NotOurs as e:
+        raise FwbenchError(f"lab up: {e}; it takes a new or empty directory") from None
+    except OSError as e:
+        raise FwbenchError(f"lab up: cannot make {d}: {e.strerror}") from None
     try:
         _build(d, lab_id, state)
     except BaseException:
@@ -104,31 +115,44 @@ def _build(d: Path, lab_id: str, state: dict) -> None:
         state["netns"].append(name)
         proc.run(["ip", "-n", name, "link", "set", "lo", "up"])
     key = d / "id_ed25519"
-    key.unlink(missing_ok=True)
     proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fwbench-lab-{lab_id}",
               "-f", str(key)])
     (d / "authorized_keys").write_text((d / "id_ed25519.pub").read_text())
     known = []
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)   # sshd's privilege separation
-    for i, role in enumerate(ROLES):
-        ns, near, far = _ns(lab_id, role), *mgmt_addresses(i)
+    if not os.path.isdir(PRIVSEP):
+        state["made"] += owned.make(PRIVSEP, "sshd's privilege separation directory, "
+                                    "for the local lab's sshds", about={"lab": lab_id},
+                                    mode=0o755)
+    for role in ROLES:
+        ns = _ns(lab_id, role)
         proc.run(["ip", "-n", mgmt, "link", "add", f"m-{role}", "type", "veth", "peer",
                   "name", "mgmt0", "netns", ns])
-        proc.run(["ip", "-n", mgmt, "addr", "add", f"{near}/30", "dev", f"m-{role}"])
         proc.run(["ip", "-n", mgmt, "link", "set", f"m-{role}", "up"])
-        proc.run(["ip", "-n", ns, "addr", "add", f"{far}/30", "dev", "mgmt0"])
         proc.run(["ip", "-n", ns, "link", "set", "mgmt0", "up"])
-        proc.run(["ip", "-n", ns, "route", "add", "default", "via", near])
+    _wait_addresses(mgmt)
+    addrs = {}
+    for role in ROLES:
+        ns = _ns(lab_id, role)
+        _wait_addresses(ns)
+        near, far = _link_local(mgmt, f"m-{role}"), _link_local(ns, "mgmt0")
+        addrs[role] = f"{far}%m-{role}"    # as the management namespace reaches it
+        # The default route out of the management link, in both families, with no
+        # address: the provider's refusal to touch that interface can be tried.
+        proc.run(["ip", "-n", ns, "-6", "route", "add", "default", "via", near, "dev",
+                  "mgmt0"])
+        proc.run(["ip", "-n", ns, "-4", "route", "add", "default", "dev", "mgmt0"])
         hd = d / role
-        hd.mkdir(exist_ok=True)
+        owned.make(str(hd), f"the lab's host {role}", HOST_FILES, {"lab": lab_id})
         hk = hd / "ssh_host_ed25519_key"
-        hk.unlink(missing_ok=True)
         proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{role}",
                   "-f", str(hk)])
         kind, blob = (hd / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-        known.append(f"{far} {kind} {blob}")
+        known.append(f"{addrs[role]} {kind} {blob}")
         (hd / "sshd_config").write_text(
-            f"ListenAddress {far}\nPort 22\nHostKey {hk}\nPidFile {hd}/sshd.pid\n"
+            # Every address of the host, as a real host's sshd: its management
+            # link's link-local one, and any a test gives it.
+            f"ListenAddress 0.0.0.0\nListenAddress ::\nPort 22\nHostKey {hk}\n"
+            f"PidFile {hd}/sshd.pid\n"
             f"AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
             "StrictModes no\nMaxSessions 100\nMaxStartups 100\n"
@@ -147,7 +171,7 @@ def _build(d: Path, lab_id: str, state: dict) -> None:
         _live_in(_ns(lab_id, role))
         _wait_addresses(_ns(lab_id, role))
     (d / "known_hosts").write_text("".join(ln + "\n" for ln in known))
-    for i, role in enumerate(ROLES):
+    for role in ROLES:
         hd = d / role
         # Its own session, so a Ctrl-C at the terminal does not reach it; `down`
         # ends it by the PID recorded here.
@@ -156,12 +180,12 @@ def _build(d: Path, lab_id: str, state: dict) -> None:
             stdout=subprocess.DEVNULL, stderr=open(hd / "sshd.log", "ab"),
             start_new_session=True)
         state["sshd"][role] = p.pid
-        _wait_listening(_ns(lab_id, role), mgmt_addresses(i)[1], p)
+        _wait_listening(_ns(lab_id, role), p)
     hosts = "".join(
-        f'\n[hosts.{role}]\naddress = "{mgmt_addresses(i)[1]}"\n'
+        f'\n[hosts.{role}]\naddress = "{addrs[role]}"\n'
         f'ports = {{ {", ".join(f"{peer} = {ifname!r}" for peer, ifname in _ports(role))} }}\n'
         .replace("'", '"')
-        for i, role in enumerate(ROLES))
+        for role in ROLES)
     (d / "inventory.toml").write_text(
         f"# The local lab {lab_id} (fwbench lab up): three hosts, each a network\n"
         "# namespace with its own sshd, reached from the management namespace.\n"
@@ -203,17 +227,26 @@ def _wait_addresses(ns: str, limit_s: float = 10) -> None:
         time.sleep(0.1)
 
 
-def _wait_listening(ns: str, addr: str, p: subprocess.Popen, limit_s: float = 10) -> None:
+def _link_local(ns: str, ifname: str) -> str:
+    """The IPv6 link-local address interface `ifname` of namespace `ns` has."""
+    info = json.loads(proc.output(["ip", "-n", ns, "-6", "-j", "addr", "show", "dev",
+                                   ifname, "scope", "link"]))
+    return next(a["local"] for i in info for a in i.get("addr_info", []))
+
+
+def _wait_listening(ns: str, p: subprocess.Popen, port: int = 22,
+                    limit_s: float = 10) -> None:
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
         if p.poll() is not None:
             raise FwbenchError(f"lab: sshd in {ns} exited {p.returncode} (its log: "
                                f"sshd.log)")
-        out = proc.run(["ss", "-Hltn", f"src {addr}"], netns=ns, check=False).stdout
-        if ":22" in out:
+        out = proc.run(["ss", "-Hltn", f"sport = :{port}"], netns=ns, check=False).stdout
+        if out.strip():
             return
         time.sleep(0.05)
-    raise FwbenchError(f"lab: sshd in {ns} is not listening on {addr}:22 after {limit_s:g} s")
+    raise FwbenchError(f"lab: sshd in {ns} is not listening on port {port} after "
+                       f"{limit_s:g} s")
 
 
 def down(directory: str | Path) -> list[str]:
@@ -241,10 +274,29 @@ def down(directory: str | Path) -> list[str]:
                 pass
         if proc.run(["ip", "netns", "del", ns], check=False).returncode == 0:
             gone.append(ns)
-    if state.get("id"):
-        shutil.rmtree(workdir(state["id"]), ignore_errors=True)
-    (d / STATE).unlink(missing_ok=True)
+    left = []
+    if state.get("id"):     # what runs left there (a killed run's private directory)
+        left += owned.remove(workdir(state["id"]))
+    for made in reversed(state.get("made", [])):
+        if made == PRIVSEP and (leftover() or _sshd_running()):
+            continue        # another lab's, or this machine's own sshd, needs it
+        left += owned.remove(made)
+    left += owned.remove(str(d))    # the files up wrote, then DIR if up made it
+    for path in left:
+        print(f"fwbench: lab down: left {path}: fwbench did not write it", file=sys.stderr)
     return gone
+
+
+def _sshd_running() -> bool:
+    """Whether any sshd runs on this machine (in any namespace)."""
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if (p / "comm").read_text().strip() == "sshd":
+                    return True
+            except OSError:
+                pass
+    return False
 
 
 def _is_our_sshd(pid: int, config: Path) -> bool:

@@ -42,9 +42,6 @@ if TYPE_CHECKING:
 
 MAGIC = b"FWBp"
 MARKER_LEN = len(MAGIC) + 4 + 4   # magic, nonce, index
-# Policy-routing tables (and rule preferences) in the firewall namespace: packets
-# in from the client side use 101, from the server side 102.
-TABLE = {"client": 101, "server": 102}
 SINK_TABLE = "fwb_packets_sink"
 ALLOWED = (addresses.BENCH[4], addresses.BENCH[6])
 TTL = 64
@@ -243,11 +240,12 @@ def prepare(tb: "Testbed") -> None:
     sides = {"client": (t.fw_client_side, t.fw_server_side, t.server),
              "server": (t.fw_server_side, t.fw_client_side, t.client)}
     for side, (iif, oif, far) in sides.items():
-        table = str(TABLE[side])
+        table = str(tb.probe_tables[side])
         for fam, via in (("-4", far.ip4), ("-6", far.ip6)):
             tb.ip("fw", fam, "route", "replace", "default", "via", via, "dev", oif.ifname,
                   "table", table)
-            tb.run("fw", ["ip", fam, "rule", "del", "pref", table], check=False)
+            tb.run("fw", ["ip", fam, "rule", "del", "pref", table, "table", table],
+                   check=False)
             tb.ip("fw", fam, "rule", "add", "pref", table, "iif", iif.ifname, "table", table)
     tb.sysctl("fw", *_sysctls(tb, rp_filter=0, accept_local=1))
 
@@ -256,9 +254,10 @@ def restore(tb: "Testbed") -> None:
     """Undo `prepare`: the rules and tables go, and the sysctls return to a new
     namespace's defaults (rp_filter 0, accept_local 0), which the testbed keeps."""
     for side in ("client", "server"):
-        table = str(TABLE[side])
+        table = str(tb.probe_tables[side])
         for fam in ("-4", "-6"):
-            tb.run("fw", ["ip", fam, "rule", "del", "pref", table], check=False)
+            tb.run("fw", ["ip", fam, "rule", "del", "pref", table, "table", table],
+                   check=False)
             tb.run("fw", ["ip", fam, "route", "flush", "table", table], check=False)
     tb.sysctl("fw", *_sysctls(tb, rp_filter=0, accept_local=0))
 
