@@ -105,6 +105,18 @@ def take(path: str, what: str, files: list[str] = (), about: dict | None = None,
     return True
 
 
+def ready(path: str, what: str, files: list[str] = (), about: dict | None = None,
+          mode: int = 0o755) -> None:
+    """A directory for fwbench's outputs: made (with its marker), taken when it is
+    empty, or kept when it is fwbench's already (it has the marker). Anything else
+    raises NotOurs, and nothing changes: fwbench never writes its files among a
+    user's, where a name it uses would replace theirs."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path) and not os.path.islink(path) and marker(path) is not None:
+        return
+    take(path, what, files, about, mode)
+
+
 def own(path: str, *files: str) -> None:
     """Add names (or patterns) to the files fwbench wrote in its directory `path`."""
     m = marker(path)

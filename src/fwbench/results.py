@@ -21,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from fwbench import owned
 from fwbench.errors import FwbenchError
 from fwbench.plan import REPETITION, TrialKey
 
@@ -95,6 +96,10 @@ def migrate_meta(meta: dict) -> dict:
 
 
 STATUSES = ("ok", "failed", "invalid")
+# What fwbench writes into a run's directory (its marker lists them): the run, the
+# report and its tables, the comparison's and study all's pages.
+RUN_FILES = ["run.json", "trials.jsonl", "report.html", "report.md", "*.csv", "index.html",
+             "index.md", "*.tmp"]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -117,11 +122,11 @@ class RunDir:
         if (p / "run.json").exists():
             raise FwbenchError(f"{p} already holds a run; finish it with "
                                f"`fwbench run --resume {p}` or choose another --out")
-        try:
-            p.mkdir(parents=True, exist_ok=True)
-            probe = p / ".fwbench-write-test"
-            probe.write_text("")
-            probe.unlink()
+        try:   # new or empty: a run's files never land among a user's
+            owned.ready(str(p), "an fwbench run", RUN_FILES)
+        except owned.NotOurs as e:
+            raise FwbenchError(f"--out {e}; a run goes into a new or empty "
+                               f"directory") from None
         except OSError as e:
             raise FwbenchError(f"cannot write to output directory {p}: {e.strerror}") from None
         rd = RunDir(p)

@@ -12,6 +12,7 @@ left as it is (`check_out`).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from fwbench import owned
 from fwbench.errors import FwbenchError
 from fwbench.findings import CLAIMS, Finding, study_of
 
@@ -110,6 +112,11 @@ def check_out(study_id: str, out: str | Path) -> None:
 
     path = Path(out)
     if study_id == "all":
+        theirs = _not_studies(path)
+        if theirs:
+            raise FwbenchError(f"{path} holds what is not the studies' ({', '.join(theirs)}"
+                               f"); `fwbench study all` writes into a new or empty "
+                               f"directory, or one of its own")
         if (path / "run.json").exists():
             meta = RunDir.open(path).meta()
             raise FwbenchError(f"{path} holds a run ({_describe(meta)}); `fwbench study "
@@ -135,6 +142,18 @@ def check_out(study_id: str, out: str | Path) -> None:
     raise FwbenchError(f"{path} holds a run of {f'study {got}' if got else 'no study'} "
                        f"({_describe(meta)}), not of study {st.id}: choose another --out "
                        f"({finish})")
+
+
+def _not_studies(path: Path) -> list[str]:
+    """What `study all`'s directory holds that is not its own (its page, a study's
+    directory), unless fwbench made it; the first few names."""
+    if not path.exists():
+        return []
+    if not path.is_dir():
+        return [path.name]
+    if owned.marker(str(path)) is not None:
+        return []
+    return sorted(set(os.listdir(path)) - set(STUDIES) - {"index.html", "index.md"})[:3]
 
 
 def _describe(meta: dict) -> str:
@@ -209,7 +228,9 @@ def write_index(root: Path, done: list[Outcome]) -> Path:
                         f"{minutes(o.seconds)}; report: {rel or 'none (no ok trial)'}.")]
         if o.findings:
             blocks.append(rf.table(o.findings, o.study.id))
-    root.mkdir(parents=True, exist_ok=True)
+    if not root.is_dir():
+        owned.make(str(root), "the five studies (fwbench study all)",
+                   ["index.html", "index.md", "*.tmp"], mode=0o755)
     write_atomic(root / "index.md", markdown(blocks))
     page = root / "index.html"
     write_atomic(page, to_html("fwbench: the five studies", blocks))

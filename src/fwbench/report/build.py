@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fwbench import owned
 from fwbench.errors import FwbenchError
 from fwbench.report import analysis as an
 from fwbench.report import findings
@@ -22,6 +23,7 @@ from fwbench.report import figures as fg
 from fwbench.metrics import Metric
 from fwbench.report.data import RunData, load
 from fwbench.report.formats import fmt, fmt_pct
+from fwbench.results import RUN_FILES
 from fwbench.report.document import (Block, Bullets, Details, FigureBlock, Heading, Para,
                                      Table, markdown, to_html)
 
@@ -677,7 +679,11 @@ def build(run_dir: str | Path, out: str | Path | None = None,
     dest = Path(out) if out else data.path
     figdir = dest / "figures"
     try:
-        figdir.mkdir(parents=True, exist_ok=True)
+        # The run's own directory is fwbench's; another must be new, empty or ours.
+        if dest.resolve() != data.path.resolve():
+            owned.ready(str(dest), f"the report of {data.path}", RUN_FILES)
+        if not figdir.is_dir():
+            owned.make(str(figdir), "the report's figures", ["*.svg"], mode=0o755)
         for f in rep.figures:
             (figdir / f"{f.id}.svg").write_bytes(f.svg)
         tables = rep.csv_tables()
@@ -689,6 +695,9 @@ def build(run_dir: str | Path, out: str | Path | None = None,
         write_atomic(md, markdown(blocks))
         page = dest / "report.html"
         write_atomic(page, to_html(f"fwbench report: {data.name}", blocks))
+    except owned.NotOurs as e:
+        raise FwbenchError(f"report --out {e}; the report goes into a new or empty "
+                           f"directory") from None
     except OSError as e:
         raise FwbenchError(f"cannot write the report to {dest}: {e.strerror}") from None
     return ReportFiles(page, md, csvs, len(rep.figures))

@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from fwbench import owned
 from fwbench.errors import FwbenchError
 from fwbench.report import analysis as an
 from fwbench.metrics import Metric
@@ -25,7 +26,7 @@ from fwbench.report.build import environment_rows, write_atomic, write_csv
 from fwbench.report.data import RunData, load
 from fwbench.report.document import Block, Bullets, Heading, Para, Table, markdown, to_html
 from fwbench.report.formats import fmt, fmt_pct
-from fwbench.results import TrialRecord
+from fwbench.results import RUN_FILES, TrialRecord
 
 REFERENCE = "none"
 
@@ -160,8 +161,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path,
                            f"with a metric both recorded")
     dest = Path(out) if out else b.path / f"compare-vs-{a.path.name}"
     bl = blocks(a, b, found, normalise)
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
+    try:   # new, empty or fwbench's: its pages never replace a user's files
+        owned.ready(str(dest), f"the comparison of {a.path} and {b.path}", RUN_FILES)
         write_atomic(dest / "compare.md", markdown(bl))
         write_atomic(dest / "compare.html", to_html(f"fwbench compare {a.path.name} vs "
                                               f"{b.path.name}", bl))
@@ -175,6 +176,9 @@ def compare_runs(run_a: str | Path, run_b: str | Path,
               c.welch.statistic if c.welch else None, c.welch.p if c.welch else None,
               c.welch_holm, c.mwu.p if c.mwu else None, c.delta]
              for r in found for c in [r.comparison]])
+    except owned.NotOurs as e:
+        raise FwbenchError(f"compare --out {e}; the comparison goes into a new or empty "
+                           f"directory") from None
     except OSError as e:
         raise FwbenchError(f"cannot write the comparison to {dest}: {e.strerror}") from None
     return CompareFiles(dest / "compare.html", dest / "compare.md", csv_path,

@@ -14,7 +14,7 @@ import os
 import signal
 from pathlib import Path
 
-from fwbench import proc
+from fwbench import owned, proc
 from fwbench.testbed.base import Testbed, ports_health
 from fwbench.testbed.executor import NetnsExecutor
 from fwbench.testbed.topology import NETNS_RE, Topology
@@ -147,7 +147,13 @@ def _lock_path(run_id: str) -> Path:
 
 def _hold(path: Path, wait: bool = True):
     """An exclusive flock on path (created if need be), or None if another holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():
+        try:
+            owned.make(str(path.parent), "fwbench's run locks: a live run holds its "
+                       "own, so `fwbench clean` leaves its namespaces alone",
+                       ["*.lock"], mode=0o755)
+        except FileExistsError:     # another run made it meanwhile
+            pass
     f = open(path, "a")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
