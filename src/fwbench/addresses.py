@@ -15,8 +15,9 @@ device under test in it) and IPv6 2001:2::/48 (RFC 5180). The map, IPv4 and IPv6
                                         client at .2 of it, the firewall at .1 when
                                         the client has a link of its own
     198.19.255.0/24   2001:2:0:ff::/64  seed 000's filler destinations past 25,536
-    198.19.254.0/24                     the local lab's management links (fwbench
-                                        lab), each in namespaces of its own
+    198.19.254.0/24                     held by nobody here: the lab test's IPv4
+                                        session to the firewall (the lab itself
+                                        manages its hosts over link-local IPv6)
 
 The drop-position experiment's set fillers (`filler_addresses`) are every IPv4
 address outside the two links, in order from 198.18.1.0: past 3,840 of them they run
@@ -136,10 +137,6 @@ def client_addresses(n: int, version: int = 4) -> tuple[str, ...]:
 FILLER_SPILL: dict[int, Network] = {4: ipaddress.ip_network("198.19.255.0/24"),
                                     6: ipaddress.ip_network("2001:2:0:ff::/64")}
 FILLER_CAPACITY = BENCH[4].num_addresses - sum(n.num_addresses for n in LINKS[4])
-
-# `fwbench lab`'s management network: one /30 per host, never on a test link.
-LAB_MGMT = ipaddress.ip_network("198.19.254.0/24")
-
 
 @functools.lru_cache(maxsize=4)
 def filler_addresses(n: int) -> tuple[str, ...]:

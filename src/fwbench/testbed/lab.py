@@ -250,7 +250,11 @@ def _wait_listening(ns: str, p: subprocess.Popen, port: int = 22,
 
 
 def down(directory: str | Path) -> list[str]:
-    """End the lab's sshds and remove its namespaces; what was removed."""
+    """End the lab's sshds and remove its namespaces, then what `up` recorded
+    making: the files its markers list (DIR itself if `up` made it), the runs'
+    workdir, /run/sshd if `up` made it and nothing else needs it. Returns the
+    namespaces removed; what is left (files fwbench did not write) is named on
+    stderr."""
     d = Path(directory).resolve()
     try:
         state = json.loads((d / STATE).read_text())
