@@ -7,6 +7,7 @@ import time
 import pytest
 
 from fwbench import proc
+from fwbench.backends import kernel
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Packet
 from fwbench.testbed import packets
@@ -137,11 +138,21 @@ def test_dnat_shows_in_the_observed_packet(testbed):
     assert [o.packet.saddr for o in got] == [p.saddr for p in sent]
     assert all(o.checksum_ok for o in got)   # NAT rewrote the checksums too
 
-    def entries() -> int:
-        return len(testbed.exec("fw", ["conntrack", "-L"]).splitlines())
-    assert entries() == 3
-    assert packets.flush_conntrack(testbed) is None
-    assert entries() == 0
+    def entries() -> list[str]:
+        return testbed.exec("fw", ["conntrack", "-L"]).splitlines()
+    assert len(entries()) == 3
+    # A connection of the host's own, outside the benchmarking ranges: on a real
+    # host (one carrying its own traffic) only fwbench's go.
+    testbed.run("fw", ["ping", "-c", "1", "-W", "1", "127.0.0.1"])
+    assert len(entries()) == 4
+    testbed.own_traffic = True
+    try:
+        assert kernel.flush_conntrack(testbed)
+        assert [e.split()[0] for e in entries()] == ["icmp"] and "127.0.0.1" in entries()[0]
+    finally:
+        del testbed.own_traffic
+    assert kernel.flush_conntrack(testbed)       # a namespace of fwbench's: all of it
+    assert entries() == []
 
 
 def test_end_hosts_do_not_answer_and_would_without_the_sink(testbed, monkeypatch):

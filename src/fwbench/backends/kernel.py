@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fwbench import bpf, proc
+from fwbench.addresses import BENCH
 from fwbench.ruleset.render import ID_TAG
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.hoststate import emptying
@@ -321,11 +322,24 @@ def flush_all(tb: Testbed) -> None:
 
 
 def flush_conntrack(tb: Testbed) -> bool:
-    """Forget every tracked connection in the firewall namespace; False when the
-    conntrack tool is missing (the table then empties only by timeout)."""
+    """Forget fwbench's tracked connections on the firewall; False when the
+    conntrack tool is missing (the table then empties only by timeout).
+
+    In a namespace of fwbench's every entry is fwbench's: the table is flushed. A
+    real host's table also holds its own connections (its services', containers',
+    what it routes for others, the SSH session's), which nothing could put back:
+    there only the entries from or to the benchmarking ranges go, where all of
+    fwbench's traffic, NAT included, lives (fwbench.addresses)."""
     if not proc.have("conntrack"):
         return False
-    tb.run("fw", ["conntrack", "-F"], check=False)  # exits 1 when nothing is loaded
+    if not tb.own_traffic:
+        tb.run("fw", ["conntrack", "-F"], check=False)  # exits 1 when nothing is loaded
+        return True
+    for version, net in BENCH.items():
+        for side in ("src", "dst"):   # exits 1 when none matched
+            tb.run("fw", ["conntrack", "-D", "-f", f"ipv{version}", f"--orig-{side}",
+                          str(net.network_address), f"--mask-{side}", str(net.netmask)],
+                   check=False)
     return True
 
 

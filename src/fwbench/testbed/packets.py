@@ -13,7 +13,6 @@ Parts:
   destination in the benchmarking ranges is forwarded out of the other side.
 - `exchange(tb, packets)`: send, capture, and return one `Observed` or None per
   packet.
-- `flush_conntrack(tb)`: forget earlier packets' connections and NAT bindings.
 - `build_frame` / `parse_frame`: the pure frame codec.
 - `python -m fwbench.testbed.packets agent IFNAME MARKER`: the small process run in
   each end host's namespace; JSON lines on stdin/stdout. Kept import-light.
@@ -270,19 +269,6 @@ def _sysctls(tb: "Testbed", rp_filter: int, accept_local: int) -> list[str]:
             for k, v in (("rp_filter", rp_filter), ("accept_local", accept_local))]
 
 
-def flush_conntrack(tb: "Testbed") -> str | None:
-    """Empty the firewall's conntrack table, so no earlier packet makes a later
-    one `established` or reuses its NAT binding. None when flushed, else why not."""
-    try:
-        cp = tb.run("fw", ["conntrack", "-F"], check=False)
-    except FwbenchError as e:   # the tool is missing
-        return f"conntrack not flushed: {e}"
-    if cp.returncode != 0:
-        first = next((ln for ln in (cp.stderr or cp.stdout).splitlines() if ln.strip()), "")
-        return f"conntrack not flushed: conntrack -F exited {cp.returncode}: {first}"
-    return None
-
-
 # --- the exchange -------------------------------------------------------------------------
 
 def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
@@ -313,7 +299,7 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
     socket overflowed, the firewall could not hand a packet to an end host), since
     a None would then be a lie. `prepare(tb)` first for destinations beyond the two
     end hosts' addresses; conntrack keeps what earlier exchanges left
-    (`flush_conntrack`)."""
+    (fwbench.backends.kernel.flush_conntrack)."""
     if not packets:
         return []
     t = tb.topo
