@@ -186,16 +186,13 @@ class RunDir:
         self._write_run_json({**self.meta(), **changes})
 
     def records(self) -> list[TrialRecord]:
-        """Every complete record. A torn last line (the process died mid-write) is
-        cut off, so the next append starts on a clean line."""
+        """Every complete record; a torn last line (a process died mid-write, or a
+        live run is writing it now) is not one. Reading never changes the file:
+        a report made beside a live run must not cut the record it is appending."""
         if not self.trials.exists():
             return []
         raw = self.trials.read_bytes()
         keep = raw if raw.endswith(b"\n") or not raw else raw[: raw.rfind(b"\n") + 1]
-        if keep != raw:
-            with self.trials.open("r+b") as f:
-                f.truncate(len(keep))
-                os.fsync(f.fileno())
         out = []
         for n, line in enumerate(keep.decode().splitlines(), 1):
             if not line.strip():
@@ -207,7 +204,15 @@ class RunDir:
         return out
 
     def append(self, rec: TrialRecord) -> None:
+        """Add a record; a torn last line (the writer before this one died
+        mid-write) is cut off first, so the record starts on a clean line. Only
+        the run that owns the directory appends."""
         self.writable()
+        with self.trials.open("r+b") as f:
+            if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                f.seek(0)
+                f.truncate(f.read().rfind(b"\n") + 1)
+                os.fsync(f.fileno())
         with self.trials.open("a") as f:
             f.write(rec.to_json() + "\n")
             f.flush()

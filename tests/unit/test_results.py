@@ -47,8 +47,10 @@ def test_torn_last_line_is_cut_and_appends_continue(tmp_path):
     rd = RunDir.create(tmp_path / "run", {"plan": []})
     rd.append(record(0))
     with rd.trials.open("a") as f:
-        f.write(record(1).to_json()[:40])  # killed mid-write
+        f.write(record(1).to_json()[:40])  # killed mid-write, or being written now
+    torn = rd.trials.read_bytes()
     assert [r.trial for r in rd.records()] == [0]
+    assert rd.trials.read_bytes() == torn   # a reader (a report beside a live run) cuts nothing
     rd.append(record(2))
     assert [r.trial for r in rd.records()] == [0, 2]
 
