@@ -98,5 +98,21 @@ def test_emit_writes_the_same_document_to_stdout_or_a_file(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]   # no temporary left
     with pytest.raises(jsonout.FwbenchError, match="cannot write"):
         jsonout.emit(doc, tmp_path / "missing" / "out.json")
+    jsonout.emit({**doc, "n": 5}, tmp_path / "out.json")      # an earlier one: replaced
+    assert json.loads((tmp_path / "out.json").read_text())["n"] == 5
+
+
+@pytest.mark.parametrize("text", [
+    "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n",                 # a rule set
+    '{"nftables": [{"metainfo": {"json_schema_version": 1}}]}',  # an nft JSON one
+    '[{"id": "000"}]',                                         # another command's
+])
+def test_emit_never_replaces_a_file_that_is_not_its_own_kind(tmp_path, text):
+    f = tmp_path / "gw.rules"
+    f.write_text(text)
+    with pytest.raises(jsonout.FwbenchError) as e:
+        jsonout.emit({"ok": True, "results": []}, f)
+    assert "not an earlier output of this command" in str(e.value) and "\n" not in str(e.value)
+    assert f.read_text() == text
     with pytest.raises(TypeError):
         jsonout.dumps({"x": object()})
