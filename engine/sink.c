@@ -273,7 +273,10 @@ int cmd_sink(int argc, char **argv)
 	json_str(&j, "reflect_via", redirect ? "redirect" : "tx");
 	json_end(&j);
 	control_loop(&ops);
-	bpf_xdp_detach(ifindex, flags, NULL);
+	/* Only our program: one attached in its place meanwhile is someone else's. */
+	LIBBPF_OPTS(bpf_xdp_attach_opts, ours,
+		    .old_prog_fd = bpf_program__fd(s.skel->progs.fwb_sink));
+	bpf_xdp_detach(ifindex, flags | XDP_FLAGS_REPLACE, &ours);
 	ret = 0;
 out:
 	if (s.window)

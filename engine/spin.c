@@ -59,8 +59,9 @@ static const struct option spin_opts[] = {
 static const char spin_usage[] =
 "usage: fwbench-engine spin --cpu N (--file PATH | --control) [--bpf-stats]\n"
 "  Spins on CPU N at SCHED_IDLE until killed (or its parent ends), counting\n"
-"  rounds of fixed work into the 64-byte file PATH (magic, pid, cpu, rounds:\n"
-"  little-endian u64s). Prints one JSON line once it runs. --control: answers\n"
+"  rounds of fixed work into the 64-byte file PATH, which it creates and which\n"
+"  must not exist (magic, pid, cpu, rounds: little-endian u64s). Prints one\n"
+"  JSON line once it runs. --control: answers\n"
 "  `read` on stdin with {\"rounds\", \"t_ns\"} (CLOCK_MONOTONIC) from a thread\n"
 "  on the other CPUs, and ends at `quit` or the end of stdin. --bpf-stats: BPF\n"
 "  run-time statistics on while it runs.\n";
@@ -153,7 +154,8 @@ int cmd_spin(int argc, char **argv)
 		runtime_error("spin: cannot run at SCHED_IDLE: %s",
 			      strerror(errno));
 	if (file) {
-		fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		/* A new file only: a path that exists is someone's, never replaced. */
+		fd = open(file, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (fd < 0 || ftruncate(fd, sizeof(*pg)))
 			runtime_error("spin: cannot create %s: %s", file,
 				      strerror(errno));

@@ -98,3 +98,12 @@ def test_packet_builder_frames_and_checksums():
     exe = engine.binary().parent / "packet-test"
     cp = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0 and cp.stdout.strip() == "ok", cp.stdout
+
+
+def test_spin_never_replaces_a_file_that_exists(tmp_path):
+    """`spin --file PATH` makes its counter file; a path that exists is someone's."""
+    f = tmp_path / "theirs"
+    f.write_text("the user's\n")
+    cp = run("spin", "--cpu", "0", "--file", str(f))
+    assert cp.returncode != 0 and cp.stderr.count("\n") == 1 and "File exists" in cp.stderr
+    assert f.read_text() == "the user's\n"
