@@ -265,7 +265,13 @@ class Layout:
     def build(self, created: list[str]) -> None:
         m0, t0 = meminfo(), time.perf_counter()
         names = self.namespaces()
-        # Recorded before the command: a half-done batch still gets cleaned up.
+        # Recorded before the command, so a half-done batch still gets cleaned up:
+        # so first make sure none is someone else's already.
+        have = set(subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                  text=True).stdout.split())
+        if have & set(names):
+            raise FwbenchError(f"namespace {sorted(have & set(names))[0]} exists already; "
+                               f"this script removes only the namespaces it makes")
         created += names
         self.created = names
         ip_batch([f"netns add {x}" for x in names])
@@ -291,7 +297,12 @@ class Layout:
                 f"route add {SERVER_NET} via {GW}"]))
         elif self.kind == "ns-bridge":
             sw = self.ns("sw")
-            # No firewall in the switch: bridged frames skip netfilter there.
+            # No firewall in the switch: bridged frames skip netfilter there. These
+            # keys are the switch namespace's own since Linux 5.3; before, they
+            # were the whole machine's, which this script never changes.
+            if tuple(int(x) for x in os.uname().release.split(".")[:2]) < (5, 3):
+                raise FwbenchError("ns-bridge needs Linux 5.3 or later: before, the "
+                                   "bridge's netfilter sysctls are machine-wide")
             write_sysctls(sw, {"net.bridge.bridge-nf-call-iptables": "0",
                                "net.bridge.bridge-nf-call-ip6tables": "0",
                                "net.bridge.bridge-nf-call-arptables": "0"})
