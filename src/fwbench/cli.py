@@ -388,7 +388,8 @@ def cmd_clean(args, out: Console) -> int:
         done = hosts.clean(inv)
         for role, what in done.items():
             out.print(f"{inv.hosts[role].where}: {what}")
-        return 0 if all(not w.startswith("still") for w in done.values()) else 1
+        return 0 if all(not w.startswith(("still", "left alone")) for w in done.values()) \
+            else 1
     _need_root("fwbench clean")
     gone = clean_leftovers()
     out.print(f"removed {len(gone)} namespace(s)" + (": " + ", ".join(gone) if gone else ""))

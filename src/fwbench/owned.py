@@ -26,6 +26,9 @@ import stat
 import sys
 
 MARKER = ".fwbench-owned"
+# In a directory a live process uses: "PID START" (START: field 22 of its
+# /proc/PID/stat, so a reused PID is never taken for it). `listing` reports it live.
+LEASE = "lease"
 
 
 class NotOurs(Exception):
@@ -200,13 +203,46 @@ def listing(top: str, **match) -> list[dict]:
         m = marker(entry.path)
         if m is None or any(m.get("about", {}).get(k) != v for k, v in match.items()):
             continue
-        out.append({"path": entry.path, "marker": m, "holds": sorted(os.listdir(entry.path))})
+        out.append({"path": entry.path, "marker": m, "holds": sorted(os.listdir(entry.path)),
+                    "live": held(entry.path)})
     return sorted(out, key=lambda d: (d["marker"].get("created", ""), d["path"]))
+
+
+def _start_time(pid: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def held(path: str) -> int | None:
+    """The PID of the live process holding directory `path` by its lease, or None."""
+    try:
+        with open(os.path.join(path, LEASE)) as f:
+            pid, start = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(pid) if _start_time(pid) == start else None
+
+
+def hold(path: str) -> None:
+    """Hold directory `path` while this process lives: write its lease, then wait
+    for the end of standard input (a run's SSH session closing, by its end or its
+    controller's death) and go."""
+    pid = str(os.getpid())
+    tmp = os.path.join(path, LEASE + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{pid} {_start_time(pid)}\n")
+    os.replace(tmp, os.path.join(path, LEASE))
+    sys.stdin.read()
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python3 - COMMAND JSON` on a host, this file on standard input: COMMAND is
-    make, own, remove or list; JSON its arguments (see the branches). Prints the result as JSON; a
+    make, own, remove, list or hold; JSON its arguments (see the branches). (A
+    lease, `hold`, cannot read its stdin for the end of a session, as it is the
+    program: it runs as `python3 -c SOURCE hold JSON`.) Prints the result as JSON; a
     refusal is one line on standard error and exit 3."""
     argv = sys.argv[1:] if argv is None else argv
     cmd, args = argv[0], json.loads(argv[1])
@@ -223,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                 prune(args["path"])
         elif cmd == "list":
             out = listing(args["top"], **args.get("match", {}))
+        elif cmd == "hold":
+            hold(args["path"])
+            out = None
         else:
             raise NotOurs(f"unknown command {cmd}")
     except FileExistsError as e:
@@ -238,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def source() -> str:
-    """This module as a program for a host's python3 (`python3 -`, on stdin)."""
+    """This module as a program for a host's python3 (`python3 -` with it on
+    stdin, or `python3 -c` with it as the argument)."""
     with open(__file__) as f:
         return f.read() + "\nsys.exit(main())\n"

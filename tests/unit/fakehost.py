@@ -56,6 +56,8 @@ def rule(pref: int, table: str, **kw) -> dict:
     return {"priority": pref, "src": "all", **kw, "table": table}
 
 
+# rt_tables' names (and one a host's owner gave a table of theirs)
+NUMBERS = {"local": "255", "main": "254", "default": "253", "office": "106"}
 BASE_RULES = [rule(0, "local"), rule(32766, "main"), rule(32767, "default")]
 
 
@@ -106,6 +108,11 @@ class Host:
 
     def read(self, argv: list[str]) -> str | None:
         """The canned output of a read, or None: a command that changes the host."""
+        if argv[:2] == ["ip", "-N"]:     # numeric: tables by number, as ip -N prints
+            out = self.read(["ip", *argv[2:]])
+            return None if out is None else json.dumps([
+                {**r, **({"table": NUMBERS.get(r["table"], r["table"])} if "table" in r
+                         else {})} for r in json.loads(out)])
         a = argv
         if a[:4] == ["ip", "-j", "-d", "link"]:
             links = [self.links[a[-1]]] if a[-2:-1] == ["dev"] else self.links.values()

@@ -156,3 +156,28 @@ def test_the_module_runs_on_a_host_as_a_program(tmp_path):
     (tmp_path / "client").mkdir()
     cp = run_on_a_host("make", {"dirs": [{"path": str(tmp_path / "client"), "what": "x"}]})
     assert cp.returncode == 3 and cp.stderr.count("\n") == 1 and "exists" in cp.stderr
+
+
+def test_a_lease_says_a_directory_is_a_live_run_s_until_its_session_ends(tmp_path):
+    """The lease process lives as long as its standard input (a run's SSH session):
+    while it does, the directory is live; after, it is a killed run's."""
+    import time
+    d = tmp_path / "fw-r1-aa"
+    owned.make(str(d), "run", [owned.LEASE], {"role": "fw"})
+    p = subprocess.Popen(["/usr/bin/python3", "-c", owned.source(), "hold",
+                          json.dumps({"path": str(d)})], stdin=subprocess.PIPE,
+                         env={"PATH": "/usr/bin:/bin"})
+    try:
+        for _ in range(200):
+            if (d / owned.LEASE).exists():
+                break
+            time.sleep(0.02)
+        assert owned.listing(str(tmp_path), role="fw")[0]["live"] == p.pid
+    finally:
+        p.stdin.close()              # the session ends
+        assert p.wait(10) == 0
+    assert owned.listing(str(tmp_path), role="fw")[0]["live"] is None
+    # A lease whose PID now belongs to another process (its start time differs).
+    (d / owned.LEASE).write_text(f"{os.getpid()} 1\n")
+    assert owned.held(str(d)) is None
+    assert owned.remove(str(d)) == []

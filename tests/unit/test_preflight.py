@@ -82,10 +82,12 @@ def _default(role, h):
         h.routes["-6"].append(route("default", "eth1", "-6", gateway="fe80::1"))
 
 
-def _killed(role, h):
+def _killed(role, h, live=None):
     if role == "server":
         h.private_dirs = [{"path": "/var/tmp/fwbench/server-r1-abc123", "holds":
-                           ["bin", "pids", "state.json"], "marker": {"made_by": "fwbench"}}]
+                           ["bin", "lease", "pids", "state.json"], "live": live,
+                           "marker": {"made_by": "fwbench", "created": "2026-11-27T08:00:00Z",
+                                      "about": {"controller": "bench1"}}}]
 
 
 @pytest.mark.parametrize("edit, role, says", [
@@ -106,6 +108,9 @@ def _killed(role, h):
     (_killed, "server", "server (root@10.0.0.13:22) still holds the saved state of a run "
                         "that did not end (in /var/tmp/fwbench/server-r1-abc123): put it "
                         "back first with fwbench clean --inventory"),
+    (lambda role, h: _killed(role, h, live=4242), "server",
+     "server (root@10.0.0.13:22) is in use by another fwbench run (started "
+     "2026-11-27T08:00:00Z from bench1, its process 4242 there): wait for it to end"),
     (lambda role, h: setattr(h, "nft_tables", "table inet site\ntable netdev "
                              "fwb_packets_sink\n"), "client",
      "holds an nftables table netdev fwb_packets_sink, a name fwbench's packet injector "

@@ -274,6 +274,22 @@ def test_an_end_host_loses_fwbench_s_routes_and_keeps_its_own_firewall():
     ]
 
 
+def test_the_injector_s_drop_table_left_on_an_end_host_goes():
+    """A run killed while the packet injector captured leaves its ingress drop on
+    an end host: the put-back removes that table, and only that one."""
+    before = client_before()
+    saved = saved_of(before, ["eth1"], {"firewall": False, "addresses": {},
+                                        "neighbours": {}, "routes": [], "tables": []})
+    mid = copy.deepcopy(before)
+    mid.firewall = {"nft": "table inet host {\n}\ntable netdev fwb_packets_sink {\n"
+                           "\tchain c {\n\t\ttype filter hook ingress device \"eth1\" "
+                           "priority -500; policy drop;\n\t}\n}\n"}
+    ex = FakeExecutor({"client": mid})
+    now = hoststate.snapshot(ex, "client", ["eth1"], [])
+    hoststate.restore_hooks_and_firewall(ex, "client", saved, now)
+    assert ex.changes == ["nft delete table netdev fwb_packets_sink"]
+
+
 def test_a_host_fwbench_changed_nothing_on_gets_no_command():
     before = firewall_before()
     saved = saved_of(before, FW_IFS, {**FW_ADDED, "tables": []})
@@ -296,9 +312,14 @@ def test_a_saved_rule_through_a_test_interface_comes_back():
 
 
 def test_the_injector_s_tables_are_numbers_the_host_does_not_use():
+    """Not a rule's preference (102), not a table holding a route (103), not a table
+    only a rule looks up (105, still empty), not one named in rt_tables (106,
+    which `ip -N` shows as its number)."""
     h = firewall_before()
-    h.rules["-4"].append(rule(102, "main", fwmark="0x1"))
+    h.rules["-4"] += [rule(102, "main", fwmark="0x1"), rule(30, "105", fwmark="0x2"),
+                      rule(31, "office", fwmark="0x3")]
     h.routes["-6"].append(route("default", "test0", "-6", gateway="fe80::9", table="103"))
+    h.routes["-4"].append(route("default", "test0", gateway="192.0.2.1", table="104"))
     ex = FakeExecutor({"fw": h})
-    assert hoststate.free_tables(ex, "fw", 2, 100) == [101, 104]
+    assert hoststate.free_tables(ex, "fw", 2, 100) == [101, 107]
     assert ex.changes == []

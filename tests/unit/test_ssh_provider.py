@@ -226,3 +226,37 @@ def test_put_back_restores_interfaces_only_after_every_host_s_hooks_are_gone(mon
     assert left == {r: [] for r in inv.hosts}
     order = [what for what, _ in events if what != "snapshot"]
     assert order == ["unhook"] * 3 + ["links"] * 3, events
+
+
+def test_leftover_processes_are_ended_by_pid_and_start_time_and_nothing_else_goes(tmp_path):
+    """`stop_leftovers` kills the process a pid file names only if it is the same
+    process (its start time matches), removes only pid files, and takes the
+    directory as an argument (a workdir with a space is one path)."""
+    import os
+    d = tmp_path / "work dir" / "fw-r1-aa"
+    (d / "pids").mkdir(parents=True)
+    cwd = tmp_path / "home"      # where the user's files are; a command runs here
+    cwd.mkdir()
+    for name in ("0", "34816", "pids"):
+        (cwd / name).write_text("the user's\n")
+    child = subprocess.Popen(["sleep", "60"])
+    other = subprocess.Popen(["sleep", "60"])
+    start = lambda pid: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]  # noqa: E731
+    (d / "pids" / "1").write_text(f"{child.pid} {start(child.pid)}\n")
+    (d / "pids" / "2").write_text(f"{other.pid} 1\n")      # its PID, not its start
+    (d / "pids" / "3").write_text("999999999 5\n")         # gone
+
+    class Local:
+        def run(self, role, argv, check=True, **kw):
+            return subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    try:
+        hosts.stop_leftovers(Local(), "fw", str(d))
+        assert child.wait(5) == -9
+        assert other.poll() is None
+    finally:
+        for p in (child, other):
+            p.kill()
+            p.wait()
+    assert os.listdir(d / "pids") == []
+    assert {p.name: p.read_text() for p in cwd.iterdir()} == {
+        n: "the user's\n" for n in ("0", "34816", "pids")}

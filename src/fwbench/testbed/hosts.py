@@ -82,9 +82,10 @@ def owned_call(ex: SshExecutor, h: Host, cmd: str, **args):
     return json.loads(cp.stdout)
 
 
-def killed_runs(ex: SshExecutor, h: Host) -> list[dict]:
-    """fwbench's private directories of this host's role in its workdir (a run
-    killed before it could remove its own), oldest first."""
+def private_dirs(ex: SshExecutor, h: Host) -> list[dict]:
+    """fwbench's private directories of this host's role in its workdir, oldest
+    first: a live run's (`live`: its lease's PID), or a killed run's, which could
+    not remove its own (fwbench.owned.listing)."""
     return owned_call(ex, h, "list", top=h.workdir, match={"role": h.role})
 
 
@@ -96,7 +97,7 @@ def make_private(ex: SshExecutor, h: Host, run_id: str, files: list[str]) -> str
              "controller": platform.node(), "fwbench": __version__}
     owned_call(ex, h, "make", about=about, dirs=[
         {"path": d, "what": f"fwbench's private directory of {h.role} for run {run_id}",
-         "files": [STATE, "watchdog-[0-9]*"]},
+         "files": [STATE, "watchdog-[0-9]*", owned.LEASE, owned.LEASE + ".tmp"]},
         {"path": f"{d}/pids", "what": "the PIDs of what fwbench started", "files": ["[0-9]*"]},
         {"path": f"{d}/bin", "what": "what fwbench copied to the host", "files": files}])
     return d
@@ -280,7 +281,14 @@ class SshTestbed(Testbed):
             raise FwbenchError(f"{h.where} holds an nftables table netdev "
                                f"{packets.SINK_TABLE}, a name fwbench's packet injector "
                                f"uses and removes; fwbench will not touch it")
-        waiting = [d["path"] for d in killed_runs(ex, h) if STATE in d["holds"]]
+        dirs = private_dirs(ex, h)
+        live = [d for d in dirs if d["live"]]
+        if live:
+            m = live[0]["marker"]
+            raise FwbenchError(f"{h.where} is in use by another fwbench run (started "
+                               f"{m.get('created', '?')} from {m['about'].get('controller', '?')}, "
+                               f"its process {live[0]['live']} there): wait for it to end")
+        waiting = [d["path"] for d in dirs if STATE in d["holds"]]
         if waiting:
             raise FwbenchError(f"{h.where} still holds the saved state of a run that did "
                                f"not end (in {waiting[0]}): put it back first with "
@@ -294,6 +302,12 @@ class SshTestbed(Testbed):
         d = make_private(ex, h, self.topo.run_id, sorted({_name(f) for f in files}))
         ex.rundir[role] = d
         self._made.add(role)
+        # The directory's lease: a process that lives as long as this run's SSH
+        # session, so `fwbench clean --inventory` and another run can tell a live
+        # run's directory from a killed one's, and leave it alone.
+        self.spawn(role, ["python3", "-c", owned.source(), "hold", json.dumps({"path": d})],
+                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
         keys = self._sysctl_keys(role)
         self._tracked[role] |= set(keys)
         saved = hoststate.snapshot(ex, role, list(h.ports.values()), keys)
@@ -495,12 +509,16 @@ def remove_private(ex: SshExecutor, role: str, h: Host, note=lambda s: None,
 def stop_leftovers(ex: SshExecutor, role: str, d: str) -> None:
     """Kill every process a pid file in `d` names that still runs, the same process
     (its start time matches), then the pid files."""
-    script = (f'for f in {d}/pids/*; do [ -f "$f" ] || continue; read -r pid start < "$f"; '
-              '[ "$pid" = "$$" ] && continue; if [ -r /proc/$pid/stat ]; then read -r a b c d e f g h i j k l m n o p q r s '
-              't u v w < /proc/$pid/stat; [ "$v" = "$start" ] && kill -KILL $pid; fi; '
-              'rm -f "$f"; done; true')
+    # The directory is the script's argument, never part of its text; the start
+    # time is field 22 of /proc/PID/stat, counted after the command's name (which
+    # may hold spaces and parentheses).
+    script = ('for pf in "$1"/pids/*; do [ -f "$pf" ] || continue; '
+              'read -r pid start < "$pf"; [ "$pid" = "$$" ] && continue; '
+              'if [ -r "/proc/$pid/stat" ]; then '
+              'now=$(sed "s/.*) //" "/proc/$pid/stat" | cut -d " " -f 20); '
+              '[ "$now" = "$start" ] && kill -KILL "$pid"; fi; rm -f "$pf"; done; true')
     # (This command runs in the pid-recording wrapper too: it skips its own file.)
-    ex.run(role, ["sh", "-c", script], check=False)
+    ex.run(role, ["sh", "-c", script, "sh", d], check=False)
 
 
 def _empty_firewall(ex: SshExecutor, role: str) -> None:
@@ -608,7 +626,13 @@ def clean(inventory: Inventory) -> dict[str, str]:
         """The saved state of the killed run on this host, if any; its other
         private directories (runs killed before they saved anything) go."""
         h = inventory.hosts[role]
-        dirs = killed_runs(ex, h)
+        dirs = private_dirs(ex, h)
+        live = [d for d in dirs if d["live"]]
+        if live:    # a run that lives (its lease's process): nothing of it is touched
+            m = live[0]["marker"]
+            done[role] = (f"left alone: a live fwbench run uses it (started "
+                          f"{m.get('created', '?')} from {m['about'].get('controller', '?')})")
+            return None
         with_state = [d for d in dirs if STATE in d["holds"]]
         if len(with_state) > 1:
             raise FwbenchError(f"{h.where} holds the saved states of {len(with_state)} "

@@ -25,6 +25,7 @@ from typing import Callable
 
 from fwbench.errors import FwbenchError
 from fwbench.testbed.executor import Executor
+from fwbench.testbed.packets import SINK_TABLE
 
 # Firewall listings: name -> argv. Each is read-only.
 SAVES = {
@@ -148,14 +149,15 @@ def sysctls(ex: Executor, role: str, keys: list[str]) -> dict[str, str]:
 
 def free_tables(ex: Executor, role: str, count: int, start: int) -> list[int]:
     """`count` routing-table numbers from `start` up that the host uses neither as
-    a table (of any route) nor as a rule's preference: the packet injector's own,
-    which the put-back empties (fwbench.testbed.packets)."""
+    a table (of a route, or one a rule looks up) nor as a rule's preference: the
+    packet injector's own, which the put-back empties (fwbench.testbed.packets).
+    Listed numerically (`ip -N`): a table named in rt_tables is a number too."""
     used = set()
     for v in ("-4", "-6"):
-        used |= {str(r.get("table")) for r in parsed(ex.output(
-            role, ["ip", v, "-j", "route", "show", "table", "all"]))}
-        used |= {str(r.get("priority")) for r in parsed(ex.output(
-            role, ["ip", v, "-j", "rule", "show"]))}
+        used |= {str(r.get("table", 254)) for r in parsed(ex.output(
+            role, ["ip", "-N", v, "-j", "route", "show", "table", "all"]))}
+        for r in parsed(ex.output(role, ["ip", "-N", v, "-j", "rule", "show"])):
+            used |= {str(r.get("priority")), str(r.get("table"))}
     free = (n for n in range(start, 2 ** 31) if str(n) not in used
             and n not in (253, 254, 255))   # default, main, local
     return [next(free) for _ in range(count)]
@@ -299,6 +301,11 @@ def restore_hooks_and_firewall(ex: Executor, role: str, saved: dict, now: dict,
             if kind in has and kind not in had:
                 step(f"removing {kind} from {ifname}", ["tc", "qdisc", "del", "dev",
                                                         ifname, kind])
+    # The packet injector's drop table on an end host (a run killed while it
+    # captured): its name is fwbench's (a host holding one was refused).
+    sink = f"table netdev {SINK_TABLE} {{"
+    if sink in now["firewall"].get("nft", "") and sink not in fw.get("nft", ""):
+        step(f"removing {SINK_TABLE}", ["nft", "delete", "table", "netdev", SINK_TABLE])
     if not saved.get("added", {}).get("firewall"):
         return
     if any(normal(k, fw.get(k, "")) != normal(k, now["firewall"].get(k, ""))
