@@ -386,8 +386,9 @@ def cmd_clean(args, out: Console) -> int:
         from fwbench.testbed import hosts, inventory
         inv = inventory.load(args.inventory)
         done = hosts.clean(inv)
-        for role, what in done.items():
-            out.print(f"{inv.hosts[role].where}: {what}")
+        for role, what in done.items():   # one line a host, however wide
+            out.print(f"{inv.hosts[role].where}: {what}", soft_wrap=True, highlight=False,
+                      markup=False)
         return 0 if all(not w.startswith(("still", "left alone")) for w in done.values()) \
             else 1
     _need_root("fwbench clean")

@@ -205,14 +205,15 @@ def test_sigint_and_sigkill_then_clean_leave_every_host_as_it_was(the_lab, tmp_p
     assert tree(work) == mine
 
     p = _start(inv, tmp_path / "a")
-    # While it lives, its hosts are left alone by clean, and refused to another run.
-    cp = fwbench("clean", "--inventory", str(inv))
-    assert cp.returncode == 1 and cp.stdout.count("left alone: a live fwbench run") == 3, \
-        cp.stdout + cp.stderr
-    cp = fwbench(*QUICK, "--inventory", str(inv), "--out", str(tmp_path / "other"))
-    assert cp.returncode == 2 and "is in use by another fwbench run" in cp.stderr, cp.stderr
-    assert cp.stderr.count("\n") == 1 and p.poll() is None
-    p.send_signal(signal.SIGINT)
+    try:   # while it lives, clean leaves its hosts alone and another run is refused
+        cp = fwbench("clean", "--inventory", str(inv))
+        assert cp.returncode == 1 and cp.stdout.count("left alone: a live fwbench run") \
+            == cp.stdout.count("\n") == 3, cp.stdout + cp.stderr
+        cp = fwbench(*QUICK, "--inventory", str(inv), "--out", str(tmp_path / "other"))
+        assert cp.returncode == 2 and "is in use by another fwbench run" in cp.stderr
+        assert cp.stderr.count("\n") == 1 and p.poll() is None
+    finally:
+        p.send_signal(signal.SIGINT)
     assert p.wait(120) == 130, p.stderr.read()
     assert_same(before, host_state(the_lab))
     assert tree(work) == mine and leftover_processes(the_lab) == []

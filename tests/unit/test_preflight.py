@@ -116,7 +116,9 @@ def _killed(role, h, live=None):
      "holds an nftables table netdev fwb_packets_sink, a name fwbench's packet injector "
      "uses and removes; fwbench will not touch it"),
 ])
-def test_each_refusal_is_one_line_and_changes_nothing(tmp_path, edit, role, says):
+def test_each_refusal_is_one_line_and_changes_nothing(tmp_path, edit, role, says,
+                                                      monkeypatch):
+    monkeypatch.setattr(hosts, "LEASE_GRACE_S", 0.3)  # a live run's lease stays live
     tb = bed(tmp_path, edit)
     with pytest.raises(FwbenchError) as e:
         tb._check(role)

@@ -32,6 +32,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -82,11 +83,22 @@ def owned_call(ex: SshExecutor, h: Host, cmd: str, **args):
     return json.loads(cp.stdout)
 
 
+# How long a lease may outlive its run's session: sshd notices a controller killed
+# with SIGKILL and ends the session's processes within about a second (seen here).
+LEASE_GRACE_S = 5.0
+
+
 def private_dirs(ex: SshExecutor, h: Host) -> list[dict]:
     """fwbench's private directories of this host's role in its workdir, oldest
     first: a live run's (`live`: its lease's PID), or a killed run's, which could
-    not remove its own (fwbench.owned.listing)."""
-    return owned_call(ex, h, "list", top=h.workdir, match={"role": h.role})
+    not remove its own (fwbench.owned.listing). A lease still alive is given
+    LEASE_GRACE_S to end, as a just-killed run's does."""
+    end = time.monotonic() + LEASE_GRACE_S
+    while True:
+        dirs = owned_call(ex, h, "list", top=h.workdir, match={"role": h.role})
+        if not any(d["live"] for d in dirs) or time.monotonic() > end:
+            return dirs
+        time.sleep(0.25)
 
 
 def make_private(ex: SshExecutor, h: Host, run_id: str, files: list[str]) -> str:
