@@ -7,9 +7,12 @@ Building (`SshTestbed.build`), in order, each step on the hosts in parallel:
 2. check, reading only: the tools and kernel features the host's part needs, its
    architecture against this machine's builds, the test interfaces (they exist,
    carry neither the SSH session nor a default route, have no XDP program or tc
-   hook of another's), and that no killed run's state is still waiting there;
-3. save the host's state (fwbench.testbed.hoststate) into fwbench's private
-   directory on it, before any change;
+   hook of another's), that no run, live or killed, holds it, and on the
+   firewall the routing tables the packet injector may use;
+3. make fwbench's private directory there afresh (fwbench.owned: its marker
+   names what fwbench writes in it), start its lease (a process that ends with
+   this run's SSH session), and save the host's state (fwbench.testbed.hoststate)
+   there, before any change; what fwbench adds later is recorded there first;
 4. copy the engine, the eBPF loader and the packet agent's Python there, each
    checked by its sha256 on the host;
 5. empty the firewall's tables, as a fresh namespace's are; give the test
@@ -18,8 +21,9 @@ Building (`SshTestbed.build`), in order, each step on the hosts in parallel:
 
 `destroy` (normal end, error, SIGINT, SIGTERM) ends every process fwbench
 started on the hosts, puts each host's state back, checks it against the saved
-one and removes the private directory. After a SIGKILL, `fwbench clean
---inventory` does the same from the saved state on each host (`clean`).
+one and removes the private directory (only what fwbench wrote there). After a
+SIGKILL, `fwbench clean --inventory` does the same from the saved state on each
+host (`clean`), and leaves a host alone while a live run's lease holds it.
 """
 from __future__ import annotations
 

@@ -4,15 +4,17 @@ back however the run ends.
 What is saved (`snapshot`): the firewall as each tool lists it (iptables-save and
 ip6tables-save of both the legacy and the nft tools, `nft list ruleset`, `ipset
 save`), and for each test interface its link settings (up, MTU, MAC), addresses,
-permanent neighbours, offloads (`ethtool -k`), RPS masks, attached XDP program and
-qdiscs; the routes and policy rules through the test interfaces or to the
-benchmarking ranges; every sysctl fwbench writes (the ones the build sets, and any
-other the moment before a caller first writes it).
+permanent neighbours, offloads (`ethtool -k`), RPS masks, attached XDP programs and
+qdiscs; the routes and policy rules through the test interfaces; every sysctl
+fwbench writes (the ones the build sets, and any other the moment before a caller
+first writes it). Beside it, `added` (`no_additions`): what fwbench adds, each
+thing recorded before it is added.
 
 `restore_hooks_and_firewall`, then (once every host is past it) `restore_links`
-bring the saved state back: the firewall by flushing every tool's tables and
-reloading what was saved (so the host's own rules return even where a backend
-replaced them), the interfaces setting by setting, and the sysctls value by value.
+bring the saved state back: a firewall fwbench emptied by flushing every tool's
+tables and reloading what was saved (so the host's own rules return even where a
+backend replaced them), what `added` names taken away and nothing else, the
+interfaces setting by setting, and the sysctls value by value.
 `compare` tells what still differs, on the listings with what the kernel changes
 by itself taken out: the save tools' time stamps and every packet and byte counter.
 """
