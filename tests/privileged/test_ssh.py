@@ -50,6 +50,22 @@ def the_lab(tmp_path_factory):
     assert not [p for p in os.listdir("/var/tmp") if state["id"] in p]
 
 
+@pytest.fixture(autouse=True)
+def nothing_left(the_lab):
+    """After every test, no run of it holds the lab's hosts: a put-back that left a
+    host "not as it was" keeps its saved state there, and every later run would be
+    refused, so it is caught at the test that caused it."""
+    yield
+    assert workdirs(the_lab) == [], "a run left its saved state on the lab's hosts"
+
+
+def restored(cp, out: Path) -> None:
+    """Every session of the run in `out` put every host back as it was."""
+    meta = json.loads((out / "run.json").read_text())
+    for s in meta["sessions"]:
+        assert all(s.get("restored", {}).values()), (s.get("restored"), cp.stderr[-2000:])
+
+
 def address(the_lab, role: str) -> str:
     """How the lab's inventory reaches a host: its link-local address, scoped."""
     text = Path(the_lab["inventory"]).read_text()
@@ -134,7 +150,10 @@ def run_over_lab(the_lab, tmp_path, scenario: str, *args: str, inventory=None):
     cp = fwbench("run", str(tmp_path / "s.toml"), *args, "--no-report", "--inventory",
                  str(inventory or the_lab["inventory"]), "--out", str(tmp_path / "run"))
     trials = tmp_path / "run" / "trials.jsonl"
-    return cp, [json.loads(ln) for ln in trials.open()] if trials.exists() else []
+    recs = [json.loads(ln) for ln in trials.open()] if trials.exists() else []
+    assert recs, f"no trial recorded (exit {cp.returncode}): {cp.stderr[-2000:]}"
+    restored(cp, tmp_path / "run")
+    return cp, recs
 
 
 QUICK = ["run", "scenarios/quick.toml", "--backends", "iptables-legacy,xdp-set",
@@ -313,6 +332,7 @@ def test_seed_004_nat_under_tcp_load_runs_through_the_lab(the_lab, tmp_path):
                  "--repeat", "1", "--duration", "1", "--max-repeat", "0", "--no-report",
                  "--inventory", str(the_lab["inventory"]), "--out", str(tmp_path / "run"))
     assert cp.returncode == 0, cp.stderr[-2000:]
+    restored(cp, tmp_path / "run")
     recs = [json.loads(ln) for ln in (tmp_path / "run" / "trials.jsonl").open()]
     assert [(r["factors"]["ruleset"], r["factors"]["load"], r["status"]) for r in recs] \
         == [("seed004-nat", "tcp-bidir", "ok")], [r["reason"] for r in recs]
