@@ -291,16 +291,27 @@ def down(directory: str | Path) -> list[str]:
     return gone
 
 
-def _sshd_running() -> bool:
-    """Whether any sshd runs on this machine (in any namespace)."""
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
+def _sshd_running(limit_s: float = 3.0) -> bool:
+    """Whether any sshd runs on this machine (in any namespace). The lab's own,
+    just killed, may take a moment to go: an exiting or dead one (a zombie) does
+    not count, and a live one is given `limit_s` to end."""
+    end = time.monotonic() + limit_s
+    while True:
+        running = False
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
             try:
-                if (p / "comm").read_text().strip() == "sshd":
-                    return True
+                stat = (p / "stat").read_text()
             except OSError:
-                pass
-    return False
+                continue
+            name, _, rest = stat.partition(" (")[2].rpartition(") ")
+            if name == "sshd" and rest[:1] not in ("Z", "X"):
+                running = True
+                break
+        if not running or time.monotonic() > end:
+            return running
+        time.sleep(0.1)
 
 
 def _is_our_sshd(pid: int, config: Path) -> bool:
