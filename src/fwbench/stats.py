@@ -7,10 +7,17 @@ differences are real.
 - Ratios of medians: paired by round (`paired_ratio_interval`: two treatments measured
   in the same round stay together, so drift between rounds does not widen the interval
   twice) or independent (`ratio_interval`).
-- Tests between two treatments of one cell: Welch's t-test, two-tailed, as seed 000
-  used (`welch`); Mann-Whitney U, one- or two-tailed, as seed 004 used
-  (`mann_whitney`); Cliff's delta as the effect size (`cliffs_delta`); Holm's
-  step-down correction across the cells of a run (`holm`).
+- The comparison of two treatments (`log_ratio`), which decides: the ratio of a to
+  b estimated and tested on the log scale, paired by round where both were measured
+  in the same rounds (the within-round ratio cancels the drift that moves both),
+  else Welch's t on the logs; its interval and its p-value come from one t
+  statistic, so at any level the interval excludes 1 exactly when p is below it.
+  Across a family, `holm_levels` gives each comparison Holm's verdict and the level
+  its interval is printed at, so verdict and interval never disagree.
+- The seeds' own tests, shown beside and deciding nothing: Welch's t-test on raw
+  values, two-tailed, as seed 000 used (`welch`); Mann-Whitney U, one- or
+  two-tailed, as seed 004 used (`mann_whitney`); Cliff's delta (`cliffs_delta`);
+  Holm's adjusted p-values (`holm`).
 - The per-packet cost model `1/pps = a + b*N` (`fit_cost`, weighted least squares):
   `b` is the time one more rule adds to every packet, in ns, with its t interval; `crossover` is the rule count
   where two backends cost the same, with a bootstrap interval.
@@ -21,6 +28,7 @@ support an answer (too few values, no variance), never a made-up number.
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import dataclass
 from typing import Sequence
@@ -110,7 +118,116 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL,
                       paired=False, level=level, resamples=resamples, seed=seed)
 
 
-# -- tests between two treatments -----------------------------------------------------
+# -- comparing two treatments: the ratio, on the log scale ----------------------------
+
+@dataclass(frozen=True)
+class RatioTest:
+    """a against b as a ratio: `ratio` = exp(mean of log a - mean of log b), or of
+    the mean within-round log ratio when `paired`. One t statistic gives the
+    interval (`interval(level)`) and the two-sided p of "ratio = 1", so they agree."""
+    log_ratio: float
+    se: float                 # standard error of log_ratio (0: every value agrees)
+    df: float | None          # t degrees of freedom (None: se is 0)
+    p: float                  # two-sided
+    paired: bool
+    n_a: int
+    n_b: int
+    n_pairs: int              # rounds both were measured in (paired), else 0
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.log_ratio)
+
+    @property
+    def test(self) -> str:
+        return (f"paired t on log ratios, {self.n_pairs} rounds" if self.paired
+                else f"Welch t on logs, {self.n_a} and {self.n_b} trials")
+
+    def interval(self, level: float = LEVEL) -> Interval:
+        """The ratio's two-sided t interval at `level`."""
+        if self.se == 0 or self.df is None:
+            return Interval(self.ratio, self.ratio, level)
+        half = float(sps.t.ppf(0.5 + level / 2, self.df)) * self.se
+        return Interval(math.exp(self.log_ratio - half), math.exp(self.log_ratio + half),
+                        level)
+
+
+def _by_round(values: Sequence[float], rounds: Sequence) -> dict:
+    """Round -> mean log of the values measured in it."""
+    logs: dict = {}
+    for v, r in zip(values, rounds):
+        logs.setdefault(r, []).append(math.log(v))
+    return {r: sum(x) / len(x) for r, x in logs.items()}
+
+
+def log_ratio(a: Sequence[float], b: Sequence[float], a_rounds: Sequence | None = None,
+              b_rounds: Sequence | None = None) -> RatioTest | None:
+    """a against b on the log scale. Paired by round when both carry rounds and
+    share at least 2 (a one-sample t on the within-round log ratios, over the
+    shared rounds); otherwise Welch's t on the logs (Welch-Satterthwaite degrees of
+    freedom). None when a value is not positive (no log: a rate of 0) or there are
+    too few: 2 shared rounds, or 2 values a side."""
+    if any(not (x > 0) for x in (*a, *b)):
+        return None
+    if a_rounds is not None and b_rounds is not None:
+        ra, rb = _by_round(a, a_rounds), _by_round(b, b_rounds)
+        shared = sorted(set(ra) & set(rb), key=str)
+        if len(shared) >= 2:
+            d = [ra[r] - rb[r] for r in shared]
+            n = len(d)
+            mean = statistics.fmean(d)
+            se = statistics.stdev(d) / math.sqrt(n)
+            return _t(mean, se, n - 1, True, len(a), len(b), n)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va ** 2 / (len(la) - 1) if va else 0) +
+                          (vb ** 2 / (len(lb) - 1) if vb else 0)) if se else None
+    return _t(statistics.fmean(la) - statistics.fmean(lb), se, df, False, len(a),
+              len(b), 0)
+
+
+def _t(mean: float, se: float, df: float | None, paired: bool, n_a: int, n_b: int,
+       n_pairs: int) -> RatioTest:
+    if se == 0 or not df:   # every value agrees: certain, either way
+        return RatioTest(mean, 0.0, None, 1.0 if mean == 0 else 0.0, paired, n_a, n_b,
+                         n_pairs)
+    p = float(2 * sps.t.sf(abs(mean) / se, df))
+    return RatioTest(mean, se, float(df), p, paired, n_a, n_b, n_pairs)
+
+
+@dataclass(frozen=True)
+class HolmVerdict:
+    rejected: bool      # a difference, at the family's level
+    alpha: float        # the level its own step of Holm's procedure tested it at
+    p_adjusted: float   # Holm's adjusted p-value
+
+
+def holm_levels(pvalues: Sequence[float | None],
+                alpha: float = 0.05) -> list[HolmVerdict | None]:
+    """Holm's step-down procedure over a family, keeping for each p-value the level
+    it was tested at: the k-th smallest against alpha / (m - k + 1), in order,
+    until the first that is not below its level; that one and every later one are
+    not rejected, all at that step's level. An interval printed at 1 - that level
+    then excludes 1 exactly for the rejected: the verdict and the interval beside
+    it are one decision. None entries stay None."""
+    idx = sorted((i for i, p in enumerate(pvalues) if p is not None),
+                 key=lambda i: pvalues[i])
+    m = len(idx)
+    adjusted = holm(pvalues)
+    out: list[HolmVerdict | None] = [None] * len(pvalues)
+    stop = None
+    for k, i in enumerate(idx):
+        level = alpha / (m - k)
+        if stop is None and pvalues[i] > level:
+            stop = level
+        out[i] = HolmVerdict(stop is None, level if stop is None else stop, adjusted[i])
+    return out
+
+
+# -- the seeds' tests (shown beside, deciding nothing) --------------------------------
 
 @dataclass(frozen=True)
 class TestResult:

@@ -135,15 +135,26 @@ def test_comparison_csv_equals_a_recomputation(report):
         for r in mine:
             a = _values(d, pair[0], int(r["rules"]), int(r["frame_size"]))
             b = _values(d, pair[1], int(r["rules"]), int(r["frame_size"]))
-            ref = sps.ttest_ind(a, b, equal_var=False)
+            # Every cell ran once a round (repetition = round): paired, by hand.
+            diffs = np.log(a) - np.log(b)
+            ref = sps.ttest_1samp(diffs, 0.0)
             ps.append(ref.pvalue)
+            assert r["test"] == "paired t on log ratios, 5 rounds" and r["paired"] == "True"
+            assert float(r["ratio"]) == pytest.approx(np.exp(np.mean(diffs)), rel=1e-12)
+            assert float(r["p"]) == pytest.approx(ref.pvalue, rel=1e-9)
             assert float(r["mean_a"]) == pytest.approx(np.mean(a), rel=1e-12)
             assert float(r["median_b"]) == pytest.approx(np.median(b), rel=1e-12)
-            assert float(r["welch_p"]) == pytest.approx(ref.pvalue, rel=1e-9)
-            assert float(r["mwu_p_two_sided"]) == pytest.approx(
+            assert float(r["seed_welch_p"]) == pytest.approx(
+                sps.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-9)
+            assert float(r["seed_mwu_p_two_sided"]) == pytest.approx(
                 sps.mannwhitneyu(a, b).pvalue, rel=1e-9)
         for r, p in zip(mine, _holm(ps)):
-            assert float(r["welch_p_holm"]) == pytest.approx(p, rel=1e-9)
+            assert float(r["p_holm"]) == pytest.approx(p, rel=1e-9)
+            # The interval is at the level Holm tested the cell at, so it excludes 1
+            # exactly where the verdict is a difference.
+            lo, hi = float(r["ratio_ci_low"]), float(r["ratio_ci_high"])
+            assert (lo > 1 or hi < 1) == (r["verdict"] in ("better", "worse"))
+            assert float(r["ci_level"]) >= 0.95
 
 
 def _md_table(md: str, caption_start: str) -> list[list[str]]:
@@ -160,12 +171,16 @@ def test_markdown_pair_table_equals_a_recomputation(report):
         assert t[0][1:] == [f"{n:,}" for n in RULES]
         legacy = dict(zip(RULES, t[2][1:]))
         nft = dict(zip(RULES, t[3][1:]))
-        welch = dict(zip(RULES, t[4][1:]))
+        assert t[5][0] == "p-value (t on the log ratio)"
+        assert t[7][0] == "seed's test: Welch, p"
+        paired, welch = dict(zip(RULES, t[5][1:])), dict(zip(RULES, t[7][1:]))
         for n in RULES:
             a, b = _values(d, "iptables-legacy", n, f), _values(d, "nftables", n, f)
             assert legacy[n] == f"{np.mean(a):,.0f}" and nft[n] == f"{np.mean(b):,.0f}"
+            p = sps.ttest_1samp(np.log(a) - np.log(b), 0.0).pvalue
+            assert float(paired[n].lstrip("<")) == pytest.approx(p, rel=0.06, abs=0.0006)
             p = sps.ttest_ind(a, b, equal_var=False).pvalue
-            assert float(welch[n]) == pytest.approx(p, rel=0.06, abs=0.0006)
+            assert float(welch[n].lstrip("<")) == pytest.approx(p, rel=0.06, abs=0.0006)
 
 
 def test_cells_csv_equals_a_recomputation(report):
@@ -225,9 +240,8 @@ def test_conclusions_claim_the_planted_difference_and_nothing_else(report):
 @pytest.fixture
 def fewer_resamples(monkeypatch):
     """999 bootstrap resamples instead of 9,999, for a test that reads only the
-    verdicts: those come from Welch's test and Holm's correction, never from a
-    bootstrap interval, so not one of them changes (checked over the 200 runs below:
-    the same claims either way, in two thirds of the time)."""
+    verdicts: those come from the t test on the log ratios and Holm's correction,
+    never from a bootstrap interval, so not one of them changes."""
     for name in ("ratio_interval", "median_ci"):
         monkeypatch.setattr(stats, name, functools.partial(getattr(stats, name),
                                                            resamples=999))
@@ -258,10 +272,13 @@ def test_compare_finds_a_planted_slowdown_only(tmp_path):
     rows = [r for r in _csv(files.csv) if r["metric"] == "rx_pps" and
             r["backend"] == "nftables" and r["rules"] == "10000"]
     for r in rows:
-        assert float(r["change_b_vs_a"]) == pytest.approx(
-            np.median(_values(b, "nftables", 10000, int(r["frame_size"]))) /
-            np.median(_values(a, "nftables", 10000, int(r["frame_size"]))) - 1, rel=1e-9)
-        assert float(r["change_b_vs_a"]) == pytest.approx(1 / 1.5 - 1, abs=0.05)
+        vb = _values(b, "nftables", 10000, int(r["frame_size"]))
+        va = _values(a, "nftables", 10000, int(r["frame_size"]))
+        # Two runs share no rounds: unpaired, the ratio of geometric means.
+        assert r["test"].startswith("Welch t on logs")
+        assert float(r["ratio_b_vs_a"]) == pytest.approx(
+            np.exp(np.mean(np.log(vb)) - np.mean(np.log(va))), rel=1e-9)
+        assert float(r["ratio_b_vs_a"]) == pytest.approx(1 / 1.5, abs=0.05)
 
 
 def test_compare_normalised_sees_the_cell_not_the_machine(tmp_path):

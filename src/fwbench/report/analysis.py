@@ -1,6 +1,15 @@
-"""From samples to conclusions: cell summaries, pairwise tests per cell with Holm's
-correction, the per-rule cost model and its crossovers, warnings, and the sentences a
-report states. Pure functions of a RunData; the renderers only format what is here.
+"""From samples to conclusions: cell summaries, pairwise comparisons per cell with
+Holm's correction, the per-rule cost model and its crossovers, warnings, and the
+sentences a report states. Pure functions of a RunData; the renderers only format
+what is here.
+
+How a comparison decides (`compare`, `apply_holm`): a against b is a ratio,
+estimated and tested on the log scale (stats.log_ratio), paired by round where both
+cells were measured in the same rounds, else Welch's t on the logs. Holm runs across
+a family that asks one question (documented where each family is built); each
+comparison's interval is printed at the level its Holm step tested it at, so a
+verdict never contradicts the interval beside it. The seeds' own tests (Welch on
+raw values, Mann-Whitney, Cliff's delta) are kept beside, and decide nothing.
 """
 from __future__ import annotations
 
@@ -42,6 +51,7 @@ class CellSummary:
     sd: float | None
     median: float
     ci: stats.Interval | None  # bootstrap 95 % interval of the median
+    rounds: tuple | None = None  # the round of each value (None: not to be paired)
 
     @property
     def n(self) -> int:
@@ -52,55 +62,129 @@ class CellSummary:
         return self.ci.width_relative_to(self.median) if self.ci else None
 
 
-def summarize(cell: Cell, values: list[float]) -> CellSummary:
+def summarize(cell: Cell, values: list[float], rounds: list | None = None) -> CellSummary:
     return CellSummary(tuple(cell), tuple(values), statistics.fmean(values),
                        statistics.stdev(values) if len(values) > 1 else None,
-                       statistics.median(values), stats.median_ci(values))
+                       statistics.median(values), stats.median_ci(values),
+                       tuple(rounds) if rounds is not None else None)
 
 
 def summaries(data: RunData, metric: Metric) -> dict[Cell, CellSummary]:
-    return {c: summarize(c, v) for c, v in data.samples(metric).items() if v}
+    """Every cell's summary, each value with its round (for pairing)."""
+    return {c: summarize(c, [v for _, v in rv], [r for r, _ in rv])
+            for c, rv in data.samples_by_round(metric).items() if rv}
 
 
 @dataclass
 class Comparison:
-    """Treatment a against treatment b in one cell (or one cell of two runs)."""
+    """Treatment a against treatment b in one cell (or one cell of two runs).
+    `test` decides (the log ratio, paired by round where it can be); the seed's
+    tests (`welch` on raw values, `mwu`, `delta`) are shown beside and decide
+    nothing. `holm` is filled in across the comparison's family."""
     a: CellSummary
     b: CellSummary
-    welch: stats.TestResult | None
+    test: stats.RatioTest | None
+    welch: stats.TestResult | None        # the seed's test (seed 000's Welch)
     mwu: stats.TestResult | None          # two-tailed
     mwu_less: stats.TestResult | None     # one-tailed: a tends to be smaller
     mwu_greater: stats.TestResult | None  # one-tailed: a tends to be larger
     delta: float | None                   # Cliff's delta of a against b
-    change: float                         # median(a) / median(b) - 1
-    change_ci: stats.Interval | None
-    welch_holm: float | None = None       # filled in across the family
+    holm: stats.HolmVerdict | None = None
+
+    @property
+    def change(self) -> float:
+        """a / b - 1: the ratio the test estimates (of geometric means, or the mean
+        within-round ratio), or of the medians when it cannot test."""
+        if self.test is not None:
+            return self.test.ratio - 1
+        return self.a.median / self.b.median - 1 if self.b.median else float("nan")
+
+    @property
+    def level(self) -> float:
+        """The confidence level of `change_ci`: Holm's, for this comparison."""
+        return 1 - self.holm.alpha if self.holm else 1 - ALPHA
+
+    @property
+    def change_ci(self) -> stats.Interval | None:
+        """The interval of `change` at `level`: it excludes 0 exactly when the
+        verdict is a difference."""
+        if self.test is None:
+            return None
+        iv = self.test.interval(self.level)
+        return stats.Interval(iv.low - 1, iv.high - 1, iv.coverage)
+
+    @property
+    def holm_p(self) -> float | None:
+        return self.holm.p_adjusted if self.holm else None
+
+    @property
+    def how_sure(self) -> float | None:
+        """Half the interval's width on the log scale, as a fraction: +-x %."""
+        iv = self.test.interval(self.level) if self.test else None
+        return math.sqrt(iv.high / iv.low) - 1 if iv and iv.low > 0 else None
 
     def verdict(self, metric: Metric, alpha: float = ALPHA) -> str:
         """"better" / "worse" (a against b), "same" (no difference shown) or
-        "untestable" (too few values or no variance)."""
-        if self.welch is None or self.welch_holm is None:
+        "untestable" (too few values, or a value of 0)."""
+        if self.test is None or self.holm is None:
             return "untestable"
-        if self.welch_holm >= alpha:
+        if not self.holm.rejected:
             return "same"
-        a_higher = self.a.mean > self.b.mean
+        a_higher = self.test.log_ratio > 0
         return "better" if a_higher == metric.higher_is_better else "worse"
 
 
-def compare(a: CellSummary, b: CellSummary) -> Comparison:
+def compare(a: CellSummary, b: CellSummary, paired: bool = True) -> Comparison:
+    """a against b. `paired`: by round where both cells carry their rounds (one
+    run); two runs' cells are never paired."""
     x, y = a.values, b.values
+    ra, rb = (a.rounds, b.rounds) if paired else (None, None)
     return Comparison(
-        a, b, stats.welch(x, y), stats.mann_whitney(x, y),
+        a, b, stats.log_ratio(x, y, ra, rb), stats.welch(x, y), stats.mann_whitney(x, y),
         stats.mann_whitney(x, y, "less"), stats.mann_whitney(x, y, "greater"),
-        stats.cliffs_delta(x, y), a.median / b.median - 1 if b.median else float("nan"),
-        stats.ratio_interval(x, y))
+        stats.cliffs_delta(x, y))
 
 
-def apply_holm(comparisons: list[Comparison]) -> None:
-    """Holm across one family (every cell of one pair and metric in a run)."""
-    adjusted = stats.holm([c.welch.p if c.welch else None for c in comparisons])
-    for c, p in zip(comparisons, adjusted):
-        c.welch_holm = p
+def apply_holm(comparisons: list[Comparison], alpha: float = ALPHA) -> None:
+    """Holm across one family: the comparisons that answer one question (the
+    caller says which)."""
+    for c, h in zip(comparisons, stats.holm_levels(
+            [c.test.p if c.test else None for c in comparisons], alpha)):
+        c.holm = h
+
+
+# A comparison in a CSV row: the ratio a / b with its interval (at `ci_level`, the
+# comparison's Holm level) and the test that decided, then the seed's own tests.
+COMPARISON_COLUMNS = ["ratio", "ratio_ci_low", "ratio_ci_high", "ci_level", "test",
+                      "paired", "n_pairs", "t_df", "p", "p_holm", "verdict",
+                      "seed_welch_t", "seed_welch_df", "seed_welch_p", "seed_mwu_u",
+                      "seed_mwu_p_two_sided", "seed_mwu_p_less", "seed_mwu_p_greater",
+                      "seed_cliffs_delta"]
+
+
+def comparison_columns(c: Comparison, m: Metric) -> list:
+    t, w, iv = c.test, c.welch, c.change_ci
+    return [1 + c.change, 1 + iv.low if iv else None, 1 + iv.high if iv else None,
+            c.level if t else None, t.test if t else None, t.paired if t else None,
+            t.n_pairs if t else None, t.df if t else None, t.p if t else None, c.holm_p,
+            c.verdict(m), w.statistic if w else None, w.df if w else None,
+            w.p if w else None, c.mwu.statistic if c.mwu else None,
+            c.mwu.p if c.mwu else None, c.mwu_less.p if c.mwu_less else None,
+            c.mwu_greater.p if c.mwu_greater else None, c.delta]
+
+
+def pairing(comparisons: list[Comparison]) -> str:
+    """How a table's comparisons were made, for its caption."""
+    tests = [c.test for c in comparisons if c.test]
+    paired = sum(t.paired for t in tests)
+    if not tests:
+        return "no comparison could be tested"
+    if paired == len(tests):
+        return "ratios paired by round (paired t on the log ratios)"
+    if not paired:
+        return "ratios unpaired (Welch's t on the logs)"
+    return (f"ratios paired by round where both were measured in the same rounds "
+            f"({paired} of {len(tests)}), else Welch's t on the logs")
 
 
 @dataclass
@@ -203,9 +287,10 @@ def ranking(data: RunData, metric: Metric, cells: dict[Cell, CellSummary],
 
 
 def factor(c: Comparison, metric: Metric) -> tuple[float, float | None, float | None]:
-    """a against b as one factor with its 95 % bootstrap interval: for a packet rate,
-    a's time per packet over b's (b's median rate over a's), so above 1 means a is
-    slower; for any other metric a's median over b's."""
+    """a against b as one factor with its interval (at the comparison's Holm level,
+    so it excludes 1 exactly when the verdict is a difference): for a packet rate,
+    a's time per packet over b's (b's rate over a's), so above 1 means a is slower;
+    for any other metric a over b."""
     r = 1 + c.change
     iv = c.change_ci
     lo, hi = (1 + iv.low, 1 + iv.high) if iv else (None, None)
@@ -459,11 +544,12 @@ def conclusions(t: PairTable, bound: set[Cell] = frozenset(),
         where = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == kind]
         if not where:
             continue
-        ps = [c.welch_holm for n, c in zip(t.rules, t.columns) if n in where]
+        ps = [c.holm_p for n, c in zip(t.rules, t.columns) if n in where]
         verb = words[rate].format(label=m.label)
         what = f" ({m.label})" if rate else ""
         s = (f"{t.a} {verb} {t.b}{what} at {_rules_phrase(where, t.rules)} for "
-             f"{t.frame_size}-byte frames, {p_bound(ps)} (Welch, Holm-adjusted).")
+             f"{t.frame_size}-byte frames, {p_bound(ps)} (t on the log ratio, "
+             f"Holm-adjusted).")
         hidden = [n for n in where if (t.a, n, t.frame_size) in bound
                   or (t.b, n, t.frame_size) in bound]
         if hidden:
@@ -476,12 +562,13 @@ def conclusions(t: PairTable, bound: set[Cell] = frozenset(),
         out.append(Claim("same", f"No difference in {m.label} between {t.a} and {t.b} is shown at "
                    f"{_rules_phrase(same, t.rules)} for {t.frame_size}-byte frames "
                    f"(Holm-adjusted p >= {alpha}; {'/'.join(map(str, ns))} trials per "
-                   f"cell): the data neither show one nor rule one out."))
+                   f"cell): every interval holds 1, and the data neither show one nor "
+                   f"rule one out."))
     untestable = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == "untestable"]
     if untestable:
         out.append(Claim("untestable", f"{t.a} and {t.b} cannot be compared at "
                          f"{_rules_phrase(untestable, t.rules)} for {t.frame_size}-byte "
-                         f"frames (fewer than 2 ok trials or no variance)."))
+                         f"frames (fewer than 2 ok trials a side, or a value of 0)."))
     return out
 
 

@@ -166,20 +166,23 @@ def pair_table_block(t: an.PairTable) -> Table:
     m = t.metric
     rows = [[t.a] + [fmt(m, c.a.mean) for c in t.columns],
             [t.b] + [fmt(m, c.b.mean) for c in t.columns],
-            ["p-value (Welch, two-tailed)"] + [an.format_p(c.welch.p if c.welch else None)
-                                               for c in t.columns],
-            ["p-value (Holm-adjusted)"] + [an.format_p(c.welch_holm) for c in t.columns],
-            ["p-value (Mann-Whitney U, two-tailed)"] + [an.format_p(c.mwu.p if c.mwu else None)
-                                                        for c in t.columns],
+            ["A / B - 1"] + [fmt_pct(c.change) for c in t.columns],
+            ["p-value (t on the log ratio)"] + [an.format_p(c.test.p if c.test else None)
+                                                for c in t.columns],
+            ["p-value (Holm-adjusted)"] + [an.format_p(c.holm_p) for c in t.columns],
+            ["seed's test: Welch, p"] + [an.format_p(c.welch.p if c.welch else None)
+                                         for c in t.columns],
+            ["seed's: Mann-Whitney, p"] + [an.format_p(c.mwu.p if c.mwu else None)
+                                           for c in t.columns],
             ["Cliff's delta"] + ["-" if c.delta is None else f"{c.delta:+.2f}"
-                                 for c in t.columns],
-            [f"median {t.a} vs {t.b}"] + [fmt_pct(c.change) for c in t.columns]]
+                                 for c in t.columns]]
     return Table(["", *[f"{n:,}" for n in t.rules]], rows,
                  f"{m.label} ({m.unit}), {t.frame_size}-byte frames: mean of "
                  f"{'/'.join(sorted({str(c.a.n) for c in t.columns} | {str(c.b.n) for c in t.columns}))} "
-                 f"trials per cell, by rule-set size",
+                 f"trials per cell, by rule-set size; A / B - 1 is {an.pairing(t.columns)} "
+                 f"(intervals in the pairs table); the seed's tests decide nothing",
                  id=f"pair-{t.a}-{t.b}-{m.key}-{t.frame_size}", kind="pvalues",
-                 row_classes=["", "", "pvalue", "holm", "pvalue", "", ""])
+                 row_classes=["", "", "", "pvalue", "holm", "pvalue", "pvalue", ""])
 
 
 def cost_table(rows: list[an.CostRow]) -> Table:
@@ -417,13 +420,18 @@ class Report:
         if rows := self._pair_rows(head, self.glance_frames[:1]):
             out.append(rows)
         out.append(Para(
-            f"Tests: Welch's two-tailed t-test per cell (seed 000's), Holm's correction "
-            f"across the cells of each pair and metric (against the best: across the "
-            f"backends at each rule count), significance at {an.ALPHA}; factors are ratios of "
-            f"medians with a 95 % bootstrap interval. Mann-Whitney U and Cliff's delta "
-            f"are in comparisons.csv and seed 000's tables below. Where no difference is "
-            f"shown, the data neither show one nor rule one out. Each metric's section "
-            f"has every frame size; the cost per rule is under Cost per rule.", "note"))
+            f"How these are decided: each comparison is a ratio, estimated and tested "
+            f"on the log scale, paired by round where both cells ran in the same rounds "
+            f"(the within-round ratio cancels drift that moves both), else Welch's t on "
+            f"the logs; Holm's correction runs across the cells of each pair and metric "
+            f"(against the best: across the backends at each rule count), at "
+            f"{an.ALPHA}, and each interval is printed at the level its Holm step "
+            f"tested, so it excludes 1 exactly where a difference is shown. Where none "
+            f"is shown, the data neither show one nor rule one out. Seed 000's own "
+            f"tests (Welch on values, Mann-Whitney U, Cliff's delta) are in "
+            f"comparisons.csv and its tables below, and decide nothing. Each metric's "
+            f"section has every frame size; the cost per rule is under Cost per "
+            f"rule.", "note"))
         return out
 
     def _pair_sentences(self, m: Metric) -> list[str]:
@@ -439,15 +447,15 @@ class Report:
                     continue
                 word = an.verdict_words(hit[0][2], m, a).split(" ", 1)[1]
                 facs = [an.factor(c, m)[0] for _, _, c in hit]
-                ps = [c.welch_holm for _, _, c in hit]
+                ps = [c.holm_p for _, _, c in hit]
                 span = (times(min(facs)) if times(min(facs)) == times(max(facs)) else
                         f"{times(min(facs))} to {times(max(facs))}")
                 claim, what = ((f"is {word} than", "its time per packet is")
                                if m.unit == "packets/s" else
                                (f"has a {word} {m.label} than", "it is"))
                 out.append(f"{a} {claim} {b} ({an.pair_kind(a, b)}) {_where(hit, cols)}: "
-                           f"{what} {span} that of {b}, {an.p_bound(ps)} (Welch, "
-                           f"Holm-adjusted).")
+                           f"{what} {span} that of {b}, {an.p_bound(ps)} (t on the "
+                           f"log ratio, Holm-adjusted).")
         return out
 
     def _best_table(self, frame: int) -> Table | None:
@@ -480,14 +488,16 @@ class Report:
         return Table(["backend", *[f"{n:,}" for n in rules]], rows,
                      f"Each backend against the best at each rule-set size, {head.label}, "
                      f"{frame}-byte frames: its time per packet over the best's, below "
-                     f"it the 95 % bootstrap interval; ≈: no difference shown, ?: "
-                     f"untestable (Welch, Holm-adjusted, {an.ALPHA}); rows best first",
+                     f"it the interval at its Holm level; ≈: no difference shown, ?: "
+                     f"untestable ({an.pairing(list(ab.comparisons.values()))}, "
+                     f"Holm-adjusted, {an.ALPHA}); rows best first",
                      id=f"against-best-{frame}")
 
     def _pair_rows(self, m: Metric, frames: list[int] | None = None,
                    ident: str | None = None) -> Table | None:
         """The compact comparison table of metric m: pair | frame | rules | factor with
-        its interval | p (Welch, Holm) | verdict, pairs grouped by what they answer."""
+        its interval | how sure | p (Holm) | test | verdict, pairs grouped by what
+        they answer."""
         rows, classes = [], []
         order = {k: i for i, (k, _) in enumerate(an.PAIR_KINDS)}
         tables = [t for mm, t, _ in self.compared if mm is m
@@ -508,9 +518,11 @@ class Report:
                 if (t.a, n, t.frame_size) in self.bound or (t.b, n, t.frame_size) in self.bound:
                     v += " (generator-bound)"
                 pair = f"{t.a} vs {t.b}"
+                sure = f"±{c.how_sure * 100:.0f} %" if c.how_sure is not None else "-"
+                test = ("paired" if c.test.paired else "unpaired") if c.test else "-"
                 rows.append(["" if kind == last_kind else kind,
                              "" if pair == last_pair else pair, f"{t.frame_size}",
-                             f"{n:,}", f"{x}{iv}", an.format_p(c.welch_holm), v])
+                             f"{n:,}", f"{x}{iv}", sure, an.format_p(c.holm_p), test, v])
                 classes.append("verdict-diff" if c.verdict(m) in ("better", "worse") else "")
                 last_kind, last_pair = kind, pair
         if not rows:
@@ -518,10 +530,14 @@ class Report:
         what = ("A's time per packet over B's" if m.unit == "packets/s" else
                 f"A's median {m.label} over B's")
         where = (f", {', '.join(map(str, frames))}-byte frames" if frames else "")
-        return Table(["question", "pair A vs B", "frame B", "rules", "A / B [95 %]",
-                      "p (Welch, Holm)", "verdict"], rows,
+        return Table(["question", "pair A vs B", "frame B", "rules", "A / B [interval]",
+                      "how sure", "p (Holm)", "test", "verdict"], rows,
                      f"{m.label}{where}, each pair at each rule-set size: A / B is {what} "
-                     f"with its bootstrap 95 % interval; bold: a difference shown",
+                     f"(geometric, on the log scale) with its interval at its Holm level "
+                     f"(95 % or more), which excludes 1 exactly where a difference is "
+                     f"shown; how sure: the interval's half-width; test: t on the log "
+                     f"ratios paired by round, or unpaired (Welch on the logs); bold: a "
+                     f"difference shown",
                      id=ident or f"pairs-{m.key}", kind="pairs", row_classes=classes)
 
     # -- the body ----------------------------------------------------------------------
@@ -596,17 +612,9 @@ class Report:
         for m in self.metrics:
             for t in self.tables[m.key]:
                 for n, c in zip(t.rules, t.columns):
-                    w = c.welch
                     comps.append([m.key, t.a, t.b, t.frame_size, n, c.a.n, c.b.n, c.a.mean,
-                                  c.b.mean, c.a.median, c.b.median, c.change,
-                                  c.change_ci.low if c.change_ci else None,
-                                  c.change_ci.high if c.change_ci else None,
-                                  w.statistic if w else None, w.df if w else None,
-                                  w.p if w else None, c.welch_holm,
-                                  c.mwu.statistic if c.mwu else None,
-                                  c.mwu.p if c.mwu else None,
-                                  c.mwu_less.p if c.mwu_less else None,
-                                  c.mwu_greater.p if c.mwu_greater else None, c.delta])
+                                  c.b.mean, c.a.median, c.b.median,
+                                  *an.comparison_columns(c, m)])
         refs = {f: an.cost_reference(self.cost, f) for f in {r.frame_size for r in self.cost}}
         cost = []
         for r in self.cost:
@@ -624,8 +632,9 @@ class Report:
             for (b, n), c in sorted(ab.comparisons.items(), key=lambda x: (x[0][1], x[0][0])):
                 x, lo, hi = an.factor(c, self.head)
                 best.append([self.head.key, ab.frame_size, n, b, ab.best[n], c.a.median,
-                             c.b.median, x, lo, hi, c.welch.p if c.welch else None,
-                             c.welch_holm, c.verdict(self.head)])
+                             c.b.median, x, lo, hi, c.level, c.test.p if c.test else None,
+                             c.holm_p, c.test.test if c.test else None,
+                             c.verdict(self.head)])
         cross = [[c.a, c.b, c.frame_size, c.crossing.rules, c.crossing.interval.low,
                   c.crossing.interval.high, c.crossing.inside, c.cheaper_below]
                  for c in self.crossings]
@@ -635,11 +644,8 @@ class Report:
             "cells": (["metric", "backend", "rules", "frame_size", "n", "mean", "sd",
                        "median", "median_ci_low", "median_ci_high"], cells),
             "comparisons": (["metric", "a", "b", "frame_size", "rules", "n_a", "n_b",
-                             "mean_a", "mean_b", "median_a", "median_b", "median_change",
-                             "median_change_ci_low", "median_change_ci_high", "welch_t",
-                             "welch_df", "welch_p", "welch_p_holm", "mwu_u",
-                             "mwu_p_two_sided", "mwu_p_less", "mwu_p_greater",
-                             "cliffs_delta"], comps),
+                             "mean_a", "mean_b", "median_a", "median_b",
+                             *an.COMPARISON_COLUMNS], comps),
             "cost_per_rule": (["backend", "frame_size", "b_ns_per_rule", "b_ci_low",
                                "b_ci_high", "a_ns", "a_ci_low", "a_ci_high", "r_squared",
                                "points", "generator_bound_excluded", "rules_min",
@@ -647,7 +653,7 @@ class Report:
                                "b_over_reference_low", "b_over_reference_high"], cost),
             "against_best": (["metric", "frame_size", "rules", "backend", "best", "median",
                               "median_best", "factor", "factor_ci_low", "factor_ci_high",
-                              "welch_p", "welch_p_holm", "verdict"], best),
+                              "ci_level", "p", "p_holm", "test", "verdict"], best),
             "crossovers": (["a", "b", "frame_size", "rules", "ci_low", "ci_high",
                             "inside_measured_range", "cheaper_below"], cross),
             "trials": (["trial", *self.data.factors, "repetition", "status"] +

@@ -86,8 +86,9 @@ class CellReport:
                 continue
             out.append(f"{self.label(c)}: {m.label} {v} than {self.label(sec.references[c])}, "
                        f"{fmt(m, comp.a.median)} against {fmt(m, comp.b.median)} {m.unit} "
-                       f"({fmt_pct(comp.change)}), p = {an.format_p(comp.welch_holm)} "
-                       f"(Welch, Holm-adjusted).")
+                       f"({fmt_pct(comp.change)} [{fmt_pct(comp.change_ci.low)}, "
+                       f"{fmt_pct(comp.change_ci.high)}]), p = {an.format_p(comp.holm_p)} "
+                       f"({comp.test.test}, Holm-adjusted).")
         return out
 
     def blocks(self, environment: Table) -> list[Block]:
@@ -103,9 +104,12 @@ class CellReport:
             "No cell differs from the cell it is compared with at the corrected "
             "significance level; see each table.", "note"))
         out.append(Para(self.tests_note or (
-            f"Tests: each cell against its reference cell, Welch's two-tailed t-test, "
-            f"Holm's correction across the cells of each metric, significance at "
-            f"{an.ALPHA}; Mann-Whitney U and Cliff's delta beside it."), "note"))
+            f"Tests: each cell against its reference cell, as a ratio on the log scale "
+            f"(paired by round where both ran in the same rounds, else Welch's t on the "
+            f"logs), Holm's correction across the cells of each metric, significance at "
+            f"{an.ALPHA}, each interval at its Holm level; the seed's tests "
+            f"(Welch on values, Mann-Whitney U, Cliff's delta) beside it decide "
+            f"nothing."), "note"))
         out.append(Heading(2, "Environment", "environment"))
         out.append(environment)
         out.append(Heading(2, "Warnings", "warnings"))
@@ -142,14 +146,16 @@ class CellReport:
             rows.append(row + [
                 self.label(sec.references[c]),
                 fmt_pct(comp.change) + (f"\n[{fmt_pct(iv.low)}, {fmt_pct(iv.high)}]" if iv else ""),
+                an.format_p(comp.holm_p),
+                ("paired" if comp.test.paired else "unpaired") if comp.test else "-",
                 an.format_p(comp.welch.p if comp.welch else None),
-                an.format_p(comp.welch_holm),
-                an.format_p(comp.mwu.p if comp.mwu else None),
-                "-" if comp.delta is None else f"{comp.delta:+.2f}"])
-        return Table([*d.factors, "median [95 %]", "n", "against", "change [95 %]",
-                      "p Welch", "p Holm", "p Mann-Whitney", "Cliff's delta"], rows,
+                an.format_p(comp.mwu.p if comp.mwu else None)])
+        return Table([*d.factors, "median [95 %]", "n", "against", "change [interval]",
+                      "p Holm", "test", "seed: p Welch", "seed: p Mann-Whitney"], rows,
                      f"{m.label} ({m.unit}): median over repetitions with its bootstrap "
-                     f"95 % interval; change = median / reference median - 1",
+                     f"95 % interval; change = the ratio to the reference - 1, on the log "
+                     f"scale, with its interval at its Holm level ({an.pairing(list(sec.comparisons.values()))}); "
+                     f"the seed's tests decide nothing",
                      id=f"cells-{m.key}", kind="pvalues")
 
     def csv_tables(self) -> dict[str, tuple[list[str], list[list]]]:
@@ -165,13 +171,9 @@ class CellReport:
                 comp = sec.comparisons.get(c)
                 if comp is None:
                     continue
-                w = comp.welch
                 comps.append([sec.metric.key, *c, *sec.references[c], comp.a.n, comp.b.n,
-                              comp.a.median, comp.b.median, comp.change,
-                              comp.change_ci.low if comp.change_ci else None,
-                              comp.change_ci.high if comp.change_ci else None,
-                              w.statistic if w else None, w.p if w else None,
-                              comp.welch_holm, comp.mwu.p if comp.mwu else None, comp.delta])
+                              comp.a.median, comp.b.median,
+                              *an.comparison_columns(comp, sec.metric)])
         metrics = [sec.metric for sec in self.sections]
         trials = [[r.trial, *d.cell(r), r.repetition, r.status] +
                   [m.value(r) if r.status == "ok" else None for m in metrics]
@@ -181,10 +183,7 @@ class CellReport:
             "cells": (["metric", *f, "n", "mean", "sd", "median", "median_ci_low",
                        "median_ci_high"], cells),
             "comparisons": (["metric", *f, *[f"reference_{x}" for x in f], "n", "n_reference",
-                             "median", "median_reference", "median_change",
-                             "median_change_ci_low", "median_change_ci_high", "welch_t",
-                             "welch_p", "welch_p_holm", "mwu_p_two_sided", "cliffs_delta"],
-                            comps),
+                             "median", "median_reference", *an.COMPARISON_COLUMNS], comps),
             "trials": (["trial", *f, "repetition", "status"] + [m.key for m in metrics],
                        trials),
         }

@@ -75,7 +75,10 @@ def rows(a: RunData, b: RunData, normalise: bool = False) -> list[Row]:
         if m.key not in keys_b:
             continue
         ca, cb = an.summaries(a, m), an.summaries(b, keys_b[m.key])
-        family = [Row(m, c, an.compare(cb[c], ca[c])) for c in sorted(set(ca) & set(cb))]
+        # Two runs share no rounds: unpaired (Welch's t on the logs). The family is
+        # the cells both runs have, per metric: "which cells changed from A to B?"
+        family = [Row(m, c, an.compare(cb[c], ca[c], paired=False))
+                  for c in sorted(set(ca) & set(cb))]
         an.apply_holm([r.comparison for r in family])
         out += family
     return out
@@ -88,7 +91,8 @@ def sentence(data: RunData, r: Row, alpha: float = an.ALPHA) -> str | None:
         return None
     return (f"{data.label(r.cell)}: {m.label} {'better' if v == 'better' else 'worse'} "
             f"in B, {fmt(m, c.b.median)} -> {fmt(m, c.a.median)} {m.unit} "
-            f"({fmt_pct(c.change)}), p = {an.format_p(c.welch_holm)} (Welch, Holm-adjusted).")
+            f"({fmt_pct(c.change)} [{fmt_pct(c.change_ci.low)}, {fmt_pct(c.change_ci.high)}]), "
+            f"p = {an.format_p(c.holm_p)} (Welch's t on the logs, Holm-adjusted).")
 
 
 def _env_diff(a: RunData, b: RunData) -> list[list[str]]:
@@ -113,19 +117,23 @@ def blocks(a: RunData, b: RunData, found: list[Row], normalised: bool = False) -
         out.append(Heading(2, f"{m.label} ({m.unit})"))
         out.append(Table(
             [*a.factors, "A median [95 %]", "B median [95 %]",
-             "B vs A [95 %]", "p Welch", "p Holm", "p Mann-Whitney", "n A/B"],
+             "B / A - 1 [interval]", "p Holm", "seed: p Welch", "seed: p Mann-Whitney",
+             "n A/B"],
             [[*(f"{v:,}" if isinstance(v, int) else str(v) for v in r.cell),
               _med(m, r.comparison.b), _med(m, r.comparison.a),
               fmt_pct(r.comparison.change) + (
                   f" [{fmt_pct(r.comparison.change_ci.low)}, "
                   f"{fmt_pct(r.comparison.change_ci.high)}]" if r.comparison.change_ci else ""),
+              an.format_p(r.comparison.holm_p),
               an.format_p(r.comparison.welch.p if r.comparison.welch else None),
-              an.format_p(r.comparison.welch_holm),
               an.format_p(r.comparison.mwu.p if r.comparison.mwu else None),
               f"{r.comparison.b.n}/{r.comparison.a.n}"] for r in mine],
             id=f"compare-{m.key}"))
-    out.append(Para("Tests as in `fwbench report`: Welch two-tailed per cell, Holm across "
-                    "the shared cells of each metric, significance at 0.05. A and B were "
+    out.append(Para("How it decides: per cell, B against A as a ratio on the log scale, "
+                    "unpaired (two runs share no rounds: Welch's t on the logs), Holm "
+                    "across the shared cells of each metric at 0.05, each interval at "
+                    "its Holm level, so it excludes 0 exactly where a change is shown; "
+                    "the seed's tests (Welch on values, Mann-Whitney) decide nothing. A and B were "
                     "measured at different times: a difference can also come from the "
                     "machine's state, so compare runs made under the same load"
                     + (", or compare rates as fractions of each run's own reference "
@@ -167,14 +175,10 @@ def compare_runs(run_a: str | Path, run_b: str | Path,
         write_atomic(dest / "compare.html", to_html(f"fwbench compare {a.path.name} vs "
                                               f"{b.path.name}", bl))
         csv_path = write_csv(dest / "compare.csv", [
-            "metric", *a.factors, "n_a", "n_b", "median_a",
-            "median_b", "change_b_vs_a", "change_ci_low", "change_ci_high", "welch_t",
-            "welch_p", "welch_p_holm", "mwu_p_two_sided", "cliffs_delta_b_vs_a"],
-            [[r.metric.key, *r.cell, c.b.n, c.a.n, c.b.median, c.a.median, c.change,
-              c.change_ci.low if c.change_ci else None,
-              c.change_ci.high if c.change_ci else None,
-              c.welch.statistic if c.welch else None, c.welch.p if c.welch else None,
-              c.welch_holm, c.mwu.p if c.mwu else None, c.delta]
+            "metric", *a.factors, "n_a", "n_b", "median_a", "median_b",
+            *[f"{x}_b_vs_a" if x.startswith("ratio") else x for x in an.COMPARISON_COLUMNS]],
+            [[r.metric.key, *r.cell, c.b.n, c.a.n, c.b.median, c.a.median,
+              *an.comparison_columns(c, r.metric)]
              for r in found for c in [r.comparison]])
     except owned.NotOurs as e:
         raise FwbenchError(f"compare --out {e}; the comparison goes into a new or empty "

@@ -77,12 +77,44 @@ class RunData:
 
     def samples(self, metric: Metric) -> dict[Cell, list[float]]:
         """Cell -> the metric over its ok trials, in repetition order."""
-        out: dict[Cell, list[float]] = defaultdict(list)
+        return {c: [v for _, v in rv] for c, rv in self.samples_by_round(metric).items()}
+
+    def samples_by_round(self, metric: Metric) -> dict[Cell, list[tuple[int, float]]]:
+        """Cell -> (round, the metric) over its ok trials, in repetition order: the
+        round each trial ran in, so two cells' trials of one round can be paired."""
+        rounds = self.rounds()
+        out: dict[Cell, list[tuple[int, float]]] = defaultdict(list)
         for r in sorted(self.ok, key=lambda r: r.repetition):
             v = metric.value(r)
             if v is not None:
-                out[self.cell(r)].append(v)
+                c = self.cell(r)
+                out[c].append((rounds.get((c, r.repetition), r.repetition), v))
         return dict(out)
+
+    def rounds(self) -> dict[tuple[Cell, int], int]:
+        """(cell, repetition) -> the round its trial ran in. The planned rounds run
+        every cell once each (plan.interleave), so there a repetition is its round;
+        an adaptive round (run.json's adaptive.rounds) runs only the cells still
+        wide, each at its own next repetition, so those trials get the round's own
+        number, after the planned ones."""
+        adaptive = self.meta.get("adaptive", {}).get("rounds", [])
+        if not adaptive:
+            return {}
+        plan = [tuple(k[f] for f in self.factors) + (k.get("repetition", 0),)
+                for k in self.meta.get("plan", [])]
+        added = sum(len(a.get("cells", [])) for a in adaptive)
+        planned = plan[:len(plan) - added] if added else plan
+        first = 1 + max((p[-1] for p in planned), default=-1)
+        nxt: dict[Cell, int] = defaultdict(lambda: first)
+        for p in planned:
+            nxt[p[:-1]] = max(nxt[p[:-1]], p[-1] + 1)
+        out = {}
+        for k, a in enumerate(adaptive):
+            for c in a.get("cells", []):
+                c = tuple(c)
+                out[(c, nxt[c])] = first + k
+                nxt[c] += 1
+        return out
 
     def backends(self) -> list[str]:
         """In the order the scenario planned them."""

@@ -96,10 +96,10 @@ def report(data: RunData) -> CellReport:
     return CellReport(data, best_of_group, lead, order=order, labels=labels(data),
                       tests_note=(
         "Tests: each treatment against the best of its group (accept or drop) at its "
-        "frame size, Welch's two-tailed t-test, Holm's correction across the treatments "
-        "of each metric, significance at 0.05; Mann-Whitney U and Cliff's delta beside "
-        "it. Rounds pair the treatments (each round ran every treatment once), which the "
-        "cost % interval above uses and these unpaired tests do not."))
+        "frame size, as a ratio on the log scale paired by round (each round ran every "
+        "treatment once), Holm's correction across the treatments of each metric, "
+        "significance at 0.05, each interval at its Holm level; the seed's tests "
+        "(Welch on values, Mann-Whitney U, Cliff's delta) beside it decide nothing."))
 
 
 # --- seed 002's claims (fwbench.findings.CLAIMS["002"]) -------------------------------

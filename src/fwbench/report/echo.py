@@ -296,7 +296,8 @@ def report(data: RunData) -> CellReport:
     blocks, figs = lead(data)
     rep = CellReport(data, without_rules, blocks, tests_note=(
         "Tests in the metric sections below: each cell with rules against the same cell "
-        "without (F = 0), Welch's two-tailed t-test with Holm's correction."),
+        "without (F = 0), as a ratio on the log scale paired by round where both ran in "
+        "the same rounds, with Holm's correction."),
         labels={c: es.label(c) for c in {data.cell(r) for r in data.records}})
     rep.figures.extend(figs)
     return rep

@@ -132,5 +132,5 @@ def report(data: RunData) -> CellReport:
         warnings.simplefilter("ignore", DegenerateDataWarning)
         return CellReport(data, lead=lead(data), tests_note=(
             "Tests in the metric sections below: each cell against iptables-legacy's "
-            "same cell (rules, frame, chain, CPUs), Welch's two-tailed t-test with "
-            "Holm's correction."))
+            "same cell (rules, frame, chain, CPUs), as a ratio on the log scale paired by "
+            "round where both ran in the same rounds, with Holm's correction."))

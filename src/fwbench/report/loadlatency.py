@@ -180,8 +180,9 @@ def report(data: RunData) -> CellReport:
     blocks, figs = lead(data)
     rep = CellReport(data, without_load, blocks, tests_note=(
         "Tests in the metric sections below: each loaded cell against the same cell "
-        "without load, Welch's two-tailed t-test with Holm's correction; the seed's own "
-        "test, Mann-Whitney U, is in the tables above."))
+        "without load, as a ratio on the log scale paired by round where both ran in the "
+        "same rounds, with Holm's correction; the seed's own test, Mann-Whitney U, is in "
+        "the tables above."))
     rep.figures.extend(figs)
     return rep
 

@@ -1,8 +1,9 @@
 """Seed 000's claims decided on a rule-count sweep (backend x rules x frame size):
 nftables (linear) against iptables at 1,000 rules and more, in rate and round trip;
 its lag growing as frames get smaller; ipset and nft sets flat in the rule count and
-about equal. Every comparison is analysis.compare's (Welch two-tailed, the change of
-medians with its bootstrap interval), Holm across the cells a claim spans.
+about equal. Every comparison is analysis.compare's (the ratio on the log scale,
+paired by round, its interval at its Holm level), Holm across the cells a claim
+spans.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def _slower(data: RunData, key: str | None, claim_key: str, what: str) -> Findin
     ours = (f"nftables / iptables-legacy ({m.label}) at {top:,} rules: " +
             ", ".join(f"{_ratio(x)} ({x.a.cell[2]} B)" for x in at_top) +
             f"; nftables worse in {worse} of {len(comps)} cells")
-    ps = [x.welch_holm for x in comps if x.welch_holm is not None]
+    ps = [x.holm_p for x in comps if x.holm_p is not None]
     tail = f" (Holm-adjusted p <= {an.format_p(max(ps))})" if ps and worse == len(comps) else ""
     if worse == len(comps):
         return Finding(c, ours, HOLDS, f"significantly worse in every cell with >= "
