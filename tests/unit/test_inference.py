@@ -155,3 +155,19 @@ def test_an_adaptive_round_pairs_the_cells_it_ran_together():
     cells = an.summaries(data, rx)
     c = an.compare(cells[a], cells[b])
     assert c.test.paired and c.test.n_pairs == 3
+
+
+def test_a_wide_interval_is_undecided_never_no_difference():
+    """No difference shown is said only where the interval stays within 2x either
+    way; a 2.5x ratio the data cannot confirm is "undecided", with how sure."""
+    rx = next(m for m in METRICS["maxrate"] if m.key == "rx_pps")
+    wide = an.compare(an.summarize(("a", 1, 64), [100.0, 900.0, 300.0], [0, 1, 2]),
+                      an.summarize(("b", 1, 64), [100.0, 100.0, 150.0], [0, 1, 2]))
+    narrow = an.compare(an.summarize(("a", 1, 64), [100.0, 104.0, 99.0], [0, 1, 2]),
+                        an.summarize(("b", 1, 64), [101.0, 100.0, 100.0], [0, 1, 2]))
+    an.apply_holm([wide])
+    an.apply_holm([narrow])
+    assert wide.test.ratio > 2 and wide.verdict(rx) == "undecided"
+    assert an.verdict_words(wide, rx, "a").startswith("undecided (±")
+    assert narrow.verdict(rx) == "same"
+    assert an.verdict_words(narrow, rx, "a") == "no difference shown"

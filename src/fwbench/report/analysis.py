@@ -24,6 +24,9 @@ from fwbench.metrics import Metric
 from fwbench.report.data import Cell, RunData
 
 ALPHA = 0.05
+# Not a difference, and an interval reaching past this factor either way: too wide
+# to call the cells alike. Such a verdict is "undecided", never "no difference".
+UNDECIDED = 2.0
 NOISY = 0.10            # a cell's 95 % median interval wider than this fraction
 GENERATOR_BOUND = 0.95  # a rate within 5 % of the no-firewall ceiling measured the sender
 # Backend families: the per-metric figures' panels, and what the default pairs contrast.
@@ -124,12 +127,16 @@ class Comparison:
         return math.sqrt(iv.high / iv.low) - 1 if iv and iv.low > 0 else None
 
     def verdict(self, metric: Metric, alpha: float = ALPHA) -> str:
-        """"better" / "worse" (a against b), "same" (no difference shown) or
-        "untestable" (too few values, or a value of 0)."""
+        """"better" / "worse" (a against b); "same" (no difference shown, the
+        interval within UNDECIDED either way); "undecided" (none shown, but the
+        interval too wide to say the two are alike); "untestable" (too few values,
+        or a value of 0)."""
         if self.test is None or self.holm is None:
             return "untestable"
         if not self.holm.rejected:
-            return "same"
+            iv = self.test.interval(self.level)
+            wide = iv.low <= 1 / UNDECIDED or iv.high >= UNDECIDED
+            return "undecided" if wide else "same"
         a_higher = self.test.log_ratio > 0
         return "better" if a_higher == metric.higher_is_better else "worse"
 
@@ -304,6 +311,8 @@ def verdict_words(c: Comparison, metric: Metric, a: str, alpha: float = ALPHA) -
     v = c.verdict(metric, alpha)
     if v == "same":
         return "no difference shown"
+    if v == "undecided":
+        return f"undecided (±{c.how_sure * 100:.0f} %)"
     if v == "untestable":
         return "untestable"
     if metric.unit == "packets/s":
@@ -525,7 +534,8 @@ BETTER = {True: "is faster than", False: "has a lower {label} than"}
 
 @dataclass(frozen=True)
 class Claim:
-    kind: str   # a verdict of Comparison: "worse", "better", "same", "untestable"
+    kind: str   # a verdict of Comparison: "worse", "better", "same", "undecided",
+    #             "untestable"
     text: str
 
     @property
@@ -564,6 +574,12 @@ def conclusions(t: PairTable, bound: set[Cell] = frozenset(),
                    f"(Holm-adjusted p >= {alpha}; {'/'.join(map(str, ns))} trials per "
                    f"cell): every interval holds 1, and the data neither show one nor "
                    f"rule one out."))
+    undecided = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == "undecided"]
+    if undecided:
+        out.append(Claim("undecided", f"{t.a} against {t.b} in {m.label} is undecided at "
+                         f"{_rules_phrase(undecided, t.rules)} for {t.frame_size}-byte "
+                         f"frames: no difference is shown, but the intervals reach past "
+                         f"{UNDECIDED:g}x either way; more rounds would narrow them."))
     untestable = [n for n, c in zip(t.rules, t.columns) if c.verdict(m, alpha) == "untestable"]
     if untestable:
         out.append(Claim("untestable", f"{t.a} and {t.b} cannot be compared at "

@@ -394,7 +394,8 @@ class Report:
             c = ab.comparisons.get((b, n))
             what = "" if c is None else (
                 f" ({times(top.median / s.median)}" +
-                (", no difference shown" if c.verdict(head) == "same" else "") + ")")
+                {"same": ", no difference shown", "undecided": ", undecided"}.get(
+                    c.verdict(head), "") + ")")
             parts.append(f"{b} {1e9 / s.median:,.0f} ns{what}")
         none = cells.get(("none", 0, frame))
         tail = (f"; without a firewall {1e9 / none.median:,.0f} ns" if none and none.median
@@ -480,7 +481,7 @@ class Report:
                 else:
                     x, lo, hi = an.factor(c, head)
                     v = c.verdict(head)
-                    mark = {"same": "≈ ", "untestable": "? "}.get(v, "")
+                    mark = {"same": "≈ ", "undecided": "? ", "untestable": "? "}.get(v, "")
                     iv = (f"{times(lo)[:-1]}-{times(hi)[:-1]}" if lo is not None and
                           hi is not None else "-")
                     row.append(f"{mark}{times(x)}\n{iv}")
@@ -489,7 +490,7 @@ class Report:
                      f"Each backend against the best at each rule-set size, {head.label}, "
                      f"{frame}-byte frames: its time per packet over the best's, below "
                      f"it the interval at its Holm level; ≈: no difference shown, ?: "
-                     f"untestable ({an.pairing(list(ab.comparisons.values()))}, "
+                     f"undecided (an interval past {an.UNDECIDED:g}x) or untestable ({an.pairing(list(ab.comparisons.values()))}, "
                      f"Holm-adjusted, {an.ALPHA}); rows best first",
                      id=f"against-best-{frame}")
 
