@@ -134,3 +134,26 @@ def test_bad_xdp_options_are_one_line(tb, args, message):
                         capture_output=True, text=True, timeout=30)
     assert cp.returncode == 2 and message in cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_every_packet_of_an_open_throttle_trial_is_accounted_for(tb):
+    """The XDP sender at open throttle through no firewall overruns the firewall's
+    backlog: the record says so, and every sent packet is placed (received, dropped
+    at the firewall's ingress, ...) with no gap beyond 0.1 %."""
+    from fwbench.backends.kernel import flush_all
+    from fwbench.traffic.engine import EngineTraffic
+    flush_all(tb)
+    tr = EngineTraffic()
+    tr.via = "xdp"
+    try:
+        r = tr.measurer(tb, 64).measure(1.0, 0)
+    finally:
+        tr.close()
+    acct = r.extra["accounting"]
+    assert r.extra["sender"] == "xdp" and acct["sent"] == r.sent > 100_000
+    assert "gap" not in acct, acct
+    stages = [k for k in acct if k != "sent"]
+    assert sum(acct[k] for k in stages) == acct["sent"]
+    assert acct["received"] == r.received
+    for k in ("lost_before_firewall", "lost_after_firewall", "not_counted_by_receiver"):
+        assert abs(acct[k]) <= 0.001 * acct["sent"], (k, acct)

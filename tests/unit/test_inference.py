@@ -171,3 +171,25 @@ def test_a_wide_interval_is_undecided_never_no_difference():
     assert an.verdict_words(wide, rx, "a").startswith("undecided (±")
     assert narrow.verdict(rx) == "same"
     assert an.verdict_words(narrow, rx, "a") == "no difference shown"
+
+
+def test_every_packet_is_accounted_for_and_a_gap_flags_the_trial():
+    """The stages of the path, from its counters: the measured XDP trial through no
+    firewall (4,886,978 sent, 736,424 dropped at the firewall's ingress backlog),
+    then the same with 5,000 packets vanishing between the firewall and the server."""
+    from fwbench.testbed.base import IfStats
+    from fwbench.traffic import accounting
+    z = IfStats(0, 0, 0, 0, 0.0)
+    before = {p: z for p in ("sender", "fw_in", "fw_out", "receiver")}
+    after = {"sender": IfStats(0, 4_886_978, 0, 0, 0.0),
+             "fw_in": IfStats(4_886_978, 0, 736_424, 0, 0.0),
+             "fw_out": IfStats(1, 4_150_554, 0, 0, 0.0),
+             "receiver": IfStats(4_150_554, 1, 0, 0, 0.0)}
+    got = accounting.account(before, after, 4_886_978, 0, {"received": 4_150_554})
+    assert got["dropped_at_firewall_ingress"] == 736_424 and got["received"] == 4_150_554
+    stages = [k for k in got if k not in ("sent", "gap")]
+    assert sum(got[k] for k in stages) == got["sent"] and "gap" not in got
+    after["receiver"] = IfStats(4_145_554, 1, 0, 0, 0.0)
+    got = accounting.account(before, after, 4_886_978, 0, {"received": 4_145_554})
+    assert got["lost_after_firewall"] == 5_000
+    assert got["gap"] == "lost after firewall: 5,000 (0.10% of sent)"

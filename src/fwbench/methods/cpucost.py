@@ -102,7 +102,7 @@ class CpuCost(Method):
         out = {
             "offered_pps": st.rate_pps, "achieved_pps": r.achieved_pps,
             "processed_pps": r.forwarded_pps, "loss_ratio": r.loss_ratio,
-            "sender_short": r.sender_short,
+            "sender_short": r.sender_short, "accounting": r.extra.get("accounting"),
             "over_capacity": r.loss_ratio > st.max_loss,
             "fw_busy_ns_per_pkt": busy / r.received if r.received else None,
             "fw_busy_fraction": busy / window,

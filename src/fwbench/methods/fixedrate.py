@@ -107,6 +107,7 @@ class FixedRate(Method):
         got, lost = r.received, r.lost
         out = {"offered_pps": pps, "achieved_pps": r.achieved_pps,
                "loss_ratio": r.loss_ratio, "sender_short": r.sender_short,
+               "accounting": r.extra.get("accounting"),
                "p50_us": (r.latency_us or {}).get("p50"),
                "fw_cpu_ns_per_pkt": (r.cpu or {}).get("fw_cpu_ns_per_pkt"),
                "softirq_share": softirq_share(r.cpu)}

@@ -57,7 +57,8 @@ class Latency(Method):
             points[name] = {"offered_pps": load, "achieved_pps": r.achieved_pps,
                             "loss_ratio": r.loss_ratio, "sender_short": r.sender_short,
                             "received": r.received, "reordered": r.reordered,
-                            "late": r.late, **(r.latency_us or {})}
+                            "late": r.late, "accounting": r.extra.get("accounting"),
+                            **(r.latency_us or {})}
         metrics["latency_us"] = points
         ping = self.ping.measure(tb, frame_size)
         metrics.update(ping)

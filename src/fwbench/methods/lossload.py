@@ -29,6 +29,7 @@ class LossLoad(Method):
                           "forwarded_pps": r.forwarded_pps, "sent": r.sent,
                           "received": r.received, "loss_ratio": r.loss_ratio,
                           "sender_short": r.sender_short,
+                          "accounting": r.extra.get("accounting"),
                           "p50_us": (r.latency_us or {}).get("p50"),
                           "fw_cpu_ns_per_pkt": (r.cpu or {}).get("fw_cpu_ns_per_pkt")})
             clean_in_a_row = clean_in_a_row + 1 if r.lost == 0 else 0

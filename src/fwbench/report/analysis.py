@@ -470,6 +470,14 @@ def warnings(data: RunData, bound: set[tuple[Cell, int]],
                 f"{data.label(data.cell(r))} rep {r.repetition}")
     for (what, reason), where in failed.items():
         out.append(Caveat(what, ", ".join(where), f"{what}: {reason}"))
+    gaps = [f"{data.label(data.cell(r))} rep {r.repetition} "
+            f"({r.metrics['accounting']['gap']})" for r in data.ok
+            if (r.metrics.get("accounting") or {}).get("gap")]
+    if gaps:
+        out.append(Caveat("packets unaccounted", ", ".join(gaps),
+                          "trials whose sent packets the path's counters do not all "
+                          "explain (beyond 0.1 %): lost where no counter on the path "
+                          "says; the record's `accounting` has every stage"))
     cells_bound: dict[Cell, int] = {}
     for cell, _ in bound:
         cells_bound[cell] = cells_bound.get(cell, 0) + 1

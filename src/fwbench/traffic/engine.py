@@ -19,6 +19,7 @@ from fwbench import cpu, engine
 from fwbench.errors import FwbenchError
 from fwbench.measurer import TrialResult
 from fwbench.testbed.base import OPEN_THROTTLE_EVERY, REFLECT_PPS, Testbed
+from fwbench.traffic import accounting
 
 _DRAIN_POLL_S = 0.02
 _DRAIN_LIMIT_S = 2.0   # RFC 2544 waits 2 s for stragglers; we stop once nothing moves
@@ -136,6 +137,7 @@ class EngineMeasurer:
             rx.reflect(reflect_every(offered_pps))
             back.arm(cookie)
         rx.arm(cookie)
+        path = accounting.path_counters(self.tb) if flow.at != "fw" else None
         before = cpu.CpuSample.of(self.tb)
         sent = engine.send(self.tb, frame_size=self.frame_size, rate_pps=offered_pps,
                            duration_s=duration_s, cookie=cookie, threads=st.threads,
@@ -143,6 +145,9 @@ class EngineMeasurer:
                            dport=flow.dport, via=self.traffic.sender_for(offered_pps))
         got = drain(rx)
         after = cpu.CpuSample.of(self.tb)
+        if path is not None:
+            acct = accounting.account(path, accounting.path_counters(self.tb), sent["sent"],
+                                      sent["refused_by_next_hop"], got)
         fw_cpu = self.tb.topo.settings.firewall_cpu
         timed = got
         extra = {"open_throttle": offered_pps <= 0,
@@ -153,6 +158,8 @@ class EngineMeasurer:
                  "malformed": got["malformed"], "receiver": rx.kind,
                  "sender": sent.get("via", "packet"),
                  "arrival_span_s": _span_s(got), "latency_kind": "one-way"}
+        if path is not None:
+            extra["accounting"] = acct
         if back is not None:
             timed = drain(back)
             extra.update(_round_trip(got, timed, self.tb.one_clock, flow))
@@ -320,4 +327,5 @@ class EngineTraffic:
                 "duplicated": r.duplicated, "reordered": r.reordered,
                 "out_of_window": r.out_of_window,
                 "latency_us": r.latency_us, "latency_kind": r.extra["latency_kind"],
-                "cpu": r.cpu}
+                "cpu": r.cpu,
+                **({"accounting": r.extra["accounting"]} if "accounting" in r.extra else {})}
