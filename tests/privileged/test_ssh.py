@@ -237,9 +237,10 @@ def test_sigint_and_sigkill_then_clean_leave_every_host_as_it_was(the_lab, tmp_p
         cp = fwbench(*QUICK, "--inventory", str(inv), "--out", str(tmp_path / "other"))
         assert cp.returncode == 2 and "is in use by another fwbench run" in cp.stderr
         assert cp.stderr.count("\n") == 1 and p.poll() is None
-    finally:
+    finally:   # ended and waited for whatever failed, so the next test finds it gone
         p.send_signal(signal.SIGINT)
-    assert p.wait(120) == 130, p.stderr.read()
+        rc = p.wait(120)
+    assert rc == 130, p.stderr.read()
     assert_same(before, host_state(the_lab))
     assert tree(work) == mine and leftover_processes(the_lab) == []
 

@@ -90,6 +90,15 @@ def _killed(role, h, live=None):
                                       "about": {"controller": "bench1"}}}]
 
 
+def _live_and_busy(role, h):
+    """A live run mid-trial: its sink table and XDP sender are on the host too,
+    and it is that run that is named, not the host's own table or program."""
+    if role == "client":
+        _killed("server", h, live=4242)
+        h.links["eth1"].xdp = {"mode": 1, "prog": {"id": 9, "name": "fwb_send"}}
+        h.nft_tables = "table netdev fwb_packets_sink\n"
+
+
 @pytest.mark.parametrize("edit, role, says", [
     (lambda role, h: h.links.pop("eth2") if role == "fw" else None, "fw",
      "fw (root@10.0.0.12:22): test interface eth2 (facing server) does not exist"),
@@ -111,6 +120,8 @@ def _killed(role, h, live=None):
     (lambda role, h: _killed(role, h, live=4242), "server",
      "server (root@10.0.0.13:22) is in use by another fwbench run (started "
      "2026-11-27T08:00:00Z from bench1, its process 4242 there): wait for it to end"),
+    (_live_and_busy, "client", "client (root@10.0.0.11:22) is in use by another fwbench "
+                               "run (started 2026-11-27T08:00:00Z from bench1"),
     (lambda role, h: setattr(h, "nft_tables", "table inet site\ntable netdev "
                              "fwb_packets_sink\n"), "client",
      "holds an nftables table netdev fwb_packets_sink, a name fwbench's packet injector "

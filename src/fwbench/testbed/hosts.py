@@ -256,6 +256,20 @@ class SshTestbed(Testbed):
             raise FwbenchError(f"{h.where}: kernel {env['kernel']} has no BTF "
                                f"(/sys/kernel/btf/vmlinux), which the engine's XDP "
                                f"programs need")
+        # Another fwbench run first: what a live run has made there (its sink table,
+        # its XDP programs) must be named as that run's, not as the host's own.
+        dirs = private_dirs(ex, h)
+        live = [d for d in dirs if d["live"]]
+        if live:
+            m = live[0]["marker"]
+            raise FwbenchError(f"{h.where} is in use by another fwbench run (started "
+                               f"{m.get('created', '?')} from {m['about'].get('controller', '?')}, "
+                               f"its process {live[0]['live']} there): wait for it to end")
+        waiting = [d["path"] for d in dirs if STATE in d["holds"]]
+        if waiting:
+            raise FwbenchError(f"{h.where} still holds the saved state of a run that did "
+                               f"not end (in {waiting[0]}): put it back first with "
+                               f"fwbench clean --inventory {self.inventory.path}")
         links = {x["ifname"]: x for x in hoststate.parsed(
             ex.output(role, ["ip", "-j", "-d", "link", "show"]))}
         session = ex.output(role, ["sh", "-c", "echo $SSH_CONNECTION"]).split()
@@ -297,18 +311,6 @@ class SshTestbed(Testbed):
             raise FwbenchError(f"{h.where} holds an nftables table netdev "
                                f"{packets.SINK_TABLE}, a name fwbench's packet injector "
                                f"uses and removes; fwbench will not touch it")
-        dirs = private_dirs(ex, h)
-        live = [d for d in dirs if d["live"]]
-        if live:
-            m = live[0]["marker"]
-            raise FwbenchError(f"{h.where} is in use by another fwbench run (started "
-                               f"{m.get('created', '?')} from {m['about'].get('controller', '?')}, "
-                               f"its process {live[0]['live']} there): wait for it to end")
-        waiting = [d["path"] for d in dirs if STATE in d["holds"]]
-        if waiting:
-            raise FwbenchError(f"{h.where} still holds the saved state of a run that did "
-                               f"not end (in {waiting[0]}): put it back first with "
-                               f"fwbench clean --inventory {self.inventory.path}")
         return {**out, "macs": {n: links[n]["address"] for n in h.ports.values()},
                 "boot_id": env.pop("boot_id"), "cpus": env["cpus"], "environment": env}
 
