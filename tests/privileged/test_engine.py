@@ -78,15 +78,20 @@ def test_a_stream_past_two_to_the_21_counts_every_packet(testbed, eng):
                        count=2_300_000, cookie=31)
     got = drain(rx)
     # On a shared machine the firewall's CPU may stall for a moment and its input
-    # queue refuse a few frames; the sender counts each, so the account is exact.
+    # queue refuse frames (0.13 % on a busy run); the sender counts each, so the
+    # account is exact. Refusals only have to leave the stream well past 2^21.
     refused = sent["refused_by_next_hop"]
-    assert sent["sent"] == 2_300_000 and refused < 2_300_000 * 0.001, sent
-    assert got["received"] == 2_300_000 - refused, got
+    assert sent["sent"] == 2_300_000 and got["received"] == 2_300_000 - refused, (sent, got)
+    assert got["received"] > 2**21 + 101_000, got
     assert got["duplicated"] == got["out_of_window"] == got["reordered"] == 0, got
-    engine.send(testbed, frame_size=64, rate_pps=20_000, duration_s=0, count=1000,
-                cookie=31, seq_start=2**21 + 100_000)
+    copies = engine.send(testbed, frame_size=64, rate_pps=20_000, duration_s=0,
+                         count=1000, cookie=31, seq_start=2**21 + 100_000)
     again = drain(rx)
-    assert again["duplicated"] == 1000 and again["received"] == got["received"], again
+    # Each copy taken is a duplicate, or new where its first was refused: never
+    # both, never neither, and at most `refused` new ones.
+    new = again["received"] - got["received"]
+    assert again["duplicated"] + new == 1000 - copies["refused_by_next_hop"], again
+    assert 0 <= new <= refused, again
     assert again["out_of_window"] == again["reordered"] == 0, again
 
 
