@@ -182,7 +182,7 @@ def test_not_a_run_is_one_error(tmp_path):
             f(tmp_path)
 
 
-FINDING_COLUMNS = ["study", "key", "claim", "seed", "test", "ours", "verdict", "why"]
+FINDING_COLUMNS = ["study", "key", "claim", "seed", "test", "margin", "ours", "verdict", "why"]
 
 
 def test_a_run_of_no_study_has_no_findings(sweep2):

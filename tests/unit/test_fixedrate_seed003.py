@@ -293,9 +293,18 @@ def test_degradation_ratio_from_the_brackets():
     r = stats.degradation_ratio(recs)[(128, "forward", 1)]
     assert r.value == pytest.approx(math.sqrt(4000 * 6000) / math.sqrt(1000 * 1500))
     assert r.interval == (4000 / 1500, 6000 / 1000)
-    # iptables never lost: no ratio to give
+    # iptables never lost up to 6,000, nftables from 2,000: at least 3x, open above
     recs = [rec("iptables-legacy", 6000, 128, 1.0), rec("nftables", 1000, 128, 1.0),
             rec("nftables", 2000, 128, 0.5, 0.5)]
+    assert stats.degradation_ratio(recs) == {(128, "forward", 1): (None, (3.0, math.inf))}
+    # nftables never lost up to 6,000, iptables from 2,000: at most 2,000 / 6,000, a
+    # flow that contradicts the claim, kept (it was dropped, and the claim "held in
+    # every flow")
+    recs = [rec("nftables", 6000, 128, 1.0), rec("iptables-legacy", 1000, 128, 1.0),
+            rec("iptables-legacy", 2000, 128, 0.5, 0.5)]
+    assert stats.degradation_ratio(recs) == {(128, "forward", 1): (None, (0.0, 2000 / 6000))}
+    # neither lost: the range says nothing
+    recs = [rec("nftables", 6000, 128, 1.0), rec("iptables-legacy", 6000, 128, 1.0)]
     assert stats.degradation_ratio(recs) == {}
 
 

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-HOLDS = "holds"
-DOES_NOT_HOLD = "does not hold"
-NOT_SHOWN = "not shown"
-VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_SHOWN)
+from fwbench.claims import DOES_NOT_HOLD, HOLDS, NOT_SHOWN, VERDICTS, Rule  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -25,6 +22,12 @@ class Claim:
     text: str         # the seed's claim in a sentence
     seed: str         # the seed's figure, as it gave it
     test: str         # how a run decides it
+    rule: Rule | str  # what the ratio must show, with its margin (fwbench.claims)
+
+    @property
+    def margin(self) -> str:
+        """The margin or threshold the findings table states."""
+        return self.rule.text if isinstance(self.rule, Rule) else self.rule
 
 
 @dataclass(frozen=True)
@@ -41,14 +44,26 @@ class Finding:
     def as_dict(self) -> dict:
         c = self.claim
         return {"study": c.study, "key": c.key, "claim": c.text, "seed": c.seed,
-                "test": c.test, "ours": self.ours, "verdict": self.verdict, "why": self.why}
+                "test": c.test, "margin": c.margin, "ours": self.ours, "verdict": self.verdict, "why": self.why}
 
 
-def _claims(study: str, *rows: tuple[str, str, str, str]) -> tuple[Claim, ...]:
+def _claims(study: str, *rows: tuple[str, str, str, str, Rule | str]) -> tuple[Claim, ...]:
     return tuple(Claim(study, *r) for r in rows)
 
 
-WELCH_HOLM = "Welch two-tailed per cell, Holm across the cells it spans"
+EQUAL = 0.10       # "about the same", "flat", "the same": within 10 % of 1
+
+
+def about(claimed: float) -> Rule:
+    """"About" a ratio: its direction, and the ratio within half the claimed change
+    either way (about 1.20x: 1.10x..1.30x; about 3x: 2x..4x)."""
+    half = (claimed - 1) / 2
+    return Rule("about", size=(claimed - half, claimed + half))
+
+
+PER_FRAME = ("per frame size, the mean log ratio over the rule counts >= 1,000 (each "
+             "cell's paired by round); holds at every frame size (intersection-union), "
+             "fails where a frame size fails at its Holm level")
 
 CLAIMS: dict[str, tuple[Claim, ...]] = {
     "000": _claims(
@@ -57,89 +72,98 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
          "nftables (linear) forwards less than iptables once rule sets reach 1,000 rules, "
          "at every frame size",
          "significantly worse at >= 1,000 rules regardless of frame size",
-         f"rx pps, nftables against iptables-legacy at every rule count >= 1,000 and "
-         f"frame size; {WELCH_HOLM}"),
+         f"rx pps nftables / iptables-legacy {PER_FRAME}", Rule("below")),
         ("nft-slower-latency",
          "nftables (linear) has a longer round trip than iptables once rule sets reach "
          "1,000 rules",
          "significantly worse at >= 1,000 rules regardless of frame size",
-         f"ping RTT, as above; {WELCH_HOLM}"),
+         f"ping RTT nftables / iptables-legacy {PER_FRAME}", Rule("above")),
         ("small-frames-worse",
          "nftables falls further behind iptables with small frames",
          "falls behind at 40 rules for small frames; at >= 1,024 B and <= 100 rules "
          "virtually identical",
-         "nftables / iptables-legacy rx pps at the largest rule count: smallest frame "
-         "against largest, bootstrap intervals of the two ratios apart"),
+         "the nftables / iptables-legacy rx pps ratio at the smallest frame over the "
+         "same ratio at the largest, the mean over the rule counts >= 1,000",
+         Rule("below")),
         ("sets-flat",
          "with indexed sets (ipset, nft set) the rate does not depend on the rule count",
          "performance 'overall very close in all cases' from 20 to 10,000 entries",
-         "rx pps at the largest rule count against the smallest, per set backend and frame "
-         "size: holds if every ratio's interval is within 10 % of 1"),
+         "rx pps at the largest rule count over the smallest, per set backend the mean "
+         "over frame sizes; holds for both backends (intersection-union)",
+         Rule("equal", EQUAL)),
         ("sets-equal",
          "ipset and nft sets perform about the same",
          "minor differences either way; 'can be considered identical'",
-         "ipset / nftset rx pps per rule count and frame size: holds if every ratio's "
-         "interval is within 10 % of 1"),
+         "ipset / nftset rx pps, the mean log ratio over every rule count and frame size",
+         Rule("equal", EQUAL)),
     ),
     "001": _claims(
         "001",
         ("per-rule-ipv4", "throughput loss grows linearly with the rules, about 0.05 % "
          "per IPv4 rule", "0.05 %/rule",
          "a line through the origin of every trial's decrease against its F = 0 cell "
-         "(iptables-legacy), bootstrap interval"),
-        ("per-rule-ipv6", "about 0.03 % per IPv6 rule", "0.03 %/rule", "as for IPv4"),
+         "(iptables-legacy), bootstrap interval", "above 0 and 0.025..0.075 %/rule"),
+        ("per-rule-ipv6", "about 0.03 % per IPv6 rule", "0.03 %/rule", "as for IPv4",
+         "above 0 and 0.015..0.045 %/rule"),
         ("threads-vs-epoll", "threads beat epoll below about 40 clients and lose above",
          "turning point ~40 clients",
-         "per client count, Welch two-tailed, Holm across client counts"),
+         "per client count, the log ratio of mean throughput per client, Holm across "
+         "client counts", "threads faster at some count below 40 and epoll at some above"),
         ("tcp-vs-udp", "TCP is slower than UDP", "8.42 % (5.18..10.64)",
-         "matched pairs of cells, Wilcoxon signed-rank"),
+         "TCP / UDP mean throughput per client, the mean log ratio over matched pairs of "
+         "cells", Rule("below")),
         ("ipv6-vs-ipv4", "IPv6 is slower than IPv4", "9.22 % (4.59..13.8)",
-         "matched pairs of cells, Wilcoxon signed-rank"),
+         "IPv6 / IPv4, as above", Rule("below")),
         ("sctp-vs-tcp", "SCTP is slower than TCP", "32.65 % (9.28..48.23)",
-         "matched pairs of cells, Wilcoxon signed-rank"),
+         "SCTP / TCP, as above", Rule("below")),
     ),
     "002": _claims(
         "002",
         ("notrack-faster", "NOTRACK accepts a flood about 20 % faster than conntrack",
          "106k vs 87k pps (cost 20 %)",
-         "notrack / conntrack - 1 of the medians, bootstrap interval over paired rounds"),
+         "notrack / conntrack accepted pps, paired t on the rounds' log ratios",
+         about(1.20)),
         ("raw-cheaper", "dropping in raw PREROUTING is about 12 % cheaper than in filter "
          "INPUT", "280k vs 250k pps (cost 12 %)",
-         "raw / filter-input - 1, as above"),
+         "raw / filter-input disposal pps, as above", about(1.12)),
         ("ipset-flat", "an ipset blacklist costs about the same whatever its size",
          "255k pps with 265,000 entries (cost 10 % against raw)",
-         "largest / smallest set size - 1: holds if the interval is within 10 % of 0"),
+         "largest / smallest set size, as above", Rule("equal", EQUAL)),
         ("bm-cheaper", "string matching with bm is cheaper than with kmp",
-         "255k vs 235k pps", "string-bm / string-kmp - 1, as above"),
+         "255k vs 235k pps", "string-bm / string-kmp, as above", Rule("above")),
     ),
     "003": _claims(
         "003",
         ("nft-degrades-earlier", "nftables starts losing packets at about a fifth of the "
          "rules iptables does", "1k / 2k / 3.5k against 5k / 11k / 20k rules (128 / 512 / "
          "1280 B flows)",
-         "the degradation points found by bisection, nftables / iptables-legacy per flow"),
+         "where iptables-legacy begins to lose over where nftables does, the range the "
+         "degradation brackets allow (open brackets kept: 0 or inf), in every flow",
+         about(5.0)),
         ("advantage-small-packets", "iptables' advantage is largest for small packets",
          "at 6,000 rules iptables processes 5.2x / 2.9x / 1.7x what nftables does",
-         "processed pps iptables-legacy / nftables at 6,000 rules per flow: the 128 B "
-         "ratio's interval above the 1280 B ratio's"),
+         "processed pps iptables-legacy / nftables at 6,000 rules, the 128 B flow's ratio "
+         "over the 1280 B flow's (Welch on logs), in every chain and CPU count",
+         Rule("above")),
         ("input-equals-forward", "filtering in INPUT costs the same as in FORWARD",
          "'the same' for both tools",
-         "processed pps INPUT / FORWARD per backend and flow: holds if every interval is "
-         "within 10 % of 1"),
+         "processed pps INPUT / FORWARD on 1 CPU, per backend the mean log ratio over "
+         "the flows; holds for every backend (intersection-union)", Rule("equal", EQUAL)),
     ),
     "004": _claims(
         "004",
         ("load-triples-latency", "bidirectional TCP load makes latency about 3x",
          "~1,108 vs ~380 µs mean RTT (2.9x)",
-         "mean RTT under load / without, per backend and rule set; Mann-Whitney "
-         "one-tailed, Holm"),
+         "mean RTT under load / without, the mean log ratio (each paired by round) over "
+         "every backend and rule set", about(3.0)),
         ("nat-equals-forward", "NAT costs about the same latency as plain forwarding",
          "within 1 µs in every configuration",
-         "NAT against forwarding per backend and load; Mann-Whitney two-tailed, Holm"),
+         "mean RTT NAT / forwarding, the mean log ratio over every backend and load",
+         Rule("equal", 0.05)),
         ("nft-lower-under-load", "nftables has slightly lower latency than iptables "
          "under load", "1,106.56 vs 1,108.42 µs (NAT), significant one-tailed on pooled "
-         "replies", "nftables against iptables-legacy under load per rule set; "
-         "Mann-Whitney two-tailed on trial means, Holm"),
+         "replies", "mean RTT nftables / iptables-legacy under load, the mean log ratio "
+         "over the rule sets", Rule("below")),
     ),
 }
 

@@ -52,7 +52,7 @@ class Degradation(NamedTuple):
 
 
 class Ratio(NamedTuple):
-    value: float
+    value: float | None     # None: a degradation range with an open end
     interval: tuple[float, float] | None
 
 
@@ -115,11 +115,13 @@ def degradation_points(data, threshold: float = LOSS_THRESHOLD
 def degradation_ratio(data, a: str = "iptables-legacy", b: str = "nftables",
                       threshold: float = LOSS_THRESHOLD) -> dict[tuple[int, str, int], Ratio]:
     """(frame_size, chain, cpus) -> where a begins to lose over where b does (seed 003:
-    about 5, 5.5 and 5.7 for 128, 512 and 1280 B). The value is the ratio of the two
-    brackets' geometric middles; the interval is the ratio's whole range over the
-    brackets, (lo_a / hi_b, hi_a / lo_b), inf or 0 where a bracket is open. None for
-    a group where either backend never lost (no upper end) or lost at its smallest
-    count (no lower end), and both: nothing to divide."""
+    about 5, 5.5 and 5.7 for 128, 512 and 1280 B). The interval is the ratio's whole
+    range over the brackets, (lo_a / hi_b, hi_a / lo_b), with 0 or inf where a
+    bracket is open: b that never lost makes the low end 0 (a flow where nftables
+    lasts at least as long as iptables stays, and can contradict the claim), a that
+    never lost makes the high end inf. The value is the ratio of the two brackets'
+    geometric middles where all four ends are known, else None. A flow is left out
+    only where the range says nothing (0 to inf)."""
     pts = degradation_points(data, threshold)
     out = {}
     for (backend, f, c, k), da in pts.items():
@@ -127,14 +129,12 @@ def degradation_ratio(data, a: str = "iptables-legacy", b: str = "nftables",
         if backend != a or db is None:
             continue
         (alo, ahi), (blo, bhi) = da.bracket, db.bracket
-        if (alo is None and ahi is None) or (blo is None and bhi is None):
-            continue
-        low = (alo or 0) / bhi if bhi else 0.0
+        low = alo / bhi if alo and bhi else 0.0
         high = ahi / blo if ahi and blo else math.inf
+        if low == 0.0 and high == math.inf:
+            continue
         mid = math.sqrt(alo * ahi) / math.sqrt(blo * bhi) if alo and ahi and blo and bhi \
             else None
-        if mid is None:
-            continue
         out[(f, c, k)] = Ratio(mid, (low, high))
     return out
 
@@ -176,6 +176,34 @@ def processed(data) -> dict[tuple[str, int, int, str, int], list[float]]:
         out[(f["backend"], f["rules"], f["frame_size"], chain_of(r), cpus_of(r))].append(
             r.metrics["processed_pps"])
     return dict(out)
+
+
+def advantage_estimates(data, rules: int = 6000, a: str = "iptables-legacy",
+                        b: str = "nftables") -> dict[tuple[int, str, int], "Estimate"]:
+    """(frame_size, chain, cpus) -> a's processed rate over b's at `rules`, as
+    fwbench.claims estimates (Welch on the logs), for the claims."""
+    from fwbench.claims import estimate
+    cells = processed(data)
+    out = {}
+    for (backend, n, f, chain, cpus), xs in cells.items():
+        ys = cells.get((b, n, f, chain, cpus))
+        if backend == a and n == rules and ys and (e := estimate(xs, ys)) is not None:
+            out[(f, chain, cpus)] = e
+    return out
+
+
+def input_forward_estimates(data) -> dict[tuple[str, int, int], "Estimate"]:
+    """(backend, frame_size, cpus) -> INPUT over FORWARD at the largest rule count both
+    chains measured, as fwbench.claims estimates (Welch on the logs)."""
+    from fwbench.claims import estimate
+    cells = processed(data)
+    out = {}
+    for (b, f, cpus) in sorted({(b, f, k) for (b, n, f, c, k) in cells}):
+        n = _common_top(cells, b, f, [("input", cpus), ("forward", cpus)])
+        xs, ys = cells.get((b, n, f, "input", cpus)), cells.get((b, n, f, "forward", cpus))
+        if xs and ys and (e := estimate(xs, ys)) is not None:
+            out[(b, f, cpus)] = e
+    return out
 
 
 def advantage_at(data, rules: int = 6000, a: str = "iptables-legacy",

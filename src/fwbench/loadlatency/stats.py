@@ -66,6 +66,7 @@ class ConfigSummary:
     load_up: list[float] = field(default_factory=list)     # bits/s per trial
     load_down: list[float] = field(default_factory=list)
     short: int = 0                                          # trials whose load fell short
+    rounds: list[int] = field(default_factory=list)         # each trial value's round
 
     @property
     def n(self) -> int:
@@ -95,6 +96,7 @@ def configs(records: list[TrialRecord]) -> dict[Config, ConfigSummary]:
             continue
         m = r.metrics
         s.trial_values.append(m["ping"]["mean"])
+        s.rounds.append(r.repetition)
         s.trial_medians.append(m["ping"]["median"])
         s.lost += m["ping"].get("lost", 0)
         replies[c] += [x[2] for x in m.get("ping_replies") or []]

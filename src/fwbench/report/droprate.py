@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import statistics
 
+from fwbench import claims as cl
 from fwbench.droprate import report as seed002
-from fwbench.findings import DOES_NOT_HOLD, HOLDS, NOT_SHOWN, Finding, claim
+from fwbench.findings import NOT_SHOWN, Finding, claim
 from fwbench.metrics import headline
 from fwbench.plan import Cell
 from fwbench.report.cells import CellReport, References
 from fwbench.report.data import RunData
 from fwbench.report.document import Block, Bullets, Heading, Para, Table
-from fwbench.stats import paired_ratio_interval
+from fwbench.report.deciding import decided
 
 
 def _groups(data: RunData) -> dict[Cell, str]:
@@ -104,49 +105,41 @@ def report(data: RunData) -> CellReport:
 
 # --- seed 002's claims (fwbench.findings.CLAIMS["002"]) -------------------------------
 
-FLAT = 0.10     # "about the same whatever its size": the interval within 10 % of 0
+def _estimate(a, b) -> cl.Estimate | None:
+    """a's disposal rate over b's, paired by round (both ran in every round)."""
+    ks = sorted(set(a.pps) & set(b.pps))
+    return cl.estimate([a.pps[k] for k in ks], [b.pps[k] for k in ks], ks, ks)
 
 
-def _faster(c, rows: list, a_id: str, b_id: str) -> Finding:
+def _faster(c, rows: list, a_id: str, b_id: str, data: RunData) -> Finding:
     a = next((w for w in rows if w.tid == a_id and w.median), None)
     b = next((w for w in rows if w.tid == b_id and w.median), None)
     if a is None or b is None:
         return Finding(c, "-", NOT_SHOWN, f"{a_id} and {b_id} were not both measured")
-    ratio = a.median / b.median - 1
-    iv = paired_ratio_interval(seed002._pairs(a, b))
-    ours = f"{100 * ratio:+.1f} %" + (f" [{100 * iv.low:+.1f}, {100 * iv.high:+.1f}]"
-                                      if iv else "") + f" ({a_id} / {b_id} - 1)"
-    if iv is None:
-        return Finding(c, ours, NOT_SHOWN, "too few paired rounds for an interval")
-    if iv.low > 0:
-        return Finding(c, ours, HOLDS, "faster: the interval excludes no difference")
-    if iv.high < 0:
-        return Finding(c, ours, DOES_NOT_HOLD, "slower: the interval is below no difference")
-    return Finding(c, ours, NOT_SHOWN, "the interval holds no difference")
+    est = _estimate(a, b)
+    if est is None:
+        return Finding(c, f"{a_id} / {b_id}: {a.median / b.median:.2f}x", NOT_SHOWN,
+                       "too few paired rounds for an interval")
+    return decided(data, c, f"{a_id} / {b_id} {cl.show(est)}", cl.decide(c.rule, est),
+                   est, 2)
 
 
-def _ipset_flat(c, rows: list) -> Finding:
+def _ipset_flat(c, rows: list, data: RunData) -> Finding:
     sets = sorted((w for w in rows if w.tid == "ipset" and w.median), key=lambda w: w.size)
     if len(sets) < 2:
         return Finding(c, "-", NOT_SHOWN, "ipset was not measured at two set sizes")
     small, large = sets[0], sets[-1]
-    ratio = large.median / small.median - 1
-    iv = paired_ratio_interval(seed002._pairs(large, small))
-    ours = (f"{100 * ratio:+.1f} %" + (f" [{100 * iv.low:+.1f}, {100 * iv.high:+.1f}]"
-                                       if iv else "") +
-            f" ({large.size:,} against {small.size:,} entries)")
-    if iv is None:
-        return Finding(c, ours, NOT_SHOWN, "too few paired rounds for an interval")
-    if -FLAT <= iv.low and iv.high <= FLAT:
-        return Finding(c, ours, HOLDS, f"the interval is within {FLAT:.0%} of no change")
-    if iv.low > FLAT or iv.high < -FLAT:
-        return Finding(c, ours, DOES_NOT_HOLD, f"the interval is wholly beyond {FLAT:.0%}")
-    return Finding(c, ours, NOT_SHOWN, f"the interval reaches past {FLAT:.0%}")
+    est = _estimate(large, small)
+    what = f"{large.size:,} against {small.size:,} entries"
+    if est is None:
+        return Finding(c, f"{large.median / small.median:.2f}x ({what})", NOT_SHOWN,
+                       "too few paired rounds for an interval")
+    return decided(data, c, f"{cl.show(est)} ({what})", cl.decide(c.rule, est), est, 2)
 
 
 def findings(data: RunData) -> list[Finding]:
     rows = seed002.rows(data.records)
-    return [_faster(claim("002", "notrack-faster"), rows, "notrack", "conntrack"),
-            _faster(claim("002", "raw-cheaper"), rows, "raw", "filter-input"),
-            _ipset_flat(claim("002", "ipset-flat"), rows),
-            _faster(claim("002", "bm-cheaper"), rows, "string-bm", "string-kmp")]
+    return [_faster(claim("002", "notrack-faster"), rows, "notrack", "conntrack", data),
+            _faster(claim("002", "raw-cheaper"), rows, "raw", "filter-input", data),
+            _ipset_flat(claim("002", "ipset-flat"), rows, data),
+            _faster(claim("002", "bm-cheaper"), rows, "string-bm", "string-kmp", data)]

@@ -7,6 +7,8 @@ the same cell without (F = 0).
 """
 from __future__ import annotations
 
+from fwbench import claims as cl
+from fwbench import findings as fd
 from fwbench.echo import stats as es
 from fwbench.echo.design import FACTORS
 from fwbench.findings import CLAIMS, Finding
@@ -15,6 +17,7 @@ from fwbench.report import figures as fg
 from fwbench.report.cells import CellReport, References
 from fwbench.report.data import RunData
 from fwbench.report.document import Block, FigureBlock, Heading, Para, Table
+from fwbench.report.deciding import decided
 
 
 def without_rules(data: RunData, cells: dict) -> References:
@@ -26,32 +29,32 @@ def _iv(iv, digits: int = 2, unit: str = "") -> str:
     return f" [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]{unit}" if iv else ""
 
 
-def _within(x: float, iv) -> bool:
-    return bool(iv) and iv[0] <= x <= iv[1]
-
-
 # --- the findings ----------------------------------------------------------------------
 
 def _slope_row(sl: es.Slope | None, family: str) -> list[str]:
+    """Loss per rule, "about" the seed's: above 0, and within half the seed's figure
+    either way (0.05 %/rule: 0.025..0.075), each read off our 95 % bootstrap
+    interval (a direction and a size, both shown when the interval is inside)."""
     seed = es.SEED001["per_rule_pct"][family]
+    lo_ok, hi_ok = seed / 2, seed * 1.5
     claim = (f"throughput loss grows linearly with the rules, about {seed} % per {family} "
              f"rule" + (f" ({sl.backend})" if sl else ""))
     if sl is None:
         return [claim, f"{seed} %/rule", "-", "not shown", "no cell of this family with "
                 "rules and its F = 0 reference"]
-    ours = f"{sl.pct_per_rule:.4f} %/rule{_iv(sl.interval, 4)}, R² {sl.r2:.2f}"
+    ours = f"{sl.pct_per_rule:.4f} %/rule{_iv(sl.interval, 4)}" + \
+        (" (95 %)" if sl.interval else "") + f", R² {sl.r2:.2f}"
     if sl.interval is None:
         return [claim, f"{seed} %/rule", ours, "not shown", "too few trials for an interval"]
-    if _within(seed, sl.interval) and _within(0.0, sl.interval):
-        return [claim, f"{seed} %/rule", ours, "not shown", "our interval holds both the "
-                "seed's figure and no loss at all: too wide to decide"]
-    if _within(seed, sl.interval):
-        return [claim, f"{seed} %/rule", ours, "holds", "the seed's figure is inside our "
-                "95 % interval, which excludes no loss"]
-    lo_hi = "below" if sl.interval[1] < seed else "above"
-    return [claim, f"{seed} %/rule", ours, "does not hold",
-            f"ours is {lo_hi} it: the interval excludes {seed} "
-            f"(fitted over {sl.cells} cells, up to {sl.max_rules:,} rules)"]
+    lo, hi = sl.interval
+    way = "holds" if lo > 0 else "does not hold" if hi < 0 else "not shown"
+    size = "holds" if lo_ok <= lo and hi <= hi_ok else \
+        "does not hold" if hi < lo_ok or lo > hi_ok else "not shown"
+    why = (f"direction {way}, size {size} (the 95 % interval against {lo_ok:g}..{hi_ok:g} "
+           f"%/rule; fitted over {sl.cells} cells, up to {sl.max_rules:,} rules)")
+    verdict = "does not hold" if "does not hold" in (way, size) else \
+        "holds" if way == size == "holds" else "not shown"
+    return [claim, f"{seed} %/rule", ours, verdict, why]
 
 
 def _server_row(tests: list[es.ServerTest], turn: float | None) -> list[str]:
@@ -77,22 +80,35 @@ def _server_row(tests: list[es.ServerTest], turn: float | None) -> list[str]:
             "no significant difference on one side at least (Holm)"]
 
 
-def _average_row(avg: es.Average | None, claim: str, seed: tuple) -> list[str]:
+def _slower_row(data: RunData, s: dict, factor: str, slow: str, fast: str,
+                key: str) -> list[str]:
+    """`slow` against `fast` over every pair of cells equal but for `factor` (epoll
+    server on both sides: UDP has no thread-per-client server): each pair's log
+    ratio of throughput per client (Welch on the logs), their mean over the pairs
+    (fwbench.claims.pooled), by the claim's rule (below 1)."""
+    c = fd.claim("001", key)
+    seed = {"tcp-vs-udp": es.SEED001["tcp_slower_than_udp_pct"],
+            "ipv6-vs-ipv4": es.SEED001["ipv6_slower_than_ipv4_pct"],
+            "sctp-vs-tcp": es.SEED001["sctp_slower_than_tcp_pct"]}[key]
     seed_text = f"{seed[0]} % ({seed[1]}..{seed[2]})"
-    if avg is None:
-        return [claim, seed_text, "-", "not shown", "no matched pair of cells"]
-    ours = (f"{avg.slower_pct:.2f} %{_iv(avg.interval)} ({avg.low:.2f}..{avg.high:.2f}, "
-            f"{avg.pairs} pairs)")
-    if avg.p is None or avg.p >= es.ALPHA:
-        return [claim, seed_text, ours, "not shown",
-                f"no significant difference (Wilcoxon p = {an.format_p(avg.p)})"]
-    if avg.slower_pct < 0:
-        return [claim, seed_text, ours, "does not hold",
-                f"the other way round (Wilcoxon p = {an.format_p(avg.p)})"]
-    size = "and the seed's size is inside our interval" if _within(seed[0], avg.interval) \
-        else "but of another size than the seed's"
-    return [claim, seed_text, ours, "holds", f"slower, p = {an.format_p(avg.p)} "
-            f"(Wilcoxon), {size}"]
+    i, srv = FACTORS.index(factor), FACTORS.index("server")
+    parts = []
+    for cell, xs in sorted(s.items(), key=lambda kv: str(kv[0])):
+        other = s.get(cell[:i] + (fast,) + cell[i + 1:])
+        if cell[i] == slow and cell[srv] == "epoll" and other and \
+                (e := cl.estimate(xs, other)) is not None:
+            parts.append(e)
+    est = cl.pooled(parts, "pairs of cells")
+    if est is None:
+        left = data.meta.get("left_out") or {}
+        why = next((w for w in left if w.startswith(slow)), None)
+        return [c.text, seed_text, "-", "not shown",
+                why or f"no pair of cells measured with {slow} and {fast}, two trials "
+                       f"or more each"]
+    slower = 100 * (1 - est.ratio)
+    ours = f"{slower:.2f} % slower, {slow} / {fast} {cl.show(est)} over {len(parts)} pairs"
+    f = decided(data, c, ours, cl.decide(c.rule, est), est, 2 * len(parts))
+    return [c.text, seed_text, f.ours, f.verdict, f.why]
 
 
 def _seed_slope(slopes: dict, family: str) -> es.Slope | None:
@@ -102,28 +118,21 @@ def _seed_slope(slopes: dict, family: str) -> es.Slope | None:
     return next((sl for sl in mine if sl.backend == "iptables-legacy"), mine[0] if mine else None)
 
 
-def _rows(data: RunData, slopes: dict, tests: list, turn: float | None,
-          tcp_udp, v6_v4) -> list[list[str]]:
+def _rows(data: RunData, st: "_Stats") -> list[list[str]]:
     """Each claim's row: [claim, seed's figure, ours, verdict, why], in CLAIMS order."""
-    rows = [_slope_row(_seed_slope(slopes, "ipv4"), "ipv4"),
-            _slope_row(_seed_slope(slopes, "ipv6"), "ipv6"),
-            _server_row(tests, turn),
-            _average_row(tcp_udp, "TCP is slower than UDP", es.SEED001["tcp_slower_than_udp_pct"]),
-            _average_row(v6_v4, "IPv6 is slower than IPv4",
-                         es.SEED001["ipv6_slower_than_ipv4_pct"])]
-    left = data.meta.get("left_out") or {}
-    sctp = next((why for why in left if why.startswith("sctp")), None)
-    seed = es.SEED001["sctp_slower_than_tcp_pct"]
-    rows.append(["SCTP is slower than TCP", f"{seed[0]} % ({seed[1]}..{seed[2]})", "-",
-                 "not shown", sctp or "no SCTP cell planned"])
-    return rows
+    return [_slope_row(_seed_slope(st.slopes, "ipv4"), "ipv4"),
+            _slope_row(_seed_slope(st.slopes, "ipv6"), "ipv6"),
+            _server_row(st.tests, st.turn),
+            _slower_row(data, st.s, "protocol", "tcp", "udp", "tcp-vs-udp"),
+            _slower_row(data, st.s, "family", "ipv6", "ipv4", "ipv6-vs-ipv4"),
+            _slower_row(data, st.s, "protocol", "sctp", "tcp", "sctp-vs-tcp")]
 
 
 class _Stats:
     """Seed 001's statistics of one run, computed once for its findings and tables."""
 
     def __init__(self, data: RunData):
-        s = es.samples(data.records)
+        self.s = s = es.samples(data.records)
         self.decs = es.decreases(s)
         backends = list(dict.fromkeys(c[FACTORS.index("backend")] for c in s))
         self.slopes = {(fam, b): es.per_rule_slope(s, fam, b) for fam in ("ipv4", "ipv6")
@@ -137,7 +146,7 @@ class _Stats:
 def seed_findings(data: RunData, st: _Stats | None = None) -> list[Finding]:
     """Seed 001's claims decided on this run (fwbench.findings.CLAIMS["001"])."""
     st = st or _Stats(data)
-    rows = _rows(data, st.slopes, st.tests, st.turn, st.tcp_udp, st.v6_v4)
+    rows = _rows(data, st)
     return [Finding(c, ours, verdict, why)
             for c, (_claim, _seed, ours, verdict, why) in zip(CLAIMS["001"], rows, strict=True)]
 

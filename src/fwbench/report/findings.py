@@ -44,11 +44,17 @@ def missing(c: Claim, why: str) -> Finding:
 
 
 def table(findings: list[Finding], study: str) -> Table:
-    return Table(["claim", f"seed {study}'s figure", "ours [95 %]", "verdict", "why"],
-                 [[f.claim.text, f.claim.seed, f.ours, f.verdict, f.why] for f in findings],
-                 f"Each of seed {study}'s headline claims decided on this run's trials. How "
-                 f"each is decided: " + "; ".join(f"({i}) {f.claim.test}" for i, f in
-                                                  enumerate(findings, 1)) + ".",
+    return Table(["claim", f"seed {study}'s figure", "decided by", "ours [interval]",
+                  "verdict", "why"],
+                 [[f.claim.text, f.claim.seed, f.claim.margin, f.ours, f.verdict, f.why]
+                  for f in findings],
+                 f"Each of seed {study}'s headline claims decided on this run's trials "
+                 f"(fwbench.claims): a direction by a one-sided test at 5 %, \"about the "
+                 f"same\" by two one-sided tests against the margin written with the "
+                 f"claim, \"about\" a size by its direction and its size separately; the "
+                 f"interval beside is the 90 % one those tests are read from. What each "
+                 f"estimate is: " + "; ".join(f"({i}) {f.claim.test}" for i, f in
+                                              enumerate(findings, 1)) + ".",
                  id="findings", kind="kv")   # kv: left-aligned text that wraps
 
 
@@ -67,5 +73,5 @@ def blocks(data: RunData, found: list[Finding]) -> list[Block]:
 
 
 def csv_table(found: list[Finding]) -> tuple[list[str], list[list]]:
-    header = ["study", "key", "claim", "seed", "test", "ours", "verdict", "why"]
+    header = ["study", "key", "claim", "seed", "test", "margin", "ours", "verdict", "why"]
     return header, [[f.as_dict()[k] for k in header] for f in found]

@@ -71,7 +71,8 @@ def lead(data: RunData) -> list[Block]:
     if ratio:
         out.append(Table(
             ["frame B", "chain", "CPUs", "iptables-legacy / nftables [range]", "seed 003"],
-            [[f"{f}", c, f"{k}", f"{r.value:.1f} [{r.interval[0]:.1f}, {r.interval[1]:.1f}]",
+            [[f"{f}", c, f"{k}", ("-" if r.value is None else f"{r.value:.1f}") +
+              f" [{r.interval[0]:.1f}, {r.interval[1]:.1f}]",
               f"{_seed_ratio(f)}"] for (f, c, k), r in sorted(ratio.items())],
             "Where iptables-legacy begins to lose over where nftables does: the ratio of "
             "the brackets' geometric middles, and its whole range over the brackets",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import statistics
 
-from fwbench.findings import DOES_NOT_HOLD, HOLDS, NOT_SHOWN, Finding, claim
+from fwbench import claims as cl
+from fwbench.findings import NOT_SHOWN, Finding, claim
 from fwbench.loadlatency import stats as ll
 from fwbench.metrics import round_trips
 from fwbench.plan import Cell
@@ -17,6 +18,7 @@ from fwbench.report import figures as fg
 from fwbench.report.cells import CellReport, References
 from fwbench.report.data import RunData
 from fwbench.report.document import Block, Bullets, FigureBlock, Heading, Para, Table
+from fwbench.report.deciding import decided
 from fwbench.report.formats import fmt_pct
 
 
@@ -189,81 +191,49 @@ def report(data: RunData) -> CellReport:
 
 # --- seed 004's claims (fwbench.findings.CLAIMS["004"]) -------------------------------
 
-EQUAL = 0.10    # "about the same": the ratio's interval within 10 % of 1
-SEED_LOAD_RATIO = 1108.0 / 380.6
+def _ratio(a: ll.ConfigSummary, b: ll.ConfigSummary) -> cl.Estimate | None:
+    """a's mean RTT over b's, paired by round where both ran in the same rounds."""
+    return cl.estimate(a.trial_values, b.trial_values, a.rounds, b.rounds)
 
 
-def _x(t: ll.Test) -> str:
-    ci = t.change_ci
-    return f"{1 + t.change:.2f}x" + (f" [{1 + ci.low:.2f}, {1 + ci.high:.2f}]" if ci else "")
+def _pooled(data: RunData, c, pairs: dict[str, tuple], what: str) -> Finding:
+    """The claim decided on the mean log ratio over `pairs` (name -> (a, b))."""
+    got = {k: e for k, (a, b) in pairs.items() if (e := _ratio(a, b)) is not None}
+    est = cl.pooled(list(got.values()), what)
+    if est is None:
+        return Finding(c, "-", NOT_SHOWN, f"no {what} measured on both sides with two "
+                       f"trials or more")
+    ours = f"{cl.show(est)} over {len(got)} {what} (" + ", ".join(
+        f"{k} {e.ratio:.2f}x" for k, e in got.items()) + ")"
+    return decided(data, c, ours, cl.decide(c.rule, est), est, 2 * len(got))
 
 
-def _span(tests: list[ll.Test]) -> str:
-    xs = [1 + t.change for t in tests if t.change is not None]
-    return f"{min(xs):.2f}..{max(xs):.2f}x over {len(tests)} configurations" if xs else "-"
-
-
-def _load_finding(tests: list[ll.Test]) -> Finding:
+def _load_finding(data: RunData, cs: dict) -> Finding:
     c = claim("004", "load-triples-latency")
-    if not tests:
-        return Finding(c, "-", NOT_SHOWN, "no configuration measured with and without load")
-    higher = [t for t in tests if t.verdict() == "higher"]
-    ours = f"mean RTT under load / without: {_span(tests)}"
-    inside = sum(1 for t in tests if t.change_ci and
-                 1 + t.change_ci.low <= SEED_LOAD_RATIO <= 1 + t.change_ci.high)
-    if len(higher) == len(tests):
-        return Finding(c, ours, HOLDS, f"higher in every configuration (one-tailed "
-                       f"Mann-Whitney, Holm p <= {an.format_p(max(t.holm for t in tests))}); "
-                       f"the seed's {SEED_LOAD_RATIO:.1f}x inside {inside} of {len(tests)} "
-                       f"intervals")
-    if any(t.verdict() == "lower" for t in tests):
-        return Finding(c, ours, DOES_NOT_HOLD, "lower under load in some configuration")
-    return Finding(c, ours, NOT_SHOWN, f"higher in {len(higher)} of {len(tests)} "
-                   f"configurations after Holm")
+    pairs = {f"{b}, {r.removeprefix('seed004-')}, {load}": (s, cs[(r, b, "none", n)])
+             for (r, b, load, n), s in cs.items()
+             if load != "none" and (r, b, "none", n) in cs}
+    return _pooled(data, c, pairs, "configurations")
 
 
-def _equal_finding(c, tests: list[ll.Test], what: str) -> Finding:
-    if not tests:
-        return Finding(c, "-", NOT_SHOWN, f"no {what} measured")
-    ours = _span(tests)
-    differ = [t for t in tests if t.verdict() in ("lower", "higher")]
-    if differ:
-        return Finding(c, ours, DOES_NOT_HOLD, f"different in {len(differ)} of {len(tests)}"
-                       f" (two-tailed Mann-Whitney, Holm): " + "; ".join(
-                           f"{t.what} {_x(t)}" for t in differ))
-    inside = sum(1 for t in tests if t.change_ci and -EQUAL <= t.change_ci.low
-                 and t.change_ci.high <= EQUAL)
-    if inside == len(tests):
-        return Finding(c, ours, HOLDS, f"no difference, and every interval within "
-                       f"{EQUAL:.0%} of equal")
-    return Finding(c, ours, NOT_SHOWN, f"no difference shown, but {len(tests) - inside} "
-                   f"of {len(tests)} intervals reach past {EQUAL:.0%}: too wide to call equal")
+def _nat_finding(data: RunData, cs: dict) -> Finding:
+    c = claim("004", "nat-equals-forward")
+    pairs = {f"{b}, {load}": (s, cs[("seed004-forward", b, load, n)])
+             for (r, b, load, n), s in cs.items()
+             if r == "seed004-nat" and ("seed004-forward", b, load, n) in cs}
+    return _pooled(data, c, pairs, "configurations")
 
 
-def _nft_under_load(tests: list[ll.Test]) -> Finding:
+def _nft_under_load(data: RunData, cs: dict) -> Finding:
     c = claim("004", "nft-lower-under-load")
-    mine = [t for t in tests if t.a[1] == "nftables" and t.b[1] == "iptables-legacy"
-            and t.a[2] != "none"]
-    if not mine:
-        return Finding(c, "-", NOT_SHOWN, "nftables and iptables-legacy were not both "
-                       "measured under load")
-    ours = "nftables / iptables-legacy under load: " + "; ".join(
-        f"{t.a[0]} {_x(t)}" for t in mine)
-    v = [t.verdict() for t in mine]
-    if "higher" in v:
-        return Finding(c, ours, DOES_NOT_HOLD, "nftables significantly higher (two-tailed "
-                       "Mann-Whitney on trial means, Holm)")
-    if "lower" in v:
-        return Finding(c, ours, HOLDS, f"nftables significantly lower in {v.count('lower')} "
-                       f"of {len(v)} rule sets (Holm)")
-    return Finding(c, ours, NOT_SHOWN, "no difference shown on trial means after Holm (the "
-                   "seed's was on pooled replies, which overstate certainty)")
+    pairs = {f"{r.removeprefix('seed004-')}, {load}": (s, cs[(r, "iptables-legacy", load, n)])
+             for (r, b, load, n), s in cs.items()
+             if b == "nftables" and load != "none" and (r, "iptables-legacy", load, n) in cs}
+    return _pooled(data, c, pairs, "rule sets")
 
 
 def findings(data: RunData) -> list[Finding]:
     cs = ll.configs(data.records)
     plain = {k: v for k, v in cs.items() if not k[3]}     # without background entries
-    return [_load_finding(ll.load_tests(plain)),
-            _equal_finding(claim("004", "nat-equals-forward"), ll.nat_tests(plain),
-                           "NAT configuration beside forwarding"),
-            _nft_under_load(ll.backend_tests(plain))]
+    return [_load_finding(data, plain), _nat_finding(data, plain),
+            _nft_under_load(data, plain)]

@@ -1,108 +1,100 @@
 """Seed 003's claims decided on a fixedrate run, from fwbench.fixedrate.stats (the
 same numbers the run's report shows): where nftables begins to lose against
 iptables, iptables' advantage at 6,000 rules by packet size, INPUT against FORWARD.
+Each by the rule written with it (fwbench.findings.CLAIMS["003"], fwbench.claims).
 """
 from __future__ import annotations
 
-from fwbench.findings import DOES_NOT_HOLD, HOLDS, NOT_SHOWN, Finding, claim
+import math
+
+from fwbench import claims as cl
+from fwbench.findings import NOT_SHOWN, Finding, claim
 from fwbench.fixedrate import stats as s3
 from fwbench.report.data import RunData
-
-EQUAL = 0.10        # "the same": every interval within 10 % of 1
-SEED_DEGRADATION_RATIO = 5.0
-
-
-def _iv(r: s3.Ratio, unit: str = "x") -> str:
-    iv = r.interval
-    if iv is None:
-        return f"{r.value:.2f}{unit}"
-    hi = "inf" if iv[1] == float("inf") else f"{iv[1]:.2f}"
-    return f"{r.value:.2f}{unit} [{iv[0]:.2f}, {hi}]"
+from fwbench.report.deciding import decided
 
 
 def _variant(chain: str, cpus: int) -> str:
     return f"{chain.upper()}, {cpus} CPU{'s' if cpus > 1 else ''}"
 
 
+def _range(r: s3.Ratio) -> str:
+    lo, hi = r.interval
+    mid = "" if r.value is None else f"{r.value:.1f}x "
+    return f"{mid}[{lo:.1f}, {'inf' if hi == math.inf else f'{hi:.1f}'}]"
+
+
 def _degrades(data: RunData) -> Finding:
+    """In every flow, iptables-legacy's degradation point over nftables' lies in the
+    claimed size: a range from the brackets, no test, so no Holm: a flow whose range
+    lies wholly on the other side of 1 (or outside the size) decides it."""
     c = claim("003", "nft-degrades-earlier")
     got = s3.degradation_ratio(data)
     if not got:
-        return Finding(c, "-", NOT_SHOWN, "no flow where both iptables-legacy and nftables "
+        return Finding(c, "-", NOT_SHOWN, "no flow where iptables-legacy or nftables "
                        "began to lose within the rule counts measured")
-    ours = "; ".join(f"{f} B {_variant(ch, k)}: {_iv(r)}" for (f, ch, k), r in sorted(got.items()))
-    above = [r for r in got.values() if r.interval and r.interval[0] > 1]
-    below = [r for r in got.values() if r.interval and r.interval[1] < 1]
-    size = sum(1 for r in got.values() if r.interval and
-               r.interval[0] <= SEED_DEGRADATION_RATIO <= r.interval[1])
-    if below:
-        return Finding(c, ours, DOES_NOT_HOLD, f"nftables lasts longer in {len(below)} of "
-                       f"{len(got)} flows")
-    if len(above) == len(got):
-        return Finding(c, ours, HOLDS, f"nftables begins to lose first in every flow; the "
-                       f"seed's {SEED_DEGRADATION_RATIO:g}x is inside {size} of {len(got)} "
-                       f"ranges (iptables-legacy's point over nftables', from the search's "
-                       f"brackets)")
-    return Finding(c, ours, NOT_SHOWN, "the brackets overlap in some flow")
+    ours = "; ".join(f"{f} B {_variant(ch, k)}: {_range(r)}"
+                     for (f, ch, k), r in sorted(got.items()))
+    ds = {f"{f} B {_variant(ch, k)}": cl.decide_range(c.rule, *r.interval)
+          for (f, ch, k), r in sorted(got.items())}
+    against = [k for k, d in ds.items() if d.verdict == cl.DOES_NOT_HOLD]
+    if against:
+        return Finding(c, ours, cl.DOES_NOT_HOLD, f"{against[0]}: {ds[against[0]].why}"
+                       + (f" (and {len(against) - 1} more flows)" if len(against) > 1 else ""))
+    held = [k for k, d in ds.items() if d.verdict == cl.HOLDS]
+    if len(held) == len(ds):
+        return Finding(c, ours, cl.HOLDS, f"in every one of {len(ds)} flows the range lies "
+                       f"within {cl.fmt_ratio(c.rule.size[0])}..{cl.fmt_ratio(c.rule.size[1])}")
+    open_ = next(k for k, d in ds.items() if d.verdict != cl.HOLDS)
+    return Finding(c, ours, NOT_SHOWN, f"holds in {len(held)} of {len(ds)} flows; "
+                   f"{open_}: {ds[open_].why} (a finer rule grid would narrow it)")
 
 
 def _advantage(data: RunData, rules: int = 6000) -> Finding:
     c = claim("003", "advantage-small-packets")
-    got = s3.advantage_at(data, rules)
+    got = s3.advantage_estimates(data, rules)
     if not got:
         return Finding(c, "-", NOT_SHOWN, f"iptables-legacy and nftables were not both "
                        f"measured at {rules:,} rules")
-    ours = "; ".join(f"{f} B {_variant(ch, k)}: {_iv(r)}" for (f, ch, k), r in sorted(got.items()))
-    verdicts = []
+    parts: dict[str, cl.Estimate | None] = {}
     for ch, k in sorted({(ch, k) for (_, ch, k) in got}):
         frames = sorted(f for (f, c2, k2) in got if (c2, k2) == (ch, k))
-        if len(frames) < 2:
-            continue
-        small, large = got[(frames[0], ch, k)], got[(frames[-1], ch, k)]
-        if not (small.interval and large.interval):
-            verdicts.append(NOT_SHOWN)
-        elif small.interval[0] > large.interval[1]:
-            verdicts.append(HOLDS)
-        elif small.interval[1] < large.interval[0]:
-            verdicts.append(DOES_NOT_HOLD)
-        else:
-            verdicts.append(NOT_SHOWN)
-    if not verdicts:
+        if len(frames) >= 2:
+            parts[_variant(ch, k)] = cl.contrast(got[(frames[0], ch, k)],
+                                                 got[(frames[-1], ch, k)])
+    ours = "; ".join(f"{f} B {_variant(ch, k)}: {cl.show(e)}"
+                     for (f, ch, k), e in sorted(got.items()))
+    if not parts:
         return Finding(c, ours, NOT_SHOWN, "needs two flows (packet sizes) or more")
-    if DOES_NOT_HOLD in verdicts:
-        return Finding(c, ours, DOES_NOT_HOLD, "the smallest packets' advantage lies below "
-                       "the largest's")
-    if all(v == HOLDS for v in verdicts):
-        return Finding(c, ours, HOLDS, "the smallest packets' advantage interval lies above "
-                       "the largest packets' in every chain and CPU count (Welch on logs)")
-    return Finding(c, ours, NOT_SHOWN, "the smallest and largest packets' intervals overlap")
+    ours += "; smallest over largest: " + ", ".join(f"{k} {cl.show(e)}"
+                                                    for k, e in parts.items())
+    widest = max(parts.values(), key=lambda e: e.se)
+    return decided(data, c, ours, cl.every(c.rule, parts, "chains and CPU counts"),
+                   widest, 4)
 
 
 def _input_forward(data: RunData) -> Finding:
     c = claim("003", "input-equals-forward")
-    every = {k: r for k, r in s3.input_vs_forward(data).items() if k[0] != "none"}
+    every = {k: e for k, e in s3.input_forward_estimates(data).items() if k[0] != "none"}
     # Decided where the firewall has a CPU of its own, as the seed's had: on this
     # testbed a second firewall CPU is the sender's too (its work there runs in the
     # sender's system calls), which no chain of the seed's shared.
-    got = {k: r for k, r in every.items() if k[2] == 1} or every
+    got = {k: e for k, e in every.items() if k[2] == 1} or every
     if not got:
         return Finding(c, "-", NOT_SHOWN, "INPUT and FORWARD were not both measured")
+    per = {b: cl.pooled([e for (b2, _f, _k), e in got.items() if b2 == b], "flows")
+           for b in sorted({b for b, _f, _k in got})}
     note = (f" (on 1 CPU; on {max(k[2] for k in every)} CPUs, one shared with the "
-            f"sender: " + ", ".join(f"{b} {f} B {_iv(r)}" for (b, f, k), r in
+            f"sender: " + ", ".join(f"{b} {f} B {cl.show(e)}" for (b, f, k), e in
                                     sorted(every.items()) if k != 1) + ")"
             if len(got) < len(every) else "")
-    ours = "; ".join(f"{b} {f} B, {k} CPU{'s' if k > 1 else ''}: {_iv(r)}"
-                     for (b, f, k), r in sorted(got.items()))
-    ivs = [r.interval for r in got.values()]
-    outside = sum(1 for iv in ivs if iv and (iv[0] > 1 + EQUAL or iv[1] < 1 - EQUAL))
-    inside = sum(1 for iv in ivs if iv and 1 - EQUAL <= iv[0] and iv[1] <= 1 + EQUAL)
-    if outside:
-        return Finding(c, ours, DOES_NOT_HOLD, f"{outside} of {len(ivs)} intervals wholly "
-                       f"beyond {EQUAL:.0%} of equal{note}")
-    if inside == len(ivs):
-        return Finding(c, ours, HOLDS, f"every interval within {EQUAL:.0%} of equal{note}")
-    return Finding(c, ours, NOT_SHOWN, f"{len(ivs) - inside} of {len(ivs)} intervals reach "
-                   f"past {EQUAL:.0%}{note}")
+    cpu = "on 1 CPU" if all(k[2] == 1 for k in got) else "on every CPU count"
+    ours = "; ".join(f"{b} {cl.show(e)} over {e.cells} flows" for b, e in per.items()) + \
+        f" ({cpu})"
+    d = cl.every(c.rule, per, "backends")
+    widest = max(per.values(), key=lambda e: e.se)
+    f = decided(data, c, ours, d, widest, 2 * len(got))
+    return Finding(c, f.ours, f.verdict, f.why + note)
 
 
 def findings(data: RunData) -> list[Finding]:
