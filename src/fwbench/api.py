@@ -96,6 +96,7 @@ from fwbench.errors import FwbenchError
 from fwbench.metrics import METRICS
 from fwbench.report import analysis as an
 from fwbench.report.data import RunData, load
+from fwbench.report.findings import open_claims
 
 __all__ = ["FwbenchError", "run", "resume", "trials", "cells", "cost_model",
            "findings", "report", "studies", "study"]
@@ -179,7 +180,7 @@ def run(scenario: PathLike | None = None, out: PathLike | None = None,
     _need_root("fwbench.api.run")
     path = Path(out) if out is not None else loop.default_out(sc)
     console = _console()
-    return _execute(lambda: loop.start(sc, path, console), path, console)
+    return _execute(lambda: loop.start(sc, path, console, open_claims), path, console)
 
 
 def resume(run_dir: PathLike) -> Path:
@@ -189,7 +190,7 @@ def resume(run_dir: PathLike) -> Path:
     _need_root("fwbench.api.resume")
     path = Path(run_dir)
     console = _console()
-    return _execute(lambda: loop.resume(path, console), path, console)
+    return _execute(lambda: loop.resume(path, console, open_claims), path, console)
 
 
 # -- reading ----------------------------------------------------------------------------

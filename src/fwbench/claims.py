@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -53,21 +55,49 @@ DOES_NOT_HOLD = "does not hold"
 NOT_SHOWN = "not shown"
 VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_SHOWN)
 
-ALPHA = 0.05            # each claim's one-sided tests
-LEVEL = 1 - 2 * ALPHA   # the interval printed beside a verdict
-_EPS = 1e-9             # p exactly at ALPHA, to rounding: an interval's end on a bound
+ALPHA = 0.05            # each claim's one-sided tests, at one look
+_EPS = 1e-9             # p exactly at alpha, to rounding: an interval's end on a bound
+_looks: ContextVar[int] = ContextVar("looks", default=1)
+
+
+@contextmanager
+def looks(k: int):
+    """Decide as one of at most `k` looks at a study's growing data (a sequential
+    study: after its planned rounds, then after each round it adds): every test at
+    ALPHA / k, so the chance of any false verdict at any look stays at ALPHA
+    (Bonferroni over the looks, the simplest alpha spending)."""
+    token = _looks.set(max(1, int(k)))
+    try:
+        yield
+    finally:
+        _looks.reset(token)
+
+
+def alpha() -> float:
+    """The level each one-sided test is at now: ALPHA, or ALPHA / looks."""
+    return ALPHA / _looks.get()
+
+
+def level() -> float:
+    """The interval printed beside a verdict: 1 - 2 alpha (90 % at one look)."""
+    return 1 - 2 * alpha()
+
+
+def pct(x: float) -> str:
+    """A fraction as the reports print it: 0.1 -> '10 %', 0.975 -> '97.5 %'."""
+    return f"{100 * x:.3g} %"
 
 
 def _shown(p: float) -> bool:
-    """The claim is shown: p at or below ALPHA (an interval end exactly on a margin
+    """The claim is shown: p at or below alpha (an interval end exactly on a margin
     counts as inside it)."""
-    return p <= ALPHA * (1 + _EPS)
+    return p <= alpha() * (1 + _EPS)
 
 
 def _refuted(p: float) -> bool:
-    """The claim is shown false: p strictly below ALPHA (an interval touching the
+    """The claim is shown false: p strictly below alpha (an interval touching the
     margin is not wholly beyond it)."""
-    return p < ALPHA * (1 - _EPS)
+    return p < alpha() * (1 - _EPS)
 
 
 @dataclass(frozen=True)
@@ -89,8 +119,9 @@ class Estimate:
         return 0.0 if self.se == 0 or self.df is None else \
             float(sps.t.ppf(0.5 + level / 2, self.df)) * self.se
 
-    def interval(self, level: float = LEVEL) -> tuple[float, float]:
-        q = self._q(level)
+    def interval(self, at: float | None = None) -> tuple[float, float]:
+        """The interval at `at` (None: the verdicts' own, `level()`)."""
+        q = self._q(level() if at is None else at)
         return math.exp(self.log - q), math.exp(self.log + q)
 
     def p_above(self, log_bound: float) -> float:
@@ -186,11 +217,6 @@ class Rule:
         return self.kind == "above" or (self.kind == "about" and self.size[0] > 1)
 
 
-def pct(x: float) -> str:
-    """A fraction as the reports print it: 0.1 -> '10 %'."""
-    return f"{100 * x:.0f} %"
-
-
 def fmt_ratio(r: float) -> str:
     """A ratio as the tables print it: 0.93x, 3.0x, 12x."""
     if r == math.inf:
@@ -198,10 +224,10 @@ def fmt_ratio(r: float) -> str:
     return f"{r:.2f}x" if r < 2 else f"{r:.1f}x" if r < 10 else f"{r:.0f}x"
 
 
-def show(est: Estimate, level: float = LEVEL) -> str:
-    """'0.31x [0.25, 0.38] (90 %)'."""
-    lo, hi = est.interval(level)
-    return f"{fmt_ratio(est.ratio)} [{fmt_ratio(lo)[:-1]}, {fmt_ratio(hi)[:-1]}] ({pct(level)})"
+def show(est: Estimate) -> str:
+    """'0.31x [0.25, 0.38] (90 %)': at the verdicts' own level."""
+    lo, hi = est.interval()
+    return f"{fmt_ratio(est.ratio)} [{fmt_ratio(lo)[:-1]}, {fmt_ratio(hi)[:-1]}] ({pct(level())})"
 
 
 def p_holds(rule: Rule, est: Estimate) -> float:
@@ -252,13 +278,15 @@ def _said(rule: Rule, est: Estimate, held: bool | None) -> str:
     if rule.kind in ("above", "below"):
         side = "above" if rule.kind == "above" else "below"
         other = "below" if side == "above" else "above"
-        return {True: f"the 90 % interval lies {side} 1",
-                False: f"the 90 % interval lies {other} 1: the other way",
-                None: "the 90 % interval holds 1"}[held]
+        iv = f"the {pct(level())} interval"
+        return {True: f"{iv} lies {side} 1",
+                False: f"{iv} lies {other} 1: the other way",
+                None: f"{iv} holds 1"}[held]
     m = f"±{pct(rule.margin)}"
-    return {True: f"the 90 % interval lies within {m}",
-            False: f"the 90 % interval lies wholly beyond {m}",
-            None: f"the 90 % interval reaches past {m}"}[held]
+    iv = f"the {pct(level())} interval"
+    return {True: f"{iv} lies within {m}",
+            False: f"{iv} lies wholly beyond {m}",
+            None: f"{iv} reaches past {m}"}[held]
 
 
 def _about(rule: Rule, est: Estimate) -> Decision:
@@ -268,7 +296,8 @@ def _about(rule: Rule, est: Estimate) -> Decision:
     s = HOLDS if _shown(p_holds(rule, est)) else \
         DOES_NOT_HOLD if _refuted(p_fails(rule, est)) else NOT_SHOWN
     lo, hi = rule.size
-    said = f"direction {d}, size {s} (the 90 % interval against {fmt_ratio(lo)}..{fmt_ratio(hi)})"
+    said = f"direction {d}, size {s} (the {pct(level())} interval "
+    said += f"against {fmt_ratio(lo)}..{fmt_ratio(hi)})"
     if d == DOES_NOT_HOLD or s == DOES_NOT_HOLD:
         return Decision(DOES_NOT_HOLD, said)
     if d == HOLDS and s == HOLDS:
@@ -302,14 +331,14 @@ def every(rule: Rule, parts: dict[str, Estimate | None], what: str) -> Decision:
 
 def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
          cells: int | None = None) -> str:
-    """What a claim not decided would need: the 90 % interval's half-width (on the
+    """What a claim not decided would need: the verdicts' interval's half-width (on the
     log scale, as ±%) that would decide it where the estimate lies now, and about
     how many trials a cell that takes (the half-width narrowing as one over the
     square root of the trials), with the time if a trial's seconds and the cells
     are given. '' when nothing can be said."""
     if est is None or est.se == 0 or est.df is None or not est.trials:
         return ""
-    half_now = est._q(LEVEL)
+    half_now = est._q(level())
     bounds = {"above": [0.0], "below": [0.0]}.get(rule.kind) or [
         math.log(b) for b in ((1 - rule.margin, 1 + rule.margin) if rule.kind == "equal"
                               else rule.size)]
@@ -331,7 +360,7 @@ def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
     more = ""
     if trial_s and cells:
         more = f" (~{max(1, round((n - est.trials) * cells * trial_s / 60))} min more)"
-    return f"needs ±{pct(closer)}: about {n} trials a cell{more}"
+    return f"needs ±{100 * closer:.2g} %: about {n} trials a cell{more}"
 
 
 def estimate(a: Sequence[float], b: Sequence[float], a_rounds: Sequence | None = None,

@@ -187,6 +187,7 @@ def _need_root(what: str) -> None:
 def cmd_run(args, out: Console, err: Console) -> int:
     from fwbench import scenario
     from fwbench.experiments import loop
+    from fwbench.report.findings import open_claims
 
     scenario_opts = {"backends": args.backends, "rules": args.rules,
                      "frame_sizes": args.frame_sizes, "repeat": args.repeat,
@@ -208,12 +209,12 @@ def cmd_run(args, out: Console, err: Console) -> int:
                                "give it no scenario or other options")
         _need_root("fwbench run")
         path = Path(args.resume)
-        target = lambda: loop.resume(path, err)  # noqa: E731
+        target = lambda: loop.resume(path, err, open_claims)  # noqa: E731
     else:
         sc = scenario.load(args.scenario, scenario_opts)
         _need_root("fwbench run")
         path = Path(args.out) if args.out else loop.default_out(sc)
-        target = lambda: loop.start(sc, path, err)  # noqa: E731
+        target = lambda: loop.start(sc, path, err, open_claims)  # noqa: E731
     try:
         outcome = target()
     except (KeyboardInterrupt, loop.Interrupted):

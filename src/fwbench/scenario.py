@@ -18,7 +18,7 @@ from fwbench.catalog import EXPERIMENTS
 from fwbench.ruleset.templates import TEMPLATES
 from fwbench.ruleset.templates import droprate as drop
 from fwbench.errors import FwbenchError
-from fwbench.findings import METHOD_OF_STUDY, STUDY_IDS
+from fwbench.findings import METHOD_OF_STUDY, STUDY_IDS, study_of
 from fwbench.frames import check_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
 from fwbench.ruleset.templates.updates import KINDS as UPDATE_KINDS
@@ -132,6 +132,11 @@ class AdaptiveSettings(BaseModel):
     budget_min: Annotated[float, Field(gt=0)] | None = Field(
         None, description="minutes of trials the run may spend in all: an adaptive "
         "round is cut to the widest cells that fit, and none starts once it is spent")
+    until: Literal["width", "claims"] = Field(
+        "width", description="width: repeat the cells whose interval is wider than "
+        "rel_width; claims (a study's run): repeat the cells that the study's claims "
+        "not yet decided read, until each is decided, every look at the data then "
+        "testing at 5 % / the most looks the run can take (max_repeat - repeat + 1)")
 
 
 # Payload text for string matching: kept to characters iptables-save prints as they
@@ -496,6 +501,11 @@ class Scenario(BaseModel):
         if a.max_repeat and a.max_repeat <= self.repeat:
             raise ValueError(f"adaptive.max_repeat ({a.max_repeat}) must be above repeat "
                              f"({self.repeat}), or 0 for off")
+        if a.until == "claims" and (not a.max_repeat or
+                                    study_of({"method": self.method, "study": self.study})
+                                    is None):
+            raise ValueError("adaptive.until = \"claims\" needs adaptive.max_repeat and a "
+                             "study whose claims to decide (the scenario's study key)")
         t = self.throughput
         if len(set(t.loss_ratios)) != len(t.loss_ratios):
             raise ValueError("throughput.loss_ratios has duplicates")

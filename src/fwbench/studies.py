@@ -93,6 +93,7 @@ class Outcome:
     not_ok: int
     findings: list[Finding]
     report: Path | None
+    looks: int = 1        # the most looks its claims had (report.findings.looks)
 
 
 def default_out(study_id: str) -> Path:
@@ -176,20 +177,21 @@ def run(study_id: str, out: str | Path | None, console: Console) -> Outcome:
     t0 = time.monotonic()
     if (path / "run.json").exists():
         console.print(f"study {st.id}: finishing the run in {path}")
-        outcome = loop.resume(path, console)
+        outcome = loop.resume(path, console, rf.open_claims)
     else:
         sc = scenario.load(str(st.path()), {})
         console.print(f"study {st.id}: {st.title}; {st.runs}; scale: {st.scale}; about "
                       f"{st.minutes:g} min here", highlight=False)
-        outcome = loop.start(sc, path, console)
+        outcome = loop.start(sc, path, console, rf.open_claims)
     not_ok = sum(1 for r in outcome.records if r.status != "ok")
     report = None
     found: list[Finding] = []
+    data = load(path)
     if any(r.status == "ok" for r in outcome.records):
         report = build(path).html
-        found = rf.decide(load(path))
+        found = rf.decide(data)
     return Outcome(st, path, time.monotonic() - t0, len(outcome.records), not_ok, found,
-                   report)
+                   report, rf.looks(data.scenario))
 
 
 def run_all(out: str | Path | None, console: Console) -> tuple[list[Outcome], Path]:
@@ -227,7 +229,7 @@ def write_index(root: Path, done: list[Outcome]) -> Path:
                         f"{f' ({o.not_ok} not ok)' if o.not_ok else ''} in "
                         f"{minutes(o.seconds)}; report: {rel or 'none (no ok trial)'}.")]
         if o.findings:
-            blocks.append(rf.table(o.findings, o.study.id))
+            blocks.append(rf.table(o.findings, o.study.id, o.looks))
     if not root.is_dir():
         owned.make(str(root), "the five studies (fwbench study all)",
                    ["index.html", "index.md", "*.tmp"], mode=0o755)

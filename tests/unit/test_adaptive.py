@@ -275,3 +275,87 @@ def test_keep_loaded_is_for_the_sweeps_only():
     assert scenario.load(None, {"keep_loaded": True}).keep_loaded
     with pytest.raises(Exception, match="keep_loaded applies to the rule-count sweeps"):
         scenario.load(None, {"keep_loaded": True, "method": "droprate"})
+
+
+# --- a sequential study: rounds for the claims not yet decided -----------------------
+
+def study_dir(tmp_path, nft_at_1000: float, sets_noise: float, max_repeat=4):
+    """Study 000's design in small: rounds add the cells its claims not yet decided
+    read (until = "claims"), decided by the report's own deciders."""
+    sc = scenario.load(None, {"backends": ["none", "iptables-legacy", "nftables", "ipset",
+                                           "nftset"], "rules": [20, 1000], "repeat": 3,
+                              "seed": 5, "study": "000", "adaptive.max_repeat": max_repeat,
+                              "adaptive.until": "claims"})
+    plan = make_plan(sc.backends, sc.rules, sc.frame_sizes, sc.repeat, sc.seed)
+    rd = RunDir.create(tmp_path / "run", {"scenario": sc.dump(),
+                                          "factors": list(SWEEP_FACTORS),
+                                          "plan": [k.as_dict(SWEEP_FACTORS) for k in plan]})
+    rng = random.Random(1)
+
+    def value(k):
+        b, n, _f = k.cell
+        base = 1e6 * (nft_at_1000 if (b, n) == ("nftables", 1000) else 1.0)
+        noise = sets_noise if b in ("ipset", "nftset") else 0.01
+        return base * math.exp(rng.gauss(0, noise))
+    return sc, rd, plan, value
+
+
+def test_a_sequential_round_holds_the_cells_of_the_claims_not_yet_decided(tmp_path):
+    from fwbench.experiments import loop
+    from fwbench.report.findings import open_claims
+
+    sc, rd, plan, value = study_dir(tmp_path, nft_at_1000=0.2, sets_noise=0.3)
+    record_plan(rd, plan, value)
+    token = loop._open_claims.set(open_claims)
+    try:
+        r = adaptive_round(rd, sc, SWEEP_FACTORS, plan)
+        cells = {plan[i].cell for i in r.positions}
+        # nftables forwards a fifth of iptables' rate at 1,000 rules: decided, so
+        # its cells are not repeated for it; the sets' 30 % noise leaves "flat" and
+        # "about equal" open, and their cells run again.
+        assert "nft-slower-throughput" not in r.claims
+        assert {"sets-flat", "sets-equal"} <= set(r.claims)
+        assert {("ipset", 1000, 64), ("nftset", 20, 64)} <= cells
+        assert ("none", 0, 64) not in cells
+        assert rd.meta()["adaptive"]["rounds"][0]["for_claims"] == r.claims
+        assert "for the claims not yet decided (" in loop._round_line(
+            type("E", (), {"cell_label": lambda self, k: str(k.cell)})(), r, plan, 0.05)
+        record_plan(rd, plan, value)
+        assert adaptive_round(rd, sc, SWEEP_FACTORS, plan) is None   # cells at 4 trials
+        assert "still not shown with their cells at 4 trials" in \
+            rd.meta()["adaptive"]["stopped"]
+    finally:
+        loop._open_claims.reset(token)
+
+
+def test_a_sequential_study_with_every_claim_decided_adds_nothing(tmp_path):
+    from fwbench.experiments import loop
+    from fwbench.report.findings import open_claims
+
+    sc, rd, plan, value = study_dir(tmp_path, nft_at_1000=0.2, sets_noise=0.001)
+    record_plan(rd, plan, value)
+    token = loop._open_claims.set(open_claims)
+    try:
+        # Every claim with cells decided; the RTT claim (no ping in this run) and
+        # the small-frames one (one frame size) read no cell more trials could help.
+        assert open_claims({**rd.meta()}, rd.records()) == ([], [])
+        assert adaptive_round(rd, sc, SWEEP_FACTORS, plan) is None
+        assert rd.meta()["adaptive"]["stopped"] == \
+            "no claim left that more trials of its cells could decide"
+    finally:
+        loop._open_claims.reset(token)
+
+
+def test_a_sequential_round_without_a_decider_is_one_clear_error(tmp_path):
+    from fwbench.errors import FwbenchError
+    sc, rd, plan, value = study_dir(tmp_path, nft_at_1000=0.2, sets_noise=0.3)
+    record_plan(rd, plan, value)
+    with pytest.raises(FwbenchError, match="until its study's claims are decided"):
+        adaptive_round(rd, sc, SWEEP_FACTORS, plan)
+
+
+def test_until_claims_needs_a_study_and_max_repeat():
+    with pytest.raises(Exception, match="needs adaptive.max_repeat and a study"):
+        scenario.load(None, {"adaptive.until": "claims", "adaptive.max_repeat": 5})
+    with pytest.raises(Exception, match="needs adaptive.max_repeat and a study"):
+        scenario.load(None, {"adaptive.until": "claims", "study": "000"})

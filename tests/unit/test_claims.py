@@ -234,3 +234,49 @@ def test_a_direction_claim_is_wrong_at_most_five_percent_of_the_time():
     rng = np.random.default_rng(8)
     null = [cl.decide(Rule("above"), e).verdict for e in _runs(1.0, 600, 0.5, rng)]
     assert null.count(HOLDS) / 600 <= 0.065 and null.count(DOES_NOT_HOLD) / 600 <= 0.065
+
+
+def _sequential(true_ratio: float, runs: int, start: int, most: int, rng,
+                correct: bool) -> list[str]:
+    """Each simulated study looks after `start` paired rounds and after each round
+    it adds, up to `most`, stopping at the first verdict; the verdict it stops
+    with (or "not shown" at the end). `correct`: each look at 5 % / the looks."""
+    k = most - start + 1
+    out = []
+    for _ in range(runs):
+        drift = rng.normal(0, 0.5, most)
+        a = np.exp(drift + np.log(true_ratio) + rng.normal(0, 0.05, most))
+        b = np.exp(drift + rng.normal(0, 0.05, most))
+        verdict = NOT_SHOWN
+        with cl.looks(k if correct else 1):
+            for n in range(start, most + 1):
+                e = cl.estimate(list(a[:n]), list(b[:n]), list(range(n)), list(range(n)))
+                verdict = cl.decide(Rule("above"), e).verdict
+                if verdict != NOT_SHOWN:
+                    break
+        out.append(verdict)
+    return out
+
+
+def test_repeated_looks_keep_the_error_at_five_percent():
+    """A sequential study looks up to 5 times (3 rounds, then one more each time,
+    to 7): with each look at 5 % / 5 the chance of a false verdict at any look
+    stays at 5 %; looking 5 times at 5 % each would not."""
+    rng = np.random.default_rng(11)
+    fair = _sequential(1.0, 2000, 3, 7, rng, correct=True)
+    assert fair.count(HOLDS) / 2000 <= 0.05 and fair.count(DOES_NOT_HOLD) / 2000 <= 0.05
+    naive = _sequential(1.0, 2000, 3, 7, rng, correct=False)
+    assert naive.count(HOLDS) / 2000 > 0.06      # what the correction is for
+    # and a real 15 % difference (7 % noise on each round's ratio) is still found
+    real = _sequential(1.15, 500, 3, 7, rng, correct=True)
+    assert real.count(HOLDS) / 500 >= 0.9
+
+
+def test_looks_set_the_level_the_verdict_and_its_interval_use():
+    e = at(1.01, 1.2)
+    assert cl.decide(Rule("above"), e).verdict == HOLDS
+    with cl.looks(4):
+        assert cl.alpha() == pytest.approx(0.0125) and cl.level() == pytest.approx(0.975)
+        assert cl.decide(Rule("above"), e).verdict == NOT_SHOWN
+        assert "(97.5 %)" in cl.show(e) and "97.5 % interval" in cl.decide(Rule("above"), e).why
+    assert cl.alpha() == 0.05

@@ -87,11 +87,11 @@ def nothing_runs(monkeypatch):
     from fwbench.experiments import loop
     calls = []
 
-    def resume(path, console):
+    def resume(path, console, claims=None):
         calls.append(("resume", Path(path)))
         return loop.RunOutcome(Path(path), [], 0, {}, "x")
 
-    def start(sc, path, console):
+    def start(sc, path, console, claims=None):
         calls.append(("start", Path(path)))
         return loop.RunOutcome(Path(path), [], 0, {}, sc.method)
     monkeypatch.setattr(loop, "resume", resume)

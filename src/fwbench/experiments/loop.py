@@ -10,14 +10,19 @@ With `[adaptive] max_repeat` set, the planned trials are followed by adaptive ro
 on the same testbed: each round appends one trial per cell whose headline interval
 is still wide (fwbench.adaptive, on the experiment's headline metric) to run.json's
 plan before running any of them, so `--resume` finishes an interrupted round and
-then goes on with the next.
+then goes on with the next. With `until = "claims"` (a study's run), a round holds
+instead the cells that the study's claims not yet decided read, chosen by the
+caller's decider (the report's, handed in as `claims`), until every claim is decided
+or its cells reach max_repeat.
 """
 from __future__ import annotations
 
 import random
 import signal
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -78,7 +83,8 @@ def _check(exp: Experiment) -> None:
         raise FwbenchError(f"latency = \"round-trip\" cannot be used here: {why}")
 
 
-def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
+def start(sc: Scenario, out: str | Path, console: Console,
+          claims: OpenClaims | None = None) -> RunOutcome:
     exp = experiments.get(sc)
     _check(exp)
     planned = exp.plan()
@@ -94,18 +100,29 @@ def start(sc: Scenario, out: str | Path, console: Console) -> RunOutcome:
         "environment": environment.collect(exp.versions(planned)),
         "sessions": [],
     })
-    return execute(rd, console, exp)
+    return execute(rd, console, exp, claims)
 
 
-def resume(path: str | Path, console: Console) -> RunOutcome:
+def resume(path: str | Path, console: Console,
+           claims: OpenClaims | None = None) -> RunOutcome:
     rd = RunDir.open(path)
     rd.writable()
-    return execute(rd, console)
+    return execute(rd, console, claims=claims)
 
 
-def execute(rd: RunDir, console: Console, exp: Experiment | None = None) -> RunOutcome:
+def execute(rd: RunDir, console: Console, exp: Experiment | None = None,
+            claims: OpenClaims | None = None) -> RunOutcome:
     """Run what run.json's plan still lacks; `exp` is the experiment start() has
-    already checked (a resume makes and checks its own)."""
+    already checked (a resume makes and checks its own). `claims`: a sequential
+    study's chooser of its next round (OpenClaims)."""
+    token = _open_claims.set(claims)
+    try:
+        return _execute(rd, console, exp)
+    finally:
+        _open_claims.reset(token)
+
+
+def _execute(rd: RunDir, console: Console, exp: Experiment | None) -> RunOutcome:
     meta = rd.meta()
     sc = from_dict(meta["scenario"])
     if exp is None:
@@ -120,7 +137,7 @@ def execute(rd: RunDir, console: Console, exp: Experiment | None = None) -> RunO
     done = {r.key(names) for r in records}
     todo = [(i, k) for i, k in enumerate(plan) if k not in done]
     more = bool(sc.adaptive.max_repeat) and not meta.get("adaptive", {}).get("stopped") \
-        and bool(_needing_more(sc, names, records))
+        and bool(_needing_more(sc, names, records, meta=meta))
     if todo or more:
         _sessions(rd, exp, plan, console)
     records = rd.records()
@@ -258,10 +275,39 @@ def _trial_line(exp: Experiment, n: int, total: int, key: TrialKey,
 # --- adaptive rounds -------------------------------------------------------------------
 
 def _needing_more(sc: Scenario, factors: tuple[str, ...], records: list[TrialRecord],
-                  widths: dict | None = None) -> list[Cell]:
+                  widths: dict | None = None, meta: dict | None = None) -> list[Cell]:
     a = sc.adaptive
+    if a.until == "claims":
+        return _for_claims(sc, factors, records, meta or {})[0]
     return adaptive.cells_needing_more(records, sc.method, factors, a.rel_width, a.level,
                                        a.max_repeat, widths)
+
+
+# A sequential study's chooser (`[adaptive] until = "claims"`): (run.json, records)
+# -> (the cells its claims not yet decided read, those claims' keys). The deciders
+# are the report's (fwbench.report.findings.open_claims), a layer above this loop:
+# the caller hands them in (execute's `claims`).
+OpenClaims = Callable[[dict, list[TrialRecord]], tuple[list[Cell], list[str]]]
+_open_claims: ContextVar[OpenClaims | None] = ContextVar("open_claims", default=None)
+
+
+def _for_claims(sc: Scenario, factors: tuple[str, ...], records: list[TrialRecord],
+                meta: dict) -> tuple[list[Cell], list[str]]:
+    """The next round of a sequential study: the cells its claims not yet decided
+    read, each below max_repeat trials; and those claims' keys."""
+    chooser = _open_claims.get()
+    if chooser is None:
+        raise FwbenchError("this run adds rounds until its study's claims are decided "
+                           "(adaptive.until = \"claims\"): run it with fwbench run, "
+                           "fwbench study or fwbench.api")
+    open_cells, keys = chooser({**meta, "scenario": sc.dump(), "factors": list(factors)},
+                               records)
+    count: dict[Cell, int] = {}
+    for r in records:
+        count[r.cell(factors)] = count.get(r.cell(factors), 0) + 1
+    cells = sorted({tuple(c) for c in open_cells
+                    if count.get(tuple(c), 0) < sc.adaptive.max_repeat}, key=str)
+    return cells, keys
 
 
 @dataclass
@@ -269,6 +315,7 @@ class AdaptiveRound:
     round: int
     positions: list[int]          # the new trials' places in the plan
     widths: dict[Cell, float | None]  # every cell, before the round
+    claims: list[str] = field(default_factory=list)  # until = "claims": those it serves
 
 
 def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
@@ -280,11 +327,21 @@ def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
     round keeps the widest cells that fit what is left of it. None when no cell needs
     more, or the budget is spent (run.json's adaptive.stopped says so)."""
     records = rd.records()
+    meta = rd.meta()
     widths = adaptive.cell_widths(records, sc.method, factors, sc.adaptive.level)
-    cells = _needing_more(sc, factors, records, widths)
+    claims: list[str] = []
+    if sc.adaptive.until == "claims":
+        cells, claims = _for_claims(sc, factors, records, meta)
+        if not cells:
+            rd.update_meta(adaptive={**meta.get("adaptive", {}), "stopped": (
+                f"claims {', '.join(claims)} still not shown with their cells at "
+                f"{sc.adaptive.max_repeat} trials" if claims else
+                "no claim left that more trials of its cells could decide")})
+            return None
+    else:
+        cells = _needing_more(sc, factors, records, widths)
     if not cells:
         return None
-    meta = rd.meta()
     wanted = len(cells)
     if sc.adaptive.budget_min:
         cells = adaptive.within_budget(cells, widths, records, sc.adaptive.budget_min * 60)
@@ -303,13 +360,14 @@ def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
     first = len(plan)
     plan.extend(new)
     rounds = rounds + [{"round": k, "cells": [list(c) for c in order],
+                        **({"for_claims": claims} if claims else {}),
                         **({"left_for_budget": wanted - len(order)}
                            if wanted > len(order) else {}),
                         "widths": {"/".join(map(str, c)): w
                                    for c, w in sorted(widths.items())}}]
     rd.update_meta(plan=[p.as_dict(factors) for p in plan],
                    adaptive={**meta.get("adaptive", {}), "rounds": rounds})
-    return AdaptiveRound(k, list(range(first, len(plan))), widths)
+    return AdaptiveRound(k, list(range(first, len(plan))), widths, claims)
 
 
 def _round_line(exp: Experiment, r: AdaptiveRound, plan: list[TrialKey],
@@ -319,6 +377,9 @@ def _round_line(exp: Experiment, r: AdaptiveRound, plan: list[TrialKey],
     def width(k: TrialKey) -> str:
         w = r.widths.get(k.cell)
         return f"{w * 100:.1f} %" if w is not None else "no interval yet"
+    if r.claims:
+        return (f"adaptive round {r.round}: {len(keys)} cell{'s' if len(keys) != 1 else ''}"
+                f" for the claims not yet decided ({', '.join(r.claims)})")
     return (f"adaptive round {r.round}: {len(keys)} cell{'s' if len(keys) != 1 else ''} "
             f"above {rel_width * 100:g} % width: " +
             ", ".join(f"{escape(exp.cell_label(k))} {width(k)}" for k in keys))

@@ -33,9 +33,11 @@ class Claim:
 @dataclass(frozen=True)
 class Finding:
     claim: Claim
-    ours: str         # our figure with its 95 % interval; "-" where nothing was measured
+    ours: str         # our figure with its interval; "-" where nothing was measured
     verdict: str      # one of VERDICTS
     why: str          # the statistic that decided it, or why it is not shown
+    cells: tuple = () # the run's cells (factor values) its estimate reads: where a
+                      # sequential study adds trials while the claim is not shown
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:

@@ -19,11 +19,21 @@ def trial_seconds(data: RunData) -> float | None:
 
 
 def decided(data: RunData, c: Claim, ours: str, d: cl.Decision,
-            est: cl.Estimate | None, cells: int) -> Finding:
-    """A claim's finding from its decision; one not shown says what deciding it
-    would need (fwbench.claims.need: `cells` cells re-run)."""
+            est: cl.Estimate | None, cells) -> Finding:
+    """A claim's finding from its decision, with the run's cells its estimate reads;
+    one not shown says what deciding it would need (fwbench.claims.need, those
+    cells re-run)."""
+    cells = tuple(sorted(set(map(tuple, cells)), key=str))
     why = d.why
     if d.verdict == NOT_SHOWN and isinstance(c.rule, cl.Rule) and \
-            (more := cl.need(c.rule, est, trial_seconds(data), cells)):
+            (more := cl.need(c.rule, est, trial_seconds(data), len(cells))):
         why += f"; {more}"
-    return Finding(c, ours, d.verdict, why)
+    return Finding(c, ours, d.verdict, why, cells)
+
+
+def cells_where(data: RunData, **values) -> list:
+    """The run's cells whose factors take the given values (a value may be a set)."""
+    def fits(r) -> bool:
+        return all(r.factors.get(k) in (v if isinstance(v, (set, frozenset)) else {v})
+                   for k, v in values.items())
+    return sorted({data.cell(r) for r in data.records if fits(r)}, key=str)

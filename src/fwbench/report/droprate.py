@@ -16,7 +16,7 @@ from fwbench.plan import Cell
 from fwbench.report.cells import CellReport, References
 from fwbench.report.data import RunData
 from fwbench.report.document import Block, Bullets, Heading, Para, Table
-from fwbench.report.deciding import decided
+from fwbench.report.deciding import cells_where, decided
 
 
 def _groups(data: RunData) -> dict[Cell, str]:
@@ -121,7 +121,7 @@ def _faster(c, rows: list, a_id: str, b_id: str, data: RunData) -> Finding:
         return Finding(c, f"{a_id} / {b_id}: {a.median / b.median:.2f}x", NOT_SHOWN,
                        "too few paired rounds for an interval")
     return decided(data, c, f"{a_id} / {b_id} {cl.show(est)}", cl.decide(c.rule, est),
-                   est, 2)
+                   est, cells_where(data, treatment={a_id, b_id}))
 
 
 def _ipset_flat(c, rows: list, data: RunData) -> Finding:
@@ -134,7 +134,8 @@ def _ipset_flat(c, rows: list, data: RunData) -> Finding:
     if est is None:
         return Finding(c, f"{large.median / small.median:.2f}x ({what})", NOT_SHOWN,
                        "too few paired rounds for an interval")
-    return decided(data, c, f"{cl.show(est)} ({what})", cl.decide(c.rule, est), est, 2)
+    return decided(data, c, f"{cl.show(est)} ({what})", cl.decide(c.rule, est), est,
+                   cells_where(data, treatment="ipset", set_size={small.size, large.size}))
 
 
 def findings(data: RunData) -> list[Finding]:

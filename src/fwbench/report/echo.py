@@ -17,7 +17,7 @@ from fwbench.report import figures as fg
 from fwbench.report.cells import CellReport, References
 from fwbench.report.data import RunData
 from fwbench.report.document import Block, FigureBlock, Heading, Para, Table
-from fwbench.report.deciding import decided
+from fwbench.report.deciding import cells_where, decided
 
 
 def without_rules(data: RunData, cells: dict) -> References:
@@ -92,12 +92,13 @@ def _slower_row(data: RunData, s: dict, factor: str, slow: str, fast: str,
             "sctp-vs-tcp": es.SEED001["sctp_slower_than_tcp_pct"]}[key]
     seed_text = f"{seed[0]} % ({seed[1]}..{seed[2]})"
     i, srv = FACTORS.index(factor), FACTORS.index("server")
-    parts = []
+    parts, read = [], []
     for cell, xs in sorted(s.items(), key=lambda kv: str(kv[0])):
         other = s.get(cell[:i] + (fast,) + cell[i + 1:])
         if cell[i] == slow and cell[srv] == "epoll" and other and \
                 (e := cl.estimate(xs, other)) is not None:
             parts.append(e)
+            read += [cell, cell[:i] + (fast,) + cell[i + 1:]]
     est = cl.pooled(parts, "pairs of cells")
     if est is None:
         left = data.meta.get("left_out") or {}
@@ -107,8 +108,8 @@ def _slower_row(data: RunData, s: dict, factor: str, slow: str, fast: str,
                        f"or more each"]
     slower = 100 * (1 - est.ratio)
     ours = f"{slower:.2f} % slower, {slow} / {fast} {cl.show(est)} over {len(parts)} pairs"
-    f = decided(data, c, ours, cl.decide(c.rule, est), est, 2 * len(parts))
-    return [c.text, seed_text, f.ours, f.verdict, f.why]
+    f = decided(data, c, ours, cl.decide(c.rule, est), est, read)
+    return [c.text, seed_text, f.ours, f.verdict, f.why, f.cells]
 
 
 def _seed_slope(slopes: dict, family: str) -> es.Slope | None:
@@ -120,12 +121,18 @@ def _seed_slope(slopes: dict, family: str) -> es.Slope | None:
 
 def _rows(data: RunData, st: "_Stats") -> list[list[str]]:
     """Each claim's row: [claim, seed's figure, ours, verdict, why], in CLAIMS order."""
-    return [_slope_row(_seed_slope(st.slopes, "ipv4"), "ipv4"),
-            _slope_row(_seed_slope(st.slopes, "ipv6"), "ipv6"),
+    return [_slope_row(_seed_slope(st.slopes, "ipv4"), "ipv4") + [_family(data, st, "ipv4")],
+            _slope_row(_seed_slope(st.slopes, "ipv6"), "ipv6") + [_family(data, st, "ipv6")],
             _server_row(st.tests, st.turn),
             _slower_row(data, st.s, "protocol", "tcp", "udp", "tcp-vs-udp"),
             _slower_row(data, st.s, "family", "ipv6", "ipv4", "ipv6-vs-ipv4"),
             _slower_row(data, st.s, "protocol", "sctp", "tcp", "sctp-vs-tcp")]
+
+
+def _family(data: RunData, st: "_Stats", family: str) -> list:
+    """The cells a family's slope reads: its backend's, with rules and without."""
+    sl = _seed_slope(st.slopes, family)
+    return cells_where(data, family=family, backend=sl.backend) if sl else []
 
 
 class _Stats:
@@ -147,8 +154,9 @@ def seed_findings(data: RunData, st: _Stats | None = None) -> list[Finding]:
     """Seed 001's claims decided on this run (fwbench.findings.CLAIMS["001"])."""
     st = st or _Stats(data)
     rows = _rows(data, st)
-    return [Finding(c, ours, verdict, why)
-            for c, (_claim, _seed, ours, verdict, why) in zip(CLAIMS["001"], rows, strict=True)]
+    return [Finding(c, ours, verdict, why, tuple(more[0]) if more else ())
+            for c, (_claim, _seed, ours, verdict, why, *more)
+            in zip(CLAIMS["001"], rows, strict=True)]
 
 
 def decrease_table(decs: list[es.Decrease]) -> Table:

@@ -7,6 +7,7 @@ The decisions live beside each experiment's report: the sweeps' in report.seed00
 """
 from __future__ import annotations
 
+from fwbench import claims as cl
 from fwbench import findings as fd
 from fwbench.findings import CLAIMS, NOT_SHOWN, STUDY_OF_METHOD, Claim, Finding  # noqa: F401
 from fwbench.report.data import RunData
@@ -19,8 +20,25 @@ def study_of(data: RunData) -> str | None:
     return fd.study_of(data.scenario)
 
 
+def looks(scenario: dict) -> int:
+    """The most looks a run's claims get (fwbench.claims.looks): a study that adds
+    rounds until its claims are decided (`[adaptive] until = "claims"`) looks after
+    its planned rounds and after each it adds, at most max_repeat - repeat + 1
+    times; any other run looks once."""
+    a = scenario.get("adaptive") or {}
+    if a.get("until") != "claims" or not a.get("max_repeat"):
+        return 1
+    return max(1, a["max_repeat"] - scenario.get("repeat", 3) + 1)
+
+
 def decide(data: RunData) -> list[Finding]:
-    """The findings of the run's study, one per claim; [] when the run has none."""
+    """The findings of the run's study, one per claim; [] when the run has none.
+    Each test at 5 % over the run's looks (`looks`)."""
+    with cl.looks(looks(data.scenario)):
+        return _decide(data)
+
+
+def _decide(data: RunData) -> list[Finding]:
     study = study_of(data)
     if study not in CLAIMS:
         return []
@@ -39,17 +57,31 @@ def decide(data: RunData) -> list[Finding]:
             for c in CLAIMS[study]]
 
 
+def open_claims(meta: dict, records: list) -> tuple[list, list[str]]:
+    """A sequential study's next round (experiments.loop.OpenClaims): the cells
+    its claims not yet decided read, and those claims' keys, decided on the run's
+    records so far."""
+    from pathlib import Path
+    found = decide(RunData(Path("."), meta, records))
+    open_ = [f for f in found if f.verdict == NOT_SHOWN and f.cells]
+    return [c for f in open_ for c in f.cells], [f.claim.key for f in open_]
+
+
 def missing(c: Claim, why: str) -> Finding:
     return Finding(c, "-", NOT_SHOWN, why)
 
 
-def table(findings: list[Finding], study: str) -> Table:
+def table(findings: list[Finding], study: str, k: int = 1) -> Table:
     return Table(["claim", f"seed {study}'s figure", "decided by", "ours [interval]",
                   "verdict", "why"],
                  [[f.claim.text, f.claim.seed, f.claim.margin, f.ours, f.verdict, f.why]
                   for f in findings],
                  f"Each of seed {study}'s headline claims decided on this run's trials "
-                 f"(fwbench.claims): a direction by a one-sided test at 5 %, \"about the "
+                 f"(fwbench.claims): a direction by a one-sided test at "
+                 f"{cl.pct(cl.ALPHA / k)}"
+                 + (f" (5 % over the run's {k} looks at most: it added rounds until its "
+                    f"claims were decided)" if k > 1 else "") +
+                 f", \"about the "
                  f"same\" by two one-sided tests against the margin written with the "
                  f"claim, \"about\" a size by its direction and its size separately; the "
                  f"interval beside is the 90 % one those tests are read from. What each "
@@ -69,7 +101,7 @@ def blocks(data: RunData, found: list[Finding]) -> list[Block]:
     return [Heading(2, f"Seed {study}'s findings", "findings"),
             Para(", ".join(f"{n} {v}" for v, n in counts.items()) + f" of {len(found)} "
                  f"claims.", "conclusion"),
-            table(found, study)]
+            table(found, study, looks(data.scenario))]
 
 
 def csv_table(found: list[Finding]) -> tuple[list[str], list[list]]:

@@ -205,7 +205,8 @@ def _pooled(data: RunData, c, pairs: dict[str, tuple], what: str) -> Finding:
                        f"trials or more")
     ours = f"{cl.show(est)} over {len(got)} {what} (" + ", ".join(
         f"{k} {e.ratio:.2f}x" for k, e in got.items()) + ")"
-    return decided(data, c, ours, cl.decide(c.rule, est), est, 2 * len(got))
+    return decided(data, c, ours, cl.decide(c.rule, est), est,
+                   [x.config for k in got for x in pairs[k]])
 
 
 def _load_finding(data: RunData, cs: dict) -> Finding:

@@ -58,7 +58,7 @@ def _slower(data: RunData, key: str | None, claim_key: str, what: str) -> Findin
         f"{k} {cl.show(e)}" for k, e in per.items())
     d = cl.every(c.rule, per, "frame sizes")
     widest = max(per.values(), key=lambda e: e.se) if per else None
-    return decided(data, c, ours, d, widest, len(got) * 2)
+    return decided(data, c, ours, d, widest, [(x, n, f) for (n, f) in got for x in LINEAR])
 
 
 def _small_frames(data: RunData) -> Finding:
@@ -78,7 +78,9 @@ def _small_frames(data: RunData) -> Finding:
                        f"at one rule count >= {LARGE:,}")
     ours = (f"the ratio at {small} B over the ratio at {large} B: {cl.show(est)} over "
             f"{len(diffs)} rule counts")
-    return decided(data, c, ours, cl.decide(c.rule, est), est, len(diffs) * 4)
+    used = [n for n in sorted({n for n, _ in got}) if (n, small) in got and (n, large) in got]
+    return decided(data, c, ours, cl.decide(c.rule, est), est,
+                   [(x, n, f) for x in LINEAR for n in used for f in (small, large)])
 
 
 def _span(ests) -> str:
@@ -91,7 +93,7 @@ def _sets_flat(data: RunData) -> Finding:
     m = data.headline()
     cells = an.summaries(data, m) if m else {}
     per: dict[str, cl.Estimate | None] = {}
-    spans = []
+    spans, read = [], []
     for b in SETS:
         ns = sorted({n for (x, n, _f) in cells if x == b})
         if len(ns) < 2:
@@ -101,6 +103,7 @@ def _sets_flat(data: RunData) -> Finding:
             hi, lo = cells.get((b, ns[-1], f)), cells.get((b, ns[0], f))
             if hi and lo and (e := cl.estimate(hi.values, lo.values, hi.rounds, lo.rounds)):
                 parts.append(e)
+                read += [(b, ns[-1], f), (b, ns[0], f)]
         per[b] = cl.pooled(parts, "frame sizes")
         if parts:
             spans.append(f"{b} {ns[-1]:,} / {ns[0]:,} rules {cl.show(per[b])} "
@@ -109,8 +112,7 @@ def _sets_flat(data: RunData) -> Finding:
         return Finding(c, "-", NOT_SHOWN, "no set backend measured at two rule counts")
     d = cl.every(c.rule, per, "set backends")
     widest = max((e for e in per.values() if e), key=lambda e: e.se, default=None)
-    return decided(data, c, "; ".join(spans) or "-", d, widest,
-                    2 * len(data.frame_sizes()))
+    return decided(data, c, "; ".join(spans) or "-", d, widest, read)
 
 
 def _sets_equal(data: RunData) -> Finding:
@@ -121,7 +123,8 @@ def _sets_equal(data: RunData) -> Finding:
     if est is None:
         return Finding(c, "-", NOT_SHOWN, "no cell with both ipset and nftset measured")
     ours = f"ipset / nftset {cl.show(est)} ({_span(got.values())})"
-    return decided(data, c, ours, cl.decide(c.rule, est), est, 2 * len(got))
+    return decided(data, c, ours, cl.decide(c.rule, est), est,
+                   [(x, n, f) for (n, f) in got for x in SETS])
 
 
 def findings(data: RunData) -> list[Finding]:

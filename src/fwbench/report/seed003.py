@@ -11,7 +11,7 @@ from fwbench import claims as cl
 from fwbench.findings import NOT_SHOWN, Finding, claim
 from fwbench.fixedrate import stats as s3
 from fwbench.report.data import RunData
-from fwbench.report.deciding import decided
+from fwbench.report.deciding import cells_where, decided
 
 
 def _variant(chain: str, cpus: int) -> str:
@@ -70,7 +70,8 @@ def _advantage(data: RunData, rules: int = 6000) -> Finding:
                                                     for k, e in parts.items())
     widest = max(parts.values(), key=lambda e: e.se)
     return decided(data, c, ours, cl.every(c.rule, parts, "chains and CPU counts"),
-                   widest, 4)
+                   widest, cells_where(data, rules=rules,
+                                       backend={"iptables-legacy", "nftables"}))
 
 
 def _input_forward(data: RunData) -> Finding:
@@ -93,8 +94,10 @@ def _input_forward(data: RunData) -> Finding:
         f" ({cpu})"
     d = cl.every(c.rule, per, "backends")
     widest = max(per.values(), key=lambda e: e.se)
-    f = decided(data, c, ours, d, widest, 2 * len(got))
-    return Finding(c, f.ours, f.verdict, f.why + note)
+    f = decided(data, c, ours, d, widest, [
+        cell for (b, fr, k) in got for cell in cells_where(data, backend=b, frame_size=fr,
+                                                           cpus=k)])
+    return Finding(c, f.ours, f.verdict, f.why + note, f.cells)
 
 
 def findings(data: RunData) -> list[Finding]:
