@@ -234,3 +234,12 @@ class Experiment(abc.ABC):
     @abc.abstractmethod
     def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
         """The table printed when the run ends."""
+
+
+def disturbed_of(method) -> dict:
+    """The disturbed measurements a method took again since the last call
+    (methods.base.Method.take_disturbed), for the trial's metrics; {} for a
+    method that keeps its own (maxrate, cpucost)."""
+    take = getattr(method, "take_disturbed", None)
+    return take() if take is not None else {}
+

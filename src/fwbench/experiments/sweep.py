@@ -19,7 +19,7 @@ from fwbench import proc, summary
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.experiments.base import Experiment, Planned, Trial
+from fwbench.experiments.base import Experiment, Planned, Trial, disturbed_of
 from fwbench.frames import min_frame
 from fwbench.methods.base import Method
 from fwbench.methods.cpucost import CpuCost
@@ -415,9 +415,11 @@ def run_trial(tb: Testbed, backend: Backend, rs: RuleSet, key: TrialKey, idx: in
             def counted(n: int) -> None:
                 reloads.append(n)
                 reload(n)
+            disturbed_of(method)    # none of an earlier trial's
             t.metrics = t.timed("measure_s", lambda: method.run(
                 tb, frame_size, sc.duration_s, rules=rules, reload=counted))
             t.trials = t.metrics.pop("trials", [])
+            t.metrics.update(disturbed_of(method))
     except MeasurementInvalid as e:
         t.fail(str(e), "invalid")
         method.restart(tb)  # a broken test can leave iperf3's server busy

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from fwbench.backends.base import Backend
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.experiments.base import Planned, Trial
+from fwbench.experiments.base import Planned, Trial, disturbed_of
 from fwbench.fixedrate import stats
 from fwbench.experiments.sweep import Sweep
 from fwbench.methods.fixedrate import FixedRate, delivered_by
@@ -186,9 +186,11 @@ class FixedRateSweep(Sweep):
                     v = self._verify(tb, backend, other)
                     if not v.ok:
                         raise FwbenchError(f"verification at {n} rules: {v.reason}")
+                disturbed_of(method)    # none of an earlier trial's
                 t.metrics = t.timed("measure_s", lambda: method.run(
                     tb, frame_size, self.sc.duration_s, rules=rules, reload=reload))
                 t.trials = t.metrics.pop("trials", [])
+                t.metrics.update(disturbed_of(method))
         except MeasurementInvalid as e:
             t.fail(str(e), "invalid")
             method.restart(tb)

@@ -5,22 +5,67 @@ A method's `run` returns the trial's metrics (units in key names); a `trials` ke
 present, holds every sub-trial (search steps, load points) and goes to the record's
 `trials` field. `reload(n)` applies and verifies the same backend with n rules, for
 methods that search over the rule count (fixedrate).
+
+Every measurement a method takes through `measurer()` is taken again when it was
+disturbed (fwbench.cpu.disturbed: other tasks took the firewall's CPU, or the
+hypervisor a CPU) and the disturbance could have moved it: at open throttle (the
+rate is the result), where packets were lost (the loss may be the disturbance's),
+or always for a method whose result is latency (`remeasure_always`). At most REDO
+times; the last is kept if every one was disturbed, and says so. The experiment
+takes the count and every disturbed attempt into the trial's record
+(`take_disturbed`: metrics["disturbed_measurements"]), and the report counts them.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
+from fwbench import cpu
+from fwbench.measurer import Measurer, TrialResult
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineMeasurer, EngineTraffic
+from fwbench.traffic.engine import EngineTraffic
 
 Reload = Callable[[int], None]
+
+REDO = 2
+
+
+class Remeasuring:
+    """A measurer that takes a disturbed measurement again (see the module's doc),
+    noting each disturbed attempt in `log`."""
+
+    def __init__(self, inner: Measurer, log: list[dict], always: bool = False):
+        self.inner = inner
+        self.log = log
+        self.always = always
+
+    def _matters(self, r: TrialResult) -> bool:
+        return self.always or r.extra.get("open_throttle", False) or r.lost > 0
+
+    def measure(self, duration_s: float, offered_pps: float) -> TrialResult:
+        for attempt in range(REDO + 1):
+            r = self.inner.measure(duration_s, offered_pps)
+            why = cpu.disturbed(r.cpu)
+            if why is None or not self._matters(r):
+                return r
+            kept = attempt == REDO
+            self.log.append({"offered_pps": r.offered_pps, "sent": r.sent,
+                             "received": r.received, "disturbed": why, "kept": kept})
+        return replace(r, extra={**r.extra, "disturbed": why})
 
 
 class Method:
     name = "method"
+    # True: every disturbed measurement is taken again (a latency result moves with
+    # any disturbance); False: only those at open throttle or with loss.
+    remeasure_always = False
+    # False: the method judges disturbance itself (cpucost: its soaker is meant to
+    # take the firewall's CPU).
+    remeasure = True
 
     def __init__(self, traffic: EngineTraffic):
         self.engine = traffic
+        self._disturbed: list[dict] = []
         # frame size -> the sender's open-throttle rate, measured by the sweep with
         # no firewall loaded (experiments.sweep.calibrate); measured here only when missing.
         self.ceilings: dict[int, float] = {}
@@ -53,8 +98,22 @@ class Method:
     def line(self, metrics: dict) -> str:
         return ""
 
-    def measurer(self, tb: Testbed, frame_size: int) -> EngineMeasurer:
-        return self.engine.measurer(tb, frame_size)
+    def measurer(self, tb: Testbed, frame_size: int) -> Measurer:
+        m = self.engine.measurer(tb, frame_size)
+        return Remeasuring(m, self._disturbed, self.remeasure_always) if self.remeasure \
+            else m
+
+    def take_disturbed(self) -> dict:
+        """What the measurements since the last call met, for the trial's record:
+        {} when none was disturbed, else {"disturbed_measurements": {"retaken": n
+        (taken again), "kept": k (disturbed every time, the last kept), "attempts":
+        [each disturbed one]}}."""
+        log, self._disturbed[:] = list(self._disturbed), []
+        if not log:
+            return {}
+        kept = sum(1 for e in log if e["kept"])
+        return {"disturbed_measurements": {"retaken": len(log) - kept, "kept": kept,
+                                           "attempts": log}}
 
     def sender_ceiling(self, tb: Testbed, frame_size: int) -> float:
         """What the sender gets out at open throttle at this frame size: the top of

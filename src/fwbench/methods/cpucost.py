@@ -34,6 +34,8 @@ SOAKER_NOTE = ("firewall CPU busy time = window - soaker rounds / idle rate (SCH
 
 class CpuCost(Method):
     name = "cpucost"
+    remeasure = False      # its soaker takes the firewall's CPU on purpose: it judges
+                           # a disturbance by the idle rate itself
 
     def __init__(self, traffic: EngineTraffic, settings: CpuCostSettings):
         super().__init__(traffic)

@@ -18,6 +18,7 @@ from fwbench.traffic.ping import PingRtt
 
 class Latency(Method):
     name = "latency"
+    remeasure_always = True    # latency moves with any disturbance, lossless or not
 
     def __init__(self, traffic: EngineTraffic, search_settings: ThroughputSettings,
                  settings: LatencySettings, ping: PingRtt):

@@ -458,9 +458,41 @@ class Caveat:
     detail: str
 
 
+def disturbance(r) -> tuple[int, int]:
+    """A trial's disturbed measurements: (taken again, kept disturbed). Methods on
+    the engine's measurer record `disturbed_measurements`; maxrate and cpucost keep
+    each disturbed attempt among the trial's sub-trials and flag a kept one."""
+    d = r.metrics.get("disturbed_measurements")
+    if d:
+        return d["retaken"], d["kept"]
+    n = sum(1 for t in r.trials if isinstance(t, dict) and t.get("disturbed"))
+    kept = 1 if r.metrics.get("disturbed") else 0
+    return max(0, n - kept), kept
+
+
+def disturbance_note(data: RunData) -> Caveat | None:
+    """How many measurements were taken again because others took the firewall's
+    CPU, and which trials kept one disturbed every time; None when none was."""
+    got = [(r, *disturbance(r)) for r in data.ok]
+    again = sum(n for _, n, _ in got)
+    kept = [f"{data.label(data.cell(r))} rep {r.repetition}" for r, _, k in got if k]
+    if not again and not kept:
+        return None
+    trials = sum(1 for _, n, k in got if n or k)
+    return Caveat("disturbed", ", ".join(kept) if kept else "-",
+                  f"{again} measurement{'s' if again != 1 else ''} in {trials} of "
+                  f"{len(got)} trials taken again: other tasks or the hypervisor took "
+                  f"the firewall's CPU while it was measured (fwbench.cpu.disturbed); "
+                  + (f"{len(kept)} trial{'s' if len(kept) != 1 else ''} kept a "
+                     f"disturbed one after every attempt was (named here)"
+                     if kept else "every trial kept an undisturbed one"))
+
+
 def warnings(data: RunData, bound: set[tuple[Cell, int]],
              head_cells: dict[Cell, CellSummary]) -> list[Caveat]:
     out = []
+    if (d := disturbance_note(data)) is not None:
+        out.append(d)
     failed: dict[tuple[str, str], list[str]] = {}
     for r in data.records:
         if r.status != "ok":

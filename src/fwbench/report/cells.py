@@ -117,6 +117,9 @@ class CellReport:
                for r in d.records if r.status != "ok"]
         out.append(Bullets(bad, "warning") if bad else
                    Para("None: every trial verified and measured.", "note"))
+        if (dist := an.disturbance_note(d)) is not None:
+            out.append(Para(f"Disturbed: {dist.detail}" +
+                            (f": {dist.cells}." if dist.cells != "-" else "."), "note"))
         for sec in self.sections:
             m = sec.metric
             out.append(Heading(2, f"{m.label} ({m.unit})", f"metric-{m.key}"))
