@@ -200,3 +200,138 @@ def test_a_one_study_method_keeps_its_own_study_whatever_run_json_names():
         **from_dict({"method": "echo"}).dump(), "study": "003"}, "factors": []}, [])
     assert rf.study_of(data) == "001"
     assert rf.study_of(sweep(SEED000_LIKE)) == "000"
+
+
+# --- seed 002 ---------------------------------------------------------------------------
+
+DR = ("treatment", "set_size", "frame_size")
+
+
+def dr_rec(tid, size, rep, pps):
+    t = Trial(DR, TrialKey((tid, size, 128), rep), rep)
+    t.metrics = {"disposed_pps": pps, "cpu_ns_per_pkt": 1e9 / pps,
+                 "softirq_ns_per_pkt": 5e8 / pps}
+    return t.record("r", "droprate", "engine", None, {"group": "drop", "label": tid})
+
+
+def droprate(rates: dict, n=5, noise=0.005, drift=0.3) -> RunData:
+    """Every treatment once a round; a shared drift of +-30 % per round moves all."""
+    rng = random.Random(5)
+    recs = []
+    for i in range(n):
+        d = 1 + rng.uniform(-drift, drift)
+        recs += [dr_rec(tid, size, i, v * d * (1 + rng.gauss(0, noise)))
+                 for (tid, size), v in rates.items()]
+    return RunData(__import__("pathlib").Path("/x"),
+                   {"scenario": {"method": "droprate"}, "factors": list(DR)}, recs)
+
+
+SEED002_LIKE = {("notrack", 0): 1.20e6, ("conntrack", 0): 1.0e6, ("raw", 0): 1.12e6,
+                ("filter-input", 0): 1.0e6, ("ipset", 1): 1.0e6, ("ipset", 130561): 0.99e6,
+                ("string-bm", 0): 1.1e6, ("string-kmp", 0): 1.0e6}
+
+
+def test_seed002_as_the_seed_found_holds_despite_the_drift():
+    found = {f.claim.key: f for f in rf.decide(droprate(SEED002_LIKE))}
+    assert {k: f.verdict for k, f in found.items()} == dict.fromkeys(
+        ("notrack-faster", "raw-cheaper", "ipset-flat", "bm-cheaper"), HOLDS)
+    assert "direction holds, size holds" in found["notrack-faster"].why
+    # each claim names the cells it reads: what a sequential round re-runs
+    assert {c[0] for c in found["notrack-faster"].cells} == {"notrack", "conntrack"}
+    assert {c[1] for c in found["ipset-flat"].cells} == {1, 130561}
+
+
+def test_seed002_notrack_5_percent_faster_is_the_direction_not_the_size():
+    rates = {**SEED002_LIKE, ("notrack", 0): 1.05e6, ("ipset", 130561): 0.75e6,
+             ("string-bm", 0): 0.8e6}
+    found = {f.claim.key: f for f in rf.decide(droprate(rates))}
+    assert found["notrack-faster"].verdict == DOES_NOT_HOLD
+    assert found["notrack-faster"].why.startswith("direction holds, size does not hold")
+    assert found["ipset-flat"].verdict == DOES_NOT_HOLD       # 25 % slower: beyond 10 %
+    assert found["bm-cheaper"].verdict == DOES_NOT_HOLD       # the other way
+
+
+def test_seed002_too_few_rounds_or_too_noisy_is_not_shown_with_what_it_needs():
+    found = {f.claim.key: f for f in rf.decide(droprate(SEED002_LIKE, n=1))}
+    assert all(f.verdict == NOT_SHOWN for f in found.values())
+    assert "too few paired rounds" in found["notrack-faster"].why
+    noisy = {f.claim.key: f for f in rf.decide(droprate(
+        {**SEED002_LIKE, ("ipset", 130561): 1.0e6}, n=3, noise=0.08))}
+    f = noisy["ipset-flat"]
+    assert f.verdict == NOT_SHOWN and "reaches past ±10 %" in f.why
+    assert "needs ±" in f.why and "trials a cell" in f.why
+
+
+# --- seed 001 ---------------------------------------------------------------------------
+
+from fwbench.echo.design import FACTORS as EF   # noqa: E402
+
+
+def echo_rec(cell: dict, rep: int, bps: float):
+    t = Trial(EF, TrialKey(tuple(cell[f] for f in EF), rep), rep)
+    t.metrics = {"throughput": {"client_mean_bps": bps}}
+    return t.record("r", "echo", "echo", None, {})
+
+
+def echo(slower: dict, n=4, noise=0.01, sctp=False) -> RunData:
+    """Echo cells at 10 and 40 clients, F = 0: protocol x family, epoll; the slow
+    side of each factor `slower[factor]` x the other."""
+    rng = random.Random(9)
+    recs = []
+    protocols = ("tcp", "udp", "sctp") if sctp else ("tcp", "udp")
+    for clients in (10, 40):
+        for proto in protocols:
+            for fam in ("ipv4", "ipv6"):
+                base = 1e8 * (slower["protocol"] if proto == "tcp" else 1.0) * \
+                    (slower["family"] if fam == "ipv6" else 1.0) * \
+                    (slower.get("sctp", 1.0) if proto == "sctp" else 1.0)
+                if proto == "sctp":
+                    base *= slower["protocol"]      # relative to TCP
+                cell = {"clients": clients, "protocol": proto, "family": fam, "frame": 64,
+                        "server": "epoll", "rules_per_client": 0,
+                        "backend": "iptables-legacy", "transaction": "echo", "entries": 0}
+                recs += [echo_rec(cell, i, base * (1 + rng.gauss(0, noise)))
+                         for i in range(n)]
+    meta = {"scenario": {"method": "echo"}, "factors": list(EF)}
+    if not sctp:
+        meta["left_out"] = {"sctp: this kernel has no SCTP (modprobe sctp failed)": 8}
+    return RunData(__import__("pathlib").Path("/x"), meta, recs)
+
+
+def test_seed001_tcp_and_ipv6_slower_are_decided_on_the_mean_over_pairs():
+    found = {f.claim.key: f for f in rf.decide(echo({"protocol": 0.92, "family": 0.91}))}
+    noisy = {f.claim.key: f for f in rf.decide(echo({"protocol": 0.98, "family": 0.91},
+                                                    n=2, noise=0.2))}
+    assert noisy["tcp-vs-udp"].verdict == NOT_SHOWN and "holds 1" in noisy["tcp-vs-udp"].why
+    assert found["tcp-vs-udp"].verdict == HOLDS and found["ipv6-vs-ipv4"].verdict == HOLDS
+    assert "over 4 pairs" in found["tcp-vs-udp"].ours
+    # without SCTP in the kernel the SCTP row says why, from the run
+    assert found["sctp-vs-tcp"].verdict == NOT_SHOWN
+    assert "this kernel has no SCTP" in found["sctp-vs-tcp"].why
+
+
+def test_seed001_the_other_way_does_not_hold_and_sctp_is_decided_where_it_ran():
+    found = {f.claim.key: f for f in rf.decide(
+        echo({"protocol": 1.10, "family": 1.05, "sctp": 0.7}, sctp=True))}
+    assert found["tcp-vs-udp"].verdict == DOES_NOT_HOLD       # TCP faster here
+    assert found["ipv6-vs-ipv4"].verdict == DOES_NOT_HOLD     # and IPv6
+    # SCTP cells ran: the row is decided on them (it was hard-wired "not shown")
+    assert found["sctp-vs-tcp"].verdict == HOLDS and "sctp / tcp" in found["sctp-vs-tcp"].ours
+
+
+@pytest.mark.parametrize("interval, verdict, said", [
+    ((0.04, 0.06), HOLDS, "direction holds, size holds"),
+    ((0.025, 0.075), HOLDS, "direction holds, size holds"),          # exactly on the size
+    ((0.010, 0.020), DOES_NOT_HOLD, "direction holds, size does not hold"),  # below it
+    ((0.030, 0.090), NOT_SHOWN, "direction holds, size not shown"),   # straddling
+    ((-0.01, 0.06), NOT_SHOWN, "direction not shown, size not shown"),
+    ((-0.05, -0.01), DOES_NOT_HOLD, "direction does not hold"),
+    (None, NOT_SHOWN, "too few trials"),
+])
+def test_seed001_loss_per_rule_literal_intervals(interval, verdict, said):
+    from fwbench.echo import stats as es
+    from fwbench.report.echo import _slope_row
+    mid = sum(interval) / 2 if interval else 0.05
+    sl = es.Slope("ipv4", "iptables-legacy", mid, interval, 6, 640, 0.9)
+    row = _slope_row(sl, "ipv4")
+    assert row[3] == verdict and said in row[4], row
