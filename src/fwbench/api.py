@@ -59,9 +59,10 @@ findings(run_dir) -> DataFrame
     The findings of the study the run belongs to (its scenario's `study`, or the
     experiment's own study), one row per claim, as the report's findings table
     decides them (fwbench.report.findings.decide): study, key, claim, seed (the
-    seed's figure), test (how it is decided), ours (our figure with its 95 %
-    interval), verdict ("holds" / "does not hold" / "not shown"), why; no rows
-    when the run belongs to no study.
+    seed's figure), test (the estimate), margin (the rule that decides it, with
+    its margin or threshold), ours (our figure with its interval, at the level
+    the verdict was tested at), verdict ("holds" / "does not hold" / "not
+    shown"), why; no rows when the run belongs to no study.
 report(run_dir, out=None) -> Path
     Write report.html, report.md and the CSV tables (`fwbench report`) into
     `out` (default the run directory); returns report.html's path.
