@@ -114,54 +114,71 @@ def configs(records: list[TrialRecord]) -> dict[Config, ConfigSummary]:
 
 @dataclass
 class Test:
-    """a against b on one statistic: per-trial medians, and the seed's pooled replies."""
+    """a against b on the trials' mean RTTs. `ratio` decides: the log ratio, paired
+    by round where both ran in the same rounds, else Welch on the logs
+    (stats.log_ratio), two-sided, Holm across the test's table. The seed's tests
+    beside it decide nothing: Mann-Whitney on the trial means (one- and two-tailed),
+    Cliff's delta, and Mann-Whitney on every reply pooled (the seed's way)."""
     what: str                   # e.g. "nftables vs iptables-legacy, seed004-nat, tcp-bidir"
     a: Config
     b: Config
-    less: stats.TestResult | None        # one-tailed: a lower (faster) than b
-    greater: stats.TestResult | None     # one-tailed: a higher than b
-    two: stats.TestResult | None
+    ratio: stats.RatioTest | None        # decides
+    less: stats.TestResult | None        # the seed's: one-tailed, a lower than b
+    greater: stats.TestResult | None     # the seed's: one-tailed, a higher than b
+    two: stats.TestResult | None         # the seed's: two-tailed
     delta: float | None                  # Cliff's delta of a against b
-    change: float | None                 # median of a's trial means / b's - 1
-    change_ci: stats.Interval | None
     pooled_two: stats.TestResult | None  # the seed's way: every reply pooled
     pooled_less: stats.TestResult | None
     n: tuple[int, int] = (0, 0)          # trials a side
-    # The test that decides: "two-sided", or "greater" where the hypothesis has a
-    # direction before any data (latency under load is higher).
-    decides: str = "two-sided"
-    holm: float | None = None            # the deciding p, Holm-adjusted in its family
+    hv: stats.HolmVerdict | None = None  # Holm's verdict in its table
 
     @property
-    def deciding(self) -> stats.TestResult | None:
-        return self.two if self.decides == "two-sided" else self.greater
+    def holm(self) -> float | None:
+        """The deciding p, Holm-adjusted in its table."""
+        return self.hv.p_adjusted if self.hv else None
+
+    @property
+    def change(self) -> float | None:
+        """a / b - 1 of the trials' mean RTTs (geometric means, or the mean
+        within-round ratio)."""
+        return self.ratio.ratio - 1 if self.ratio else None
+
+    @property
+    def change_ci(self) -> stats.Interval | None:
+        """The interval of `change` at the level Holm tested it at: it excludes 0
+        exactly where a difference is shown."""
+        if self.ratio is None:
+            return None
+        iv = self.ratio.interval(1 - self.hv.alpha if self.hv else 1 - ALPHA)
+        return stats.Interval(iv.low - 1, iv.high - 1, iv.coverage)
 
     def verdict(self) -> str:
-        """lower / higher (a against b) / no difference shown / untestable."""
-        if self.deciding is None or self.holm is None:
+        """lower / higher (a against b); no difference shown (the interval within
+        2x either way); undecided (wider); untestable (too few trials)."""
+        if self.ratio is None or self.hv is None:
             return "untestable"
-        if self.holm >= ALPHA:
-            return "no difference shown"
-        return "lower" if self.change is not None and self.change < 0 else "higher"
+        if self.hv.rejected:
+            return "lower" if self.ratio.log_ratio < 0 else "higher"
+        iv = self.ratio.interval(1 - self.hv.alpha)
+        return "undecided" if iv.low <= 0.5 or iv.high >= 2.0 else "no difference shown"
 
 
-def test(what: str, a: ConfigSummary, b: ConfigSummary, decides: str = "two-sided") -> Test:
+def test(what: str, a: ConfigSummary, b: ConfigSummary) -> Test:
     x, y = a.trial_values, b.trial_values
-    ma, mb = (statistics.median(x) if x else None), (statistics.median(y) if y else None)
     ra, rb = a.replies, b.replies
-    return Test(what, a.config, b.config, stats.mann_whitney(x, y, "less"),
-                stats.mann_whitney(x, y, "greater"), stats.mann_whitney(x, y),
-                stats.cliffs_delta(x, y), ma / mb - 1 if ma and mb else None,
-                stats.ratio_interval(x, y),
+    return Test(what, a.config, b.config,
+                stats.log_ratio(x, y, a.rounds, b.rounds) if x and y else None,
+                stats.mann_whitney(x, y, "less"), stats.mann_whitney(x, y, "greater"),
+                stats.mann_whitney(x, y), stats.cliffs_delta(x, y),
                 stats.mann_whitney(ra, rb) if len(ra) and len(rb) else None,
                 stats.mann_whitney(ra, rb, "less") if len(ra) and len(rb) else None,
-                (len(x), len(y)), decides)
+                (len(x), len(y)))
 
 
 def _holm(tests: list[Test]) -> list[Test]:
-    for t, p in zip(tests, stats.holm([t.deciding.p if t.deciding else None
-                                       for t in tests])):
-        t.holm = p
+    for t, h in zip(tests, stats.holm_levels([t.ratio.p if t.ratio else None
+                                              for t in tests], ALPHA)):
+        t.hv = h
     return tests
 
 
@@ -191,13 +208,13 @@ def _backend_order(b: str) -> int:
 
 
 def load_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
-    """Under load against no load, per rule set, backend and entries: one-tailed,
-    the seed's finding (and any queueing model's) says which way."""
+    """Under load against no load, per rule set, backend and entries (the seed's
+    one-tailed Mann-Whitney beside)."""
     out = []
     for (r, b, load, n), s in cs.items():
         if load != "none" and (r, b, "none", n) in cs:
             out.append(test(f"{b}, {r}: {load} vs none" + (f", {n:,} conns" if n else ""),
-                            s, cs[(r, b, "none", n)], "greater"))
+                            s, cs[(r, b, "none", n)]))
     return _holm(out)
 
 
