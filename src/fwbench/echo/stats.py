@@ -6,16 +6,18 @@ averages over groups of them; here every figure carries its interval and every
 comparison its test.
 
 - Decrease against F = 0: each cell with rules against the same cell without (F = 0),
-  the ratio of their mean per-client throughput minus 1, with a bootstrap interval.
+  the log ratio of their per-client throughput (Welch on the logs), Holm across the
+  table, its interval at its Holm level; the seed's Welch on raw values beside.
 - Loss per rule: the seed fitted the decrease (%) against the number of rules for each
   protocol and family and averaged the gradients (0.05 %/rule for IPv4, 0.03 % for
   IPv6). Here: a least-squares line through the origin (no rules, no decrease) of every
   trial's decrease against its cell's rule count (n x F), per family, with a bootstrap
   interval that resamples the trials of every cell, the F = 0 references included.
-- Threads against epoll: per number of clients (TCP, F = 0, as the seed), the ratio of
-  the means with its interval, Welch two-tailed with Holm across the clients, Mann-
-  Whitney beside it; the turning point is where the sign of the difference changes
-  (interpolated in log n between the two client counts around it).
+- Threads against epoll: per number of clients (TCP, F = 0, as the seed), the log
+  ratio (Welch on the logs), Holm across the clients, its interval at its Holm level;
+  the seed's Welch on raw values and Mann-Whitney beside it; the turning point is
+  where the sign of the difference changes (interpolated in log n between the two
+  client counts around it).
 - TCP against UDP and IPv4 against IPv6: over every pair of cells equal but for that
   factor (epoll server for both), the mean of the pairs' relative differences with its
   minimum and maximum, as the seed gave them, a bootstrap interval over the pairs and a
@@ -104,11 +106,12 @@ def label(cell: Cell) -> str:
 class Decrease:
     cell: Cell
     rules: int
-    decrease_pct: float                 # 100 x (1 - mean / mean at F = 0)
-    interval: tuple[float, float] | None   # of decrease_pct
+    decrease_pct: float                 # 100 x (1 - ratio), the log ratio's estimate
+    interval: tuple[float, float] | None   # of decrease_pct, at its Holm level
     n: int
     n_ref: int
-    p_holm: float | None = None         # Welch two-tailed, Holm across the decreases
+    p_holm: float | None = None         # the log ratio's, Holm across the decreases
+    seed_welch_p: float | None = None   # the seed's: Welch on the raw values
 
 
 def _mean_ratio_interval(a: list[float], b: list[float], seed: int = 1,
@@ -123,22 +126,36 @@ def _mean_ratio_interval(a: list[float], b: list[float], seed: int = 1,
     return float(np.quantile(r, 0.025)), float(np.quantile(r, 0.975))
 
 
-def decreases(s: dict[Cell, list[float]]) -> list[Decrease]:
+def _decided(tests: list) -> list[tuple]:
+    """Holm across a table of log-ratio tests (stats.log_ratio, Welch on the logs:
+    samples() keeps no rounds): each (ratio, interval at its Holm level, adjusted p),
+    or Nones where a test could not be made."""
     out = []
+    for t, h in zip(tests, stats.holm_levels([t.p if t else None for t in tests], ALPHA)):
+        if t is None:
+            out.append((None, None, None))
+            continue
+        iv = t.interval(1 - h.alpha)
+        out.append((t.ratio, (iv.low, iv.high), h.p_adjusted))
+    return out
+
+
+def decreases(s: dict[Cell, list[float]]) -> list[Decrease]:
+    found = []
     for cell, xs in s.items():
         f = cell[F_INDEX]
         ref = s.get(reference(cell))
-        if not f or not ref:
-            continue
-        ratio = statistics.fmean(xs) / statistics.fmean(ref)
-        iv = _mean_ratio_interval(xs, ref)
+        if f and ref:
+            found.append((cell, xs, ref, stats.log_ratio(xs, ref)))
+    out = []
+    for (cell, xs, ref, t), (ratio, iv, p) in zip(found, _decided([x[3] for x in found])):
+        if ratio is None:
+            ratio = statistics.fmean(xs) / statistics.fmean(ref)
         w = stats.welch(xs, ref)
-        out.append(Decrease(cell, cell[0] * f, 100 * (1 - ratio),
+        out.append(Decrease(cell, cell[0] * cell[F_INDEX], 100 * (1 - ratio),
                             (100 * (1 - iv[1]), 100 * (1 - iv[0])) if iv else None,
-                            len(xs), len(ref), w.p if w else None))
-    adj = stats.holm([d.p_holm for d in out])
-    return [Decrease(d.cell, d.rules, d.decrease_pct, d.interval, d.n, d.n_ref, p)
-            for d, p in zip(out, adj)]
+                            len(xs), len(ref), p, w.p if w else None))
+    return out
 
 
 # --- loss per rule -----------------------------------------------------------------------
@@ -202,45 +219,47 @@ def per_rule_slope(s: dict[Cell, list[float]], family: str, backend: str, seed: 
 class ServerTest:
     group: Cell                 # the cell without its server factor
     clients: int
-    diff_pct: float             # 100 x (threads / epoll - 1), means
-    interval: tuple[float, float] | None
-    p: float | None             # Welch two-tailed
+    diff_pct: float             # 100 x (threads / epoll - 1), the log ratio's estimate
+    interval: tuple[float, float] | None   # of diff_pct, at its Holm level
+    p: float | None             # the log ratio's (Welch on the logs), two-tailed
     p_holm: float | None
-    mwu_p: float | None
+    mwu_p: float | None         # Mann-Whitney, beside (decides nothing)
     n_threads: int
     n_epoll: int
+    welch_p: float | None = None   # the seed's test: Welch on the raw values
 
     @property
     def verdict(self) -> str:
         if self.p_holm is None:
             return "untestable"
         if self.p_holm >= ALPHA:
-            return "no difference shown"
+            lo, hi = self.interval
+            wide = lo <= -50 or hi >= 100
+            return "undecided" if wide else "no difference shown"
         return "threads faster" if self.diff_pct > 0 else "epoll faster"
 
 
 def server_tests(s: dict[Cell, list[float]]) -> list[ServerTest]:
-    """Threads against epoll in every cell measured with both."""
+    """Threads against epoll in every cell measured with both: the log ratio of
+    their mean throughput per client (Welch on the logs), Holm across them."""
     srv = FACTORS.index("server")
-    out = []
+    found = []
     for cell, th in s.items():
         if cell[srv] != "threads":
             continue
         ep = s.get(cell[:srv] + ("epoll",) + cell[srv + 1:])
-        if not ep:
-            continue
-        iv = _mean_ratio_interval(th, ep)
-        w = stats.welch(th, ep)
-        mw = stats.mann_whitney(th, ep)
-        out.append(ServerTest(cell[:srv] + cell[srv + 1:], cell[0],
-                              100 * (statistics.fmean(th) / statistics.fmean(ep) - 1),
+        if ep:
+            found.append((cell, th, ep, stats.log_ratio(th, ep)))
+    out = []
+    for (cell, th, ep, t), (ratio, iv, p) in zip(found, _decided([x[3] for x in found])):
+        if ratio is None:
+            ratio = statistics.fmean(th) / statistics.fmean(ep)
+        w, mw = stats.welch(th, ep), stats.mann_whitney(th, ep)
+        out.append(ServerTest(cell[:srv] + cell[srv + 1:], cell[0], 100 * (ratio - 1),
                               (100 * (iv[0] - 1), 100 * (iv[1] - 1)) if iv else None,
-                              w.p if w else None, None, mw.p if mw else None,
-                              len(th), len(ep)))
-    adj = stats.holm([t.p for t in out])
-    return sorted((ServerTest(t.group, t.clients, t.diff_pct, t.interval, t.p, p, t.mwu_p,
-                              t.n_threads, t.n_epoll) for t, p in zip(out, adj)),
-                  key=lambda t: (t.group[1:], t.clients))
+                              t.p if t else None, p, mw.p if mw else None,
+                              len(th), len(ep), w.p if w else None))
+    return sorted(out, key=lambda t: (t.group[1:], t.clients))
 
 
 def turning_point(tests: list[ServerTest]) -> float | None:
