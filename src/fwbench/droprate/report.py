@@ -22,7 +22,7 @@ from rich.text import Text
 
 from fwbench.droprate.treatments import NAMES
 from fwbench.results import TrialRecord
-from fwbench.stats import Interval, median_interval, paired_ratio_interval
+from fwbench.stats import Interval, log_ratio, median_interval, paired_ratio_interval
 
 # Seed 002's summary table: treatment id -> (PPS, cost % as published).
 SEED002: dict[str, tuple[int, int | None]] = {
@@ -125,8 +125,10 @@ class Ordering:
 
 
 def orderings(table: list[Row], resamples: int = 10_000) -> list[Ordering]:
-    """Whether each of the issue's inequalities holds, by a/b - 1 and its interval:
-    above zero holds, below does not, an interval across zero is not resolved."""
+    """Whether each of the issue's inequalities holds, by a / b - 1 on the log scale,
+    paired by round (stats.log_ratio), its 95 % interval: above zero holds, below
+    does not, an interval across zero (or fewer than two shared rounds) is not
+    resolved."""
     out = []
     for a_id, b_id, text in ORDERINGS:
         a = next((w for w in table if w.tid == a_id and w.median), None)
@@ -134,17 +136,16 @@ def orderings(table: list[Row], resamples: int = 10_000) -> list[Ordering]:
         if not a or not b:
             out.append(Ordering(text, "not measured", None, None))
             continue
-        ratio = a.median / b.median - 1
-        iv = paired_ratio_interval(_pairs(a, b), resamples=resamples)
-        if iv is None:
-            verdict = "holds" if ratio >= 0 else "does not hold"
-        elif iv.low > 0:
-            verdict = "holds"
-        elif iv.high < 0:
-            verdict = "does not hold"
-        else:
-            verdict = "not resolved"
-        out.append(Ordering(text, verdict, ratio, iv))
+        ks = sorted(set(a.pps) & set(b.pps))
+        t = log_ratio([a.pps[k] for k in ks], [b.pps[k] for k in ks], ks, ks)
+        if t is None:
+            out.append(Ordering(text, "not resolved", a.median / b.median - 1, None))
+            continue
+        iv = t.interval(0.95)
+        iv = Interval(iv.low - 1, iv.high - 1, iv.coverage)
+        verdict = "holds" if iv.low > 0 else "does not hold" if iv.high < 0 \
+            else "not resolved"
+        out.append(Ordering(text, verdict, t.ratio - 1, iv))
     return out
 
 
@@ -233,6 +234,6 @@ def render(records: list[TrialRecord], meta: dict) -> Group:
     lines = [Text(f"  {ln}") for ln in not_ok_lines(table_rows)]
     if lines:
         lines.insert(0, Text("Not counted (failed verification, or invalid: see trials.jsonl):"))
-    lines.append(Text("Acceptance (a / b - 1, 95 % bootstrap interval over rounds):"))
+    lines.append(Text("Acceptance (a / b - 1 on the log scale, paired by round, 95 % t interval):"))
     lines += [Text(f"  {o.line()}") for o in orderings(table_rows)]
     return Group(conditions(meta), table(table_rows), *lines)
