@@ -115,13 +115,14 @@ class Estimate:
     def ratio(self) -> float:
         return math.exp(self.log)
 
-    def _q(self, level: float) -> float:
+    def half_width(self, at: float) -> float:
+        """Half the two-sided t interval at level `at`, on the log scale."""
         return 0.0 if self.se == 0 or self.df is None else \
-            float(sps.t.ppf(0.5 + level / 2, self.df)) * self.se
+            float(sps.t.ppf(0.5 + at / 2, self.df)) * self.se
 
     def interval(self, at: float | None = None) -> tuple[float, float]:
         """The interval at `at` (None: the verdicts' own, `level()`)."""
-        q = self._q(level() if at is None else at)
+        q = self.half_width(level() if at is None else at)
         return math.exp(self.log - q), math.exp(self.log + q)
 
     def p_above(self, log_bound: float) -> float:
@@ -338,7 +339,7 @@ def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
     are given. '' when nothing can be said."""
     if est is None or est.se == 0 or est.df is None or not est.trials:
         return ""
-    half_now = est._q(level())
+    half_now = est.half_width(level())
     bounds = {"above": [0.0], "below": [0.0]}.get(rule.kind) or [
         math.log(b) for b in ((1 - rule.margin, 1 + rule.margin) if rule.kind == "equal"
                               else rule.size)]
