@@ -57,6 +57,7 @@ VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_SHOWN)
 
 ALPHA = 0.05            # each claim's one-sided tests, at one look
 _EPS = 1e-9             # p exactly at alpha, to rounding: an interval's end on a bound
+HOPELESS = 20           # `need`: more than this many times the trials is said to be so
 _looks: ContextVar[int] = ContextVar("looks", default=1)
 
 
@@ -361,7 +362,11 @@ def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
     more = ""
     if trial_s and cells:
         more = f" (~{max(1, round((n - est.trials) * cells * trial_s / 60))} min more)"
-    return f"needs ±{100 * closer:.2g} %: about {n} trials a cell{more}"
+    said = f"needs ±{100 * closer:.2g} %: about {n} trials a cell{more}"
+    if n > HOPELESS * est.trials:
+        said += ("; the estimate lies so near the claim's bound that more trials are "
+                 "unlikely to decide it")
+    return said
 
 
 def estimate(a: Sequence[float], b: Sequence[float], a_rounds: Sequence | None = None,

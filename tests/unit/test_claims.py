@@ -151,6 +151,9 @@ def test_an_undecided_claim_says_what_it_would_need():
     assert cl.need(EQUAL, at(0.95, 1.05)) == ""
     on = cl.Estimate(math.log(1.1), 0.05, 8, "x", 3)
     assert "no number of trials" in cl.need(EQUAL, on)
+    near = cl.Estimate(math.log(1.001), 0.05, 8, "x", 3)   # a direction claim near 1
+    assert "more trials are unlikely to decide it" in cl.need(Rule("above"), near)
+    assert "unlikely" not in said
 
 
 # -- every claim of the five studies under its own rule -------------------------------
