@@ -335,3 +335,15 @@ def test_seed001_loss_per_rule_literal_intervals(interval, verdict, said):
     sl = es.Slope("ipv4", "iptables-legacy", mid, interval, 6, 640, 0.9)
     row = _slope_row(sl, "ipv4")
     assert row[3] == verdict and said in row[4], row
+
+
+def test_a_sequential_study_says_its_looks_and_level_in_the_table():
+    from fwbench.report.document import markdown
+    data = sweep(SEED000_LIKE)
+    data.meta["scenario"]["adaptive"] = {"until": "claims", "max_repeat": 9}
+    data.meta["scenario"]["repeat"] = 5
+    assert rf.looks(data.scenario) == 5
+    text = markdown(rf.blocks(data, rf.decide(data)))
+    assert "a one-sided test at 1 % (5 % over the run's 5 looks" in text
+    assert "the interval beside is the 98 % one" in text and "(98 %)" in text
+    assert rf.looks(sweep(SEED000_LIKE).scenario) == 1

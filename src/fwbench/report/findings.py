@@ -84,7 +84,8 @@ def table(findings: list[Finding], study: str, k: int = 1) -> Table:
                  f", \"about the "
                  f"same\" by two one-sided tests against the margin written with the "
                  f"claim, \"about\" a size by its direction and its size separately; the "
-                 f"interval beside is the 90 % one those tests are read from. What each "
+                 f"interval beside is the {cl.pct(1 - 2 * cl.ALPHA / k)} one those tests "
+                 f"are read from. What each "
                  f"estimate is: " + "; ".join(f"({i}) {f.claim.test}" for i, f in
                                               enumerate(findings, 1)) + ".",
                  id="findings", kind="kv")   # kv: left-aligned text that wraps
