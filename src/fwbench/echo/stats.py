@@ -172,7 +172,7 @@ class Slope:
 
 
 def per_rule_slope(s: dict[Cell, list[float]], family: str, backend: str, seed: int = 1,
-                   resamples: int = 2000) -> Slope | None:
+                   resamples: int = 2000, level: float = 0.95) -> Slope | None:
     """Decrease (%) = slope x rules, least squares through the origin, over every cell of
     the family and backend that has rules and its F = 0 reference."""
     fam, be = FACTORS.index("family"), FACTORS.index("backend")
@@ -202,7 +202,8 @@ def per_rule_slope(s: dict[Cell, list[float]], family: str, backend: str, seed: 
             boots.append(fit([(c, np.asarray(xs)[rng.integers(0, len(xs), len(xs))],
                                np.asarray(ref)[rng.integers(0, len(ref), len(ref))])
                               for c, xs, ref in pairs]))
-        iv = (float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975)))
+        tail = (1 - level) / 2
+        iv = (float(np.quantile(boots, tail)), float(np.quantile(boots, 1 - tail)))
     # How well a line through the origin holds the cells' mean decreases (uncentred
     # R², as for any fit without an intercept): 1 is a straight line.
     pts = [(c[0] * c[F_INDEX], 100 * (1 - float(np.mean(xs)) / float(np.mean(ref))))

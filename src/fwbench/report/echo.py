@@ -31,10 +31,11 @@ def _iv(iv, digits: int = 2, unit: str = "") -> str:
 
 # --- the findings ----------------------------------------------------------------------
 
-def _slope_row(sl: es.Slope | None, family: str) -> list[str]:
+def _slope_row(sl: es.Slope | None, family: str, level: float = 0.95) -> list[str]:
     """Loss per rule, "about" the seed's: above 0, and within half the seed's figure
-    either way (0.05 %/rule: 0.025..0.075), each read off our 95 % bootstrap
-    interval (a direction and a size, both shown when the interval is inside)."""
+    either way (0.05 %/rule: 0.025..0.075), each read off our bootstrap
+    interval at the verdicts' level (a direction and a size, both shown when the
+    interval is inside)."""
     seed = es.SEED001["per_rule_pct"][family]
     lo_ok, hi_ok = seed / 2, seed * 1.5
     claim = (f"throughput loss grows linearly with the rules, about {seed} % per {family} "
@@ -43,14 +44,15 @@ def _slope_row(sl: es.Slope | None, family: str) -> list[str]:
         return [claim, f"{seed} %/rule", "-", "not shown", "no cell of this family with "
                 "rules and its F = 0 reference"]
     ours = f"{sl.pct_per_rule:.4f} %/rule{_iv(sl.interval, 4)}" + \
-        (" (95 %)" if sl.interval else "") + f", R² {sl.r2:.2f}"
+        (f" ({cl.pct(level)})" if sl.interval else "") + f", R² {sl.r2:.2f}"
     if sl.interval is None:
         return [claim, f"{seed} %/rule", ours, "not shown", "too few trials for an interval"]
     lo, hi = sl.interval
     way = "holds" if lo > 0 else "does not hold" if hi < 0 else "not shown"
     size = "holds" if lo_ok <= lo and hi <= hi_ok else \
         "does not hold" if hi < lo_ok or lo > hi_ok else "not shown"
-    why = (f"direction {way}, size {size} (the 95 % interval against {lo_ok:g}..{hi_ok:g} "
+    why = (f"direction {way}, size {size} (the {cl.pct(level)} interval against "
+           f"{lo_ok:g}..{hi_ok:g} "
            f"%/rule; fitted over {sl.cells} cells, up to {sl.max_rules:,} rules)")
     verdict = "does not hold" if "does not hold" in (way, size) else \
         "holds" if way == size == "holds" else "not shown"
@@ -121,8 +123,10 @@ def _seed_slope(slopes: dict, family: str) -> es.Slope | None:
 
 def _rows(data: RunData, st: "_Stats") -> list[list[str]]:
     """Each claim's row: [claim, seed's figure, ours, verdict, why], in CLAIMS order."""
-    return [_slope_row(_seed_slope(st.slopes, "ipv4"), "ipv4") + [_family(data, st, "ipv4")],
-            _slope_row(_seed_slope(st.slopes, "ipv6"), "ipv6") + [_family(data, st, "ipv6")],
+    return [_slope_row(_seed_slope(st.slopes, "ipv4"), "ipv4", st.level)
+            + [_family(data, st, "ipv4")],
+            _slope_row(_seed_slope(st.slopes, "ipv6"), "ipv6", st.level)
+            + [_family(data, st, "ipv6")],
             _server_row(st.tests, st.turn),
             _slower_row(data, st.s, "protocol", "tcp", "udp", "tcp-vs-udp"),
             _slower_row(data, st.s, "family", "ipv6", "ipv4", "ipv6-vs-ipv4"),
@@ -138,12 +142,13 @@ def _family(data: RunData, st: "_Stats", family: str) -> list:
 class _Stats:
     """Seed 001's statistics of one run, computed once for its findings and tables."""
 
-    def __init__(self, data: RunData):
+    def __init__(self, data: RunData, level: float = 0.95):
         self.s = s = es.samples(data.records)
         self.decs = es.decreases(s)
         backends = list(dict.fromkeys(c[FACTORS.index("backend")] for c in s))
-        self.slopes = {(fam, b): es.per_rule_slope(s, fam, b) for fam in ("ipv4", "ipv6")
-                       for b in backends}
+        self.level = level     # the slopes' bootstrap intervals
+        self.slopes = {(fam, b): es.per_rule_slope(s, fam, b, level=level)
+                       for fam in ("ipv4", "ipv6") for b in backends}
         self.tests = es.server_tests(s)
         self.turn = es.turning_point(self.tests)
         self.tcp_udp = es.paired_average(s, "protocol", "tcp", "udp", "TCP slower than UDP")
@@ -152,7 +157,7 @@ class _Stats:
 
 def seed_findings(data: RunData, st: _Stats | None = None) -> list[Finding]:
     """Seed 001's claims decided on this run (fwbench.findings.CLAIMS["001"])."""
-    st = st or _Stats(data)
+    st = st or _Stats(data, cl.level())    # the slopes at the verdicts' own level
     rows = _rows(data, st)
     return [Finding(c, ours, verdict, why, tuple(more[0]) if more else ())
             for c, (_claim, _seed, ours, verdict, why, *more)
