@@ -14,6 +14,9 @@ from fwbench.report.data import RunData
 from fwbench.report.deciding import cells_where, decided
 
 
+WHOLE = 0.005      # a ratio within 0.5 % of 1, as sure: both processed the flow whole
+
+
 def _variant(chain: str, cpus: int) -> str:
     return f"{chain.upper()}, {cpus} CPU{'s' if cpus > 1 else ''}"
 
@@ -69,9 +72,18 @@ def _advantage(data: RunData, rules: int = 6000) -> Finding:
     ours += "; smallest over largest: " + ", ".join(f"{k} {cl.show(e)}"
                                                     for k, e in parts.items())
     widest = max(parts.values(), key=lambda e: e.se)
-    return decided(data, c, ours, cl.every(c.rule, parts, "chains and CPU counts"),
-                   widest, cells_where(data, rules=rules,
-                                       backend={"iptables-legacy", "nftables"}))
+    f = decided(data, c, ours, cl.every(c.rule, parts, "chains and CPU counts"),
+                widest, cells_where(data, rules=rules,
+                                    backend={"iptables-legacy", "nftables"}))
+    whole = sum(1 for e in got.values() if abs(e.log) < WHOLE and e.se < WHOLE)
+    if f.verdict == NOT_SHOWN and whole:
+        # Fixed-rate flows: where neither backend loses, both process the whole flow
+        # and the ratio is 1 whatever the rules cost; only loss can show an advantage.
+        return Finding(c, f.ours, f.verdict, f"{f.why} (at {rules:,} rules both backends "
+                       f"processed {whole} of {len(got)} flows whole: there the ratio is 1 "
+                       f"whatever each costs, and only a flow that overwhelms one of them "
+                       f"can show an advantage)", f.cells)
+    return f
 
 
 def _input_forward(data: RunData) -> Finding:
