@@ -501,11 +501,10 @@ class Scenario(BaseModel):
         if a.max_repeat and a.max_repeat <= self.repeat:
             raise ValueError(f"adaptive.max_repeat ({a.max_repeat}) must be above repeat "
                              f"({self.repeat}), or 0 for off")
-        if a.until == "claims" and (not a.max_repeat or
-                                    study_of({"method": self.method, "study": self.study})
-                                    is None):
-            raise ValueError("adaptive.until = \"claims\" needs adaptive.max_repeat and a "
-                             "study whose claims to decide (the scenario's study key)")
+        if a.until == "claims" and a.max_repeat and \
+                study_of({"method": self.method, "study": self.study}) is None:
+            raise ValueError("adaptive.until = \"claims\" needs a study whose claims to "
+                             "decide (the scenario's study key)")
         t = self.throughput
         if len(set(t.loss_ratios)) != len(t.loss_ratios):
             raise ValueError("throughput.loss_ratios has duplicates")

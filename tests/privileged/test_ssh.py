@@ -189,6 +189,14 @@ def test_a_scenario_runs_over_ssh_and_every_host_is_left_as_it_was(the_lab, tmp_
     assert leftover_processes(the_lab) == []
 
 
+def _ctrl_c() -> None:
+    """In the child before exec: SIGINT to its default, so Python turns it into
+    KeyboardInterrupt as at a terminal. A suite started in the background (`./test.sh
+    &`, nohup) ignores SIGINT, children inherit that, and the test's Ctrl-C would do
+    nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(inventory: Path, out: Path) -> subprocess.Popen:
     """A run that is live until it is stopped: 1,000 rounds, far more than a test
     takes on any machine (20 ended on their own on a busy one before the test
@@ -196,7 +204,7 @@ def _start(inventory: Path, out: Path) -> subprocess.Popen:
     p = subprocess.Popen([sys.executable, "-m", "fwbench", *QUICK, "--repeat", "1000",
                           "--inventory", str(inventory), "--out", str(out)],
                          cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+                         text=True, start_new_session=True, preexec_fn=_ctrl_c)
     end = time.monotonic() + 120
     while time.monotonic() < end:   # until the firewall holds a rule set of ours
         trials = out / "trials.jsonl"

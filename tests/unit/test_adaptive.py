@@ -354,8 +354,11 @@ def test_a_sequential_round_without_a_decider_is_one_clear_error(tmp_path):
         adaptive_round(rd, sc, SWEEP_FACTORS, plan)
 
 
-def test_until_claims_needs_a_study_and_max_repeat():
-    with pytest.raises(Exception, match="needs adaptive.max_repeat and a study"):
+def test_until_claims_needs_a_study_when_rounds_are_on():
+    with pytest.raises(Exception, match="needs a study whose claims to decide"):
         scenario.load(None, {"adaptive.until": "claims", "adaptive.max_repeat": 5})
-    with pytest.raises(Exception, match="needs adaptive.max_repeat and a study"):
-        scenario.load(None, {"adaptive.until": "claims", "study": "000"})
+    # --max-repeat 0 turns the rounds off: a study's scenario runs without its study
+    sc = scenario.load(None, {"adaptive.until": "claims", "adaptive.max_repeat": 0})
+    assert sc.adaptive.until == "claims" and not sc.adaptive.max_repeat
+    from fwbench.report.findings import looks
+    assert looks(sc.dump()) == 1

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 
+from fwbench import cpu
 from fwbench.errors import FwbenchError
-from fwbench.methods.base import Method, Reload
+from fwbench.methods.base import REDO, Method, Reload
 from fwbench.scenario import FIXED_FLOWS_BPS, FixedRateSettings
 from fwbench.testbed.base import Testbed
 from fwbench.traffic.engine import EngineTraffic
@@ -81,6 +82,8 @@ def flow_pps(frame_size: int) -> float:
 
 class FixedRate(Method):
     name = "fixedrate"
+    remeasure = False    # its points re-measure themselves (_point): an INPUT flow's
+                         # loss is the firewall's counters', not the measurer's
 
     def __init__(self, traffic: EngineTraffic, settings: FixedRateSettings, max_rules: int,
                  count_delivered: bool = False):
@@ -102,6 +105,23 @@ class FixedRate(Method):
         return d["Ip:InDelivers"]
 
     def _point(self, m, duration_s, pps) -> dict:
+        """One fixed-rate measurement, taken again (at most REDO times) while it was
+        disturbed and lost packets; the disturbed ones go to the trial's record
+        (Method.take_disturbed). Here and not in the measurer: an INPUT flow's loss
+        is read from the firewall's counters around the measurement, and the
+        receiver counts nothing of it."""
+        for attempt in range(REDO + 1):
+            out, r = self._measure_point(m, duration_s, pps)
+            why = cpu.disturbed(r.cpu)
+            if why is None or not (out["loss_ratio"] > 0 or degraded(out)):
+                return out
+            self._disturbed.append({"offered_pps": pps, "sent": r.sent,
+                                    "loss_ratio": out["loss_ratio"], "disturbed": why,
+                                    "kept": attempt == REDO})
+        out["disturbed"] = why
+        return out
+
+    def _measure_point(self, m, duration_s, pps) -> tuple[dict, object]:
         before = self._delivery() if self.count_delivered else None
         r = m.measure(duration_s, pps)
         got, lost = r.received, r.lost
@@ -125,7 +145,7 @@ class FixedRate(Method):
         out["processed_pps_window"] = got / duration_s
         out["processed_pps"], out["processed_over"] = processed_rate(
             got, duration_s, span, degraded(out))
-        return out
+        return out, r
 
     def run(self, tb, frame_size, duration_s, *, rules: int | None = None,
             reload: Reload | None = None) -> dict:
