@@ -105,3 +105,40 @@ def test_the_note_names_what_kept_a_disturbed_measurement():
     assert "4 measurements in 2 of 3 trials taken again" in note.detail
     assert note.cells == "b rep 0" and "1 trial kept a disturbed one" in note.detail
     assert an.disturbance_note(SimpleNamespace(ok=[rec({})])) is None
+
+
+class Counters:
+    """A firewall whose input counters grow by what each measurement delivered."""
+
+    def __init__(self):
+        self.delivered = 0
+
+    def snmp(self, host):
+        return {"Ip:InDelivers": self.delivered}
+
+    own_traffic = False
+
+
+def test_a_fixedrate_point_is_measured_again_with_its_own_counters():
+    """An INPUT flow's loss is read from the firewall's counters around the
+    measurement: a re-take reads them around itself alone, never summed over the
+    attempts (the receiver counts nothing of such a flow)."""
+    from fwbench.methods.fixedrate import FixedRate
+    from fwbench.scenario import FixedRateSettings
+
+    tb = Counters()
+
+    class Delivering(Canned):
+        def measure(self, duration_s, offered_pps):
+            tb.delivered += [900, 1000][self.calls]     # the first lost 100
+            r = super().measure(duration_s, offered_pps)
+            return r
+
+    fr = FixedRate(SimpleNamespace(), FixedRateSettings(), 1000, count_delivered=True)
+    fr._tb = tb
+    m = Delivering((BUSY, 0), (QUIET, 0))
+    out = fr._point(m, 1.0, 1000)
+    assert out["delivered"] == 1000 and out["loss_ratio"] == 0.0
+    got = disturbed_of(fr)["disturbed_measurements"]
+    assert got["retaken"] == 1 and got["attempts"][0]["loss_ratio"] == 0.1
+    assert FixedRate.remeasure is False       # not the measurer's: it would sum them
