@@ -215,6 +215,11 @@ class Rule:
         return f"{fmt_ratio(lo)}..{fmt_ratio(hi)} and its direction (one-sided, 5 %)"
 
     @property
+    def bounds(self) -> tuple[float, float]:
+        """The ratios that count as the claim's: the margin's or the size's range."""
+        return (1 - self.margin, 1 + self.margin) if self.kind == "equal" else self.size
+
+    @property
     def upward(self) -> bool:
         return self.kind == "above" or (self.kind == "about" and self.size[0] > 1)
 
@@ -239,7 +244,7 @@ def p_holds(rule: Rule, est: Estimate) -> float:
         return est.p_above(0.0)
     if rule.kind == "below":
         return est.p_below(0.0)
-    lo, hi = ((1 - rule.margin, 1 + rule.margin) if rule.kind == "equal" else rule.size)
+    lo, hi = rule.bounds
     return max(est.p_above(math.log(lo)), est.p_below(math.log(hi)))
 
 
@@ -251,7 +256,7 @@ def p_fails(rule: Rule, est: Estimate) -> float:
         return est.p_below(0.0)
     if rule.kind == "below":
         return est.p_above(0.0)
-    lo, hi = ((1 - rule.margin, 1 + rule.margin) if rule.kind == "equal" else rule.size)
+    lo, hi = rule.bounds
     # Either side: the two events are disjoint wherever the truth lies inside, so
     # the smaller p keeps the error at ALPHA (the interval lies wholly beyond one).
     return min(est.p_below(math.log(lo)), est.p_above(math.log(hi)))
@@ -341,9 +346,8 @@ def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
     if est is None or est.se == 0 or est.df is None or not est.trials:
         return ""
     half_now = est.half_width(level())
-    bounds = {"above": [0.0], "below": [0.0]}.get(rule.kind) or [
-        math.log(b) for b in ((1 - rule.margin, 1 + rule.margin) if rule.kind == "equal"
-                              else rule.size)]
+    bounds = [0.0] if rule.kind in ("above", "below") else \
+        [math.log(b) for b in rule.bounds]
     if rule.kind == "about":
         bounds.append(0.0)
     if rule.kind == "equal":
@@ -390,7 +394,7 @@ def decide_range(rule: Rule, lo: float, hi: float) -> Decision:
             HOLDS if way == size == HOLDS else NOT_SHOWN
         return Decision(v, said)
     if rule.kind == "equal":
-        a, b = 1 - rule.margin, 1 + rule.margin
+        a, b = rule.bounds
         v = HOLDS if a <= lo and hi <= b else DOES_NOT_HOLD if hi < a or lo > b \
             else NOT_SHOWN
         return Decision(v, {HOLDS: f"the range lies within ±{pct(rule.margin)}",
