@@ -7,7 +7,15 @@ things about that ratio, and its `Rule` says which and with what margin:
 
 - **a direction** ("nftables forwards less than iptables"): the ratio is below 1
   (or above). Holds when a one-sided test at ALPHA shows it, does not hold when
-  the one-sided test shows the other direction.
+  the one-sided test shows the other direction. Where the seed gave the change a
+  size, the rule also carries the least change the claim means (`least`: half
+  the seed's change, as for a size below), and the claim does not hold when the
+  one-sided test shows the ratio short of that: a direction with no size to it is
+  not the seed's finding, and a claim whose truth is "no change" is then decided
+  instead of staying open however many trials are run. The two verdicts are each
+  one-sided tests at ALPHA of hypotheses that cannot both be false, so each keeps
+  its error at ALPHA; where both reject (a change shown, and shown smaller than
+  the least), the claim as worded, a direction, holds.
 - **an equivalence** ("about the same", "flat"): the ratio lies within a margin of
   1 written with the claim (10 %: 0.90x..1.10x). Two one-sided tests (TOST) at
   ALPHA: holds when both reject, i.e. the 1 - 2 ALPHA interval lies inside the
@@ -184,14 +192,22 @@ def contrast(a: Estimate, b: Estimate, how: str = "") -> Estimate:
                     min(a.trials, b.trials), a.cells + b.cells)
 
 
+def fmt_bound(r: float) -> str:
+    """A rule's bound: as fmt_ratio, but to four places within 1 % of 1 (0.9992x),
+    where two would print 1.00x."""
+    return f"{r:.4f}x" if r != 1 and abs(r - 1) < 0.01 else fmt_ratio(r)
+
+
 @dataclass(frozen=True)
 class Rule:
-    """What a claim says of its ratio. kind: "above" / "below" (a direction),
+    """What a claim says of its ratio. kind: "above" / "below" (a direction, with
+    `least` the smallest change it means, a ratio on its side of 1, or None),
     "equal" (within `margin` of 1), "about" (the direction of `size`, and a ratio
     within `size`, the range that counts as the claimed size)."""
     kind: str
     margin: float = 0.0
     size: tuple[float, float] | None = None
+    least: float | None = None
 
     def __post_init__(self):
         if self.kind not in ("above", "below", "equal", "about"):
@@ -201,14 +217,20 @@ class Rule:
         if self.kind == "about" and not (self.size and 0 < self.size[0] < self.size[1]
                                          and not self.size[0] < 1 < self.size[1]):
             raise ValueError("a size is a range of ratios on one side of 1")
+        if self.least is not None and not (
+                self.kind == "above" and self.least > 1
+                or self.kind == "below" and 0 < self.least < 1):
+            raise ValueError("a least change is a ratio on the claimed side of 1, "
+                             "for a direction")
 
     @property
     def text(self) -> str:
         """The margin or threshold, as the findings table states it."""
-        if self.kind == "above":
-            return "ratio above 1 (one-sided, 5 %)"
-        if self.kind == "below":
-            return "ratio below 1 (one-sided, 5 %)"
+        if self.kind in ("above", "below"):
+            said = f"ratio {self.kind} 1"
+            if self.least is not None:
+                said += f"; short of {fmt_bound(self.least)} does not hold"
+            return said + " (one-sided, 5 %)"
         if self.kind == "equal":
             return f"within ±{pct(self.margin)} (TOST, 5 %)"
         lo, hi = self.size
@@ -252,10 +274,10 @@ def p_fails(rule: Rule, est: Estimate) -> float:
     """The one-sided p-value whose rejection at ALPHA shows the claim false: the
     other direction, the ratio beyond the margin, or outside the size (either
     way)."""
-    if rule.kind == "above":
-        return est.p_below(0.0)
-    if rule.kind == "below":
-        return est.p_above(0.0)
+    if rule.kind in ("above", "below"):
+        # Short of the least change (with none: of any change, the other way).
+        bound = 0.0 if rule.least is None else math.log(rule.least)
+        return est.p_below(bound) if rule.kind == "above" else est.p_above(bound)
     lo, hi = rule.bounds
     # Either side: the two events are disjoint wherever the truth lies inside, so
     # the smaller p keeps the error at ALPHA (the interval lies wholly beyond one).
@@ -286,9 +308,16 @@ def _said(rule: Rule, est: Estimate, held: bool | None) -> str:
         side = "above" if rule.kind == "above" else "below"
         other = "below" if side == "above" else "above"
         iv = f"the {pct(level())} interval"
+        lo, hi = est.interval()
+        the_other_way = lo > 1 if rule.kind == "below" else hi < 1
+        short = "" if rule.least is None else f"{fmt_bound(rule.least)}, "
         return {True: f"{iv} lies {side} 1",
-                False: f"{iv} lies {other} 1: the other way",
-                None: f"{iv} holds 1"}[held]
+                False: f"{iv} lies {other} 1: the other way" if the_other_way else
+                f"{iv} lies {other} {short}the least change the claim means "
+                f"(half the seed's)",
+                None: f"{iv} holds 1" if rule.least is None else
+                f"{iv} holds 1 and reaches past {fmt_bound(rule.least)}, the least "
+                f"change the claim means"}[held]
     m = f"±{pct(rule.margin)}"
     iv = f"the {pct(level())} interval"
     return {True: f"{iv} lies within {m}",
@@ -322,7 +351,10 @@ def every(rule: Rule, parts: dict[str, Estimate | None], what: str) -> Decision:
         return Decision(NOT_SHOWN, f"no {what} with an estimate")
     keys = list(got)
     failing = holm([p_fails(rule, got[k]) for k in keys])
-    against = [k for k, p in zip(keys, failing) if p is not None and _refuted(p)]
+    # A part shown as claimed is not against it, even where it is also shown short
+    # of the least change (decide: the direction, as worded, holds).
+    against = [k for k, p in zip(keys, failing) if p is not None and _refuted(p)
+               and not _shown(p_holds(rule, got[k]))]
     if against:
         return Decision(DOES_NOT_HOLD, f"fails in {', '.join(against)} (Holm across "
                                        f"{len(keys)} {what})")
@@ -348,6 +380,8 @@ def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
     half_now = est.half_width(level())
     bounds = [0.0] if rule.kind in ("above", "below") else \
         [math.log(b) for b in rule.bounds]
+    if rule.least is not None:
+        bounds.append(math.log(rule.least))
     if rule.kind == "about":
         bounds.append(0.0)
     if rule.kind == "equal":
@@ -401,8 +435,11 @@ def decide_range(rule: Rule, lo: float, hi: float) -> Decision:
                             DOES_NOT_HOLD: f"the range lies wholly beyond ±{pct(rule.margin)}",
                             NOT_SHOWN: f"the range reaches past ±{pct(rule.margin)}"}[v])
     up = rule.kind == "above"
+    short = 1.0 if rule.least is None else rule.least
     v = HOLDS if (lo > 1 if up else hi < 1) else \
-        DOES_NOT_HOLD if (hi < 1 if up else lo > 1) else NOT_SHOWN
+        DOES_NOT_HOLD if (hi < short if up else lo > short) else NOT_SHOWN
     return Decision(v, {HOLDS: f"the range lies {rule.kind} 1",
-                        DOES_NOT_HOLD: "the range lies on the other side of 1",
+                        DOES_NOT_HOLD: "the range lies on the other side of 1"
+                        if rule.least is None else f"the range lies short of "
+                        f"{fmt_bound(rule.least)}, the least change the claim means",
                         NOT_SHOWN: "the range holds 1"}[v])

@@ -178,9 +178,21 @@ def _case(rule: Rule) -> dict[str, tuple[cl.Estimate | None, str]]:
                 "too few": (None, NOT_SHOWN)}
     good, bad = (at(1.2, 1.5), at(0.6, 0.8)) if rule.kind == "above" else \
         (at(0.6, 0.8), at(1.2, 1.5))
-    return {"inside": (good, HOLDS), "outside": (bad, DOES_NOT_HOLD),
-            "on": (at(1.0, 1.3) if rule.kind == "above" else at(0.7, 1.0), HOLDS),
-            "straddling": (at(0.9, 1.1), NOT_SHOWN), "too few": (None, NOT_SHOWN)}
+    cases = {"inside": (good, HOLDS), "outside": (bad, DOES_NOT_HOLD),
+             "on": (at(1.0, 1.3) if rule.kind == "above" else at(0.7, 1.0), HOLDS),
+             "straddling": (at(0.9, 1.1), NOT_SHOWN), "too few": (None, NOT_SHOWN)}
+    if rule.least is None:
+        return cases
+    # The least change the claim means: x log-units towards the claim (1: the least).
+    s, ll = (1 if rule.kind == "above" else -1), abs(math.log(rule.least))
+
+    def towards(lo: float, hi: float) -> cl.Estimate:
+        return at(*sorted((math.exp(s * lo * ll), math.exp(s * hi * ll))))
+    return {**cases,
+            "straddling": (towards(-0.5, 1.2), NOT_SHOWN),     # holds 1 and the least
+            "short": (towards(-0.5, 0.5), DOES_NOT_HOLD),     # holds 1, short of the least
+            "on the least": (towards(-0.5, 1.0), NOT_SHOWN),  # touching: not wholly short
+            "shown but short": (towards(0.2, 0.6), HOLDS)}    # the direction, as worded
 
 
 RULED = [c for cs in CLAIMS.values() for c in cs if isinstance(c.rule, Rule)]
@@ -283,3 +295,24 @@ def test_looks_set_the_level_the_verdict_and_its_interval_use():
         assert cl.decide(Rule("above"), e).verdict == NOT_SHOWN
         assert "(97.5 %)" in cl.show(e) and "97.5 % interval" in cl.decide(Rule("above"), e).why
     assert cl.alpha() == 0.05
+
+
+def test_a_direction_short_of_its_least_change_does_not_hold():
+    """Seed 001's IPv6 9.2 % slower: the claim means 4.6 % at least (0.954x)."""
+    r = Rule("below", least=0.954)
+    assert cl.decide(r, at(0.96, 1.05)).verdict == DOES_NOT_HOLD      # short of it
+    assert "0.95x, the least change" in cl.decide(r, at(0.96, 1.05)).why
+    assert cl.decide(r, at(1.02, 1.05)).why.endswith("the other way")
+    assert cl.decide(r, at(0.95, 1.05)).verdict == NOT_SHOWN          # reaches past it
+    assert cl.decide(r, at(0.954, 1.05)).verdict == NOT_SHOWN         # on it: not wholly
+    assert cl.decide(r, at(0.96, 0.99)).verdict == HOLDS              # shown, as worded
+    assert "short of 0.95x does not hold" in r.text
+    # what an open one needs: the nearer of 1 and its least
+    assert "needs ±" in cl.need(r, cl.Estimate(math.log(0.97), 0.03, 8, "x", 4))
+    assert Rule("below", least=0.99916).text.startswith("ratio below 1; short of 0.9992x")
+    with pytest.raises(ValueError):
+        Rule("below", least=1.1)
+    with pytest.raises(ValueError):
+        Rule("above", least=0.9)
+    with pytest.raises(ValueError):
+        Rule("equal", 0.1, least=0.9)
