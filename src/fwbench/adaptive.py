@@ -93,14 +93,16 @@ def cells_needing_more(records: Iterable[TrialRecord], method: str,
 
 
 def within_budget(cells: list[Cell], widths: dict[Cell, float | None],
-                  records: list[TrialRecord], budget_s: float) -> list[Cell]:
+                  records: list[TrialRecord], budget_s: float,
+                  trials: int = 1) -> list[Cell]:
     """The cells of an adaptive round that fit what is left of a time budget, widest
-    first (a cell with no width yet before any), in their given order. What a trial
-    costs is read from the records: the budget counts the trials' own wall time
-    (`duration_s`), the median trial's for each trial still to run."""
+    first (a cell with no width yet before any), in their given order, each to run
+    `trials` trials. What a trial costs is read from the records: the budget counts
+    the trials' own wall time (`duration_s`), the median trial's for each trial
+    still to run."""
     spent = sum(r.duration_s for r in records)
     per = statistics.median(r.duration_s for r in records) if records else 0.0
-    room = len(cells) if per <= 0 else int((budget_s - spent) // per)
+    room = len(cells) if per <= 0 else int((budget_s - spent) // (per * max(1, trials)))
     if room <= 0:
         return []
     widest = sorted(cells, key=lambda c: -math.inf if widths.get(c) is None

@@ -368,16 +368,25 @@ def every(rule: Rule, parts: dict[str, Estimate | None], what: str) -> Decision:
                                f"in {', '.join(open_)}")
 
 
-def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
-         cells: int | None = None) -> str:
-    """What a claim not decided would need: the verdicts' interval's half-width (on the
-    log scale, as ±%) that would decide it where the estimate lies now, and about
-    how many trials a cell that takes (the half-width narrowing as one over the
-    square root of the trials), with the time if a trial's seconds and the cells
-    are given. '' when nothing can be said."""
-    if est is None or est.se == 0 or est.df is None or not est.trials:
-        return ""
+def trials_needed(rule: Rule, est: Estimate | None) -> float | None:
+    """About how many trials a cell would decide a claim not decided, where its
+    estimate lies now: the verdicts' interval narrowing as one over the square root
+    of the trials until it clears the nearest bound that decides it (inf: the
+    estimate lies on that bound). None when nothing can be said (no spread, or the
+    interval already clears it)."""
+    gap = _gap(rule, est)
+    if gap is None:
+        return None
+    if gap <= 0:
+        return math.inf
     half_now = est.half_width(level())
+    return None if gap >= half_now else est.trials * (half_now / gap) ** 2
+
+
+def _gap(rule: Rule, est: Estimate | None) -> float | None:
+    """How far (log scale) the estimate lies from the nearest bound deciding it."""
+    if est is None or est.se == 0 or est.df is None or not est.trials:
+        return None
     bounds = [0.0] if rule.kind in ("above", "below") else \
         [math.log(b) for b in rule.bounds]
     if rule.least is not None:
@@ -387,16 +396,24 @@ def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
     if rule.kind == "equal":
         # inside: both margins must be cleared; outside: the nearer one.
         inside = bounds[0] < est.log < bounds[1]
-        gap = min(est.log - bounds[0], bounds[1] - est.log) if inside else \
+        return min(est.log - bounds[0], bounds[1] - est.log) if inside else \
             min(abs(est.log - b) for b in bounds)
-    else:
-        gap = min(abs(est.log - b) for b in bounds)
-    if gap <= 0:
-        return "the estimate lies on the claim's bound: no number of trials decides it"
-    if gap >= half_now:
+    return min(abs(est.log - b) for b in bounds)
+
+
+def need(rule: Rule, est: Estimate | None, trial_s: float | None = None,
+         cells: int | None = None) -> str:
+    """What a claim not decided would need: the verdicts' interval's half-width (on the
+    log scale, as ±%) that would decide it where the estimate lies now, and about
+    how many trials a cell that takes (trials_needed), with the time if a trial's
+    seconds and the cells are given. '' when nothing can be said."""
+    n = trials_needed(rule, est)
+    if n is None:
         return ""
-    n = math.ceil(est.trials * (half_now / gap) ** 2)
-    closer = math.exp(gap) - 1
+    if n == math.inf:
+        return "the estimate lies on the claim's bound: no number of trials decides it"
+    n = math.ceil(n)
+    closer = math.exp(_gap(rule, est)) - 1
     more = ""
     if trial_s and cells:
         more = f" (~{max(1, round((n - est.trials) * cells * trial_s / 60))} min more)"

@@ -132,11 +132,16 @@ class AdaptiveSettings(BaseModel):
     budget_min: Annotated[float, Field(gt=0)] | None = Field(
         None, description="minutes of trials the run may spend in all: an adaptive "
         "round is cut to the widest cells that fit, and none starts once it is spent")
+    step: Annotated[int, Field(ge=1, le=100)] = Field(
+        1, description="until = claims: rounds added between two looks at the claims "
+        "(a look after the planned rounds, then after every `step` rounds), so a "
+        "study may go far past its planned rounds with few looks, each look testing "
+        "at 5 % / the most looks (1 + ceil((max_repeat - repeat) / step))")
     until: Literal["width", "claims"] = Field(
         "width", description="width: repeat the cells whose interval is wider than "
         "rel_width; claims (a study's run): repeat the cells that the study's claims "
         "not yet decided read, until each is decided, every look at the data then "
-        "testing at 5 % / the most looks the run can take (max_repeat - repeat + 1)")
+        "testing at 5 % / the most looks the run can take (see step)")
 
 
 # Payload text for string matching: kept to characters iptables-save prints as they

@@ -12,6 +12,7 @@ from fwbench.adaptive import cell_widths, cells_needing_more
 from fwbench.plan import TrialKey, make_plan
 from fwbench.results import SCHEMA_VERSION, SWEEP_FACTORS, RunDir, TrialRecord
 from fwbench.experiments.loop import adaptive_round
+from fwbench.report.data import RunData
 
 # With 3 values the 95 % bootstrap interval of the median is min..max: a resample's
 # median is the minimum with probability P(Bin(3, 1/3) >= 2) = 7/27, far above 2.5 %
@@ -300,10 +301,14 @@ def study_dir(tmp_path, nft_at_1000: float, sets_noise: float, max_repeat=4):
     return sc, rd, plan, value
 
 
-def test_a_sequential_round_holds_the_cells_of_the_claims_not_yet_decided(tmp_path):
+def test_a_sequential_round_holds_the_cells_of_the_claims_not_yet_decided(tmp_path,
+                                                                         monkeypatch):
     from fwbench.experiments import loop
+    from fwbench.report import findings as rf
     from fwbench.report.findings import open_claims
 
+    # Every open claim served, however many trials it needs (the next test: not so).
+    monkeypatch.setattr(rf, "SPARE", math.inf)
     sc, rd, plan, value = study_dir(tmp_path, nft_at_1000=0.2, sets_noise=0.3)
     record_plan(rd, plan, value)
     token = loop._open_claims.set(open_claims)
@@ -324,6 +329,63 @@ def test_a_sequential_round_holds_the_cells_of_the_claims_not_yet_decided(tmp_pa
         assert adaptive_round(rd, sc, SWEEP_FACTORS, plan) is None   # cells at 4 trials
         assert "still not shown with their cells at 4 trials" in \
             rd.meta()["adaptive"]["stopped"]
+    finally:
+        loop._open_claims.reset(token)
+
+
+def test_a_claim_more_trials_would_not_decide_gets_no_round(tmp_path):
+    """The sets' 30 % noise against their 10 % margin: thousands of trials a cell
+    would decide them where their estimates lie, far past 2 x max_repeat (4): no
+    round is spent on them."""
+    from fwbench.experiments import loop
+    from fwbench.report import findings as rf
+
+    sc, rd, plan, value = study_dir(tmp_path, nft_at_1000=0.2, sets_noise=0.3)
+    record_plan(rd, plan, value)
+    found = {f.claim.key: f for f in rf.decide(RunData(tmp_path, rd.meta(), rd.records()))}
+    assert found["sets-flat"].needs > rf.SPARE * 4 and found["sets-equal"].needs > 16
+    token = loop._open_claims.set(rf.open_claims)
+    try:
+        assert rf.open_claims(rd.meta(), rd.records()) == ([], [])
+        assert adaptive_round(rd, sc, SWEEP_FACTORS, plan) is None
+        assert rd.meta()["adaptive"]["stopped"] == \
+            "no claim left that more trials of its cells could decide"
+    finally:
+        loop._open_claims.reset(token)
+
+
+def test_a_sequential_study_steps_several_rounds_between_looks(tmp_path, monkeypatch):
+    """step = 3: one look adds three rounds, each recorded as its own (so the report
+    pairs by round within each), none past max_repeat; the looks the claims are
+    tested over: 1 + ceil((9 - 3) / 3) = 3."""
+    from fwbench.experiments import loop
+    from fwbench.report import findings as rf
+
+    monkeypatch.setattr(rf, "SPARE", math.inf)
+    sc, rd, plan, value = study_dir(tmp_path, nft_at_1000=0.2, sets_noise=0.3,
+                                    max_repeat=8)
+    sc = sc.model_copy(update={"adaptive": sc.adaptive.model_copy(update={"step": 3})})
+    rd.update_meta(scenario=sc.dump())
+    record_plan(rd, plan, value)
+    assert rf.looks(sc.dump()) == 1 + 2     # after round 3, then 6, then 8
+    token = loop._open_claims.set(rf.open_claims)
+    try:
+        r = adaptive_round(rd, sc, SWEEP_FACTORS, plan)
+        rounds = rd.meta()["adaptive"]["rounds"]
+        assert [x["round"] for x in rounds] == [1, 2, 3]
+        assert all(sorted(map(tuple, x["cells"])) == sorted(map(tuple, rounds[0]["cells"]))
+                   for x in rounds)
+        keys = [plan[i] for i in r.positions]
+        assert len(keys) == 3 * len(rounds[0]["cells"])
+        assert {k.repetition for k in keys} == {3, 4, 5}
+        assert ", 3 trials each for the claims" in loop._round_line(
+            type("E", (), {"cell_label": lambda self, k: str(k.cell)})(), r, plan, 0.05)
+        record_plan(rd, plan, value)
+        data = RunData(tmp_path, rd.meta(), rd.records())
+        c = tuple(rounds[0]["cells"][0])
+        assert {data.rounds()[(c, rep)] for rep in (3, 4, 5)} == {3, 4, 5}
+        r = adaptive_round(rd, sc, SWEEP_FACTORS, plan)     # two more: max_repeat 8
+        assert {plan[i].repetition for i in r.positions} == {6, 7}
     finally:
         loop._open_claims.reset(token)
 

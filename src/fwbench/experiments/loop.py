@@ -323,7 +323,8 @@ def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
     """Plan the next adaptive round: one trial per cell that needs more, in an order
     seeded by the scenario's seed and the round number (cells of one `block` back to
     back), appended to `plan` and to run.json's plan (with the round's cells and
-    every cell's width) before any of them runs. With `[adaptive] budget_min`, the
+    every cell's width) before any of them runs; a sequential study's (`until =
+    "claims"`), `step` such rounds, each recorded as its own, before it looks again. With `[adaptive] budget_min`, the
     round keeps the widest cells that fit what is left of it. None when no cell needs
     more, or the budget is spent (run.json's adaptive.stopped says so)."""
     records = rd.records()
@@ -343,8 +344,10 @@ def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
     if not cells:
         return None
     wanted = len(cells)
+    steps = sc.adaptive.step if sc.adaptive.until == "claims" else 1
     if sc.adaptive.budget_min:
-        cells = adaptive.within_budget(cells, widths, records, sc.adaptive.budget_min * 60)
+        cells = adaptive.within_budget(cells, widths, records, sc.adaptive.budget_min * 60,
+                                       steps)
         if not cells:
             rd.update_meta(adaptive={**meta.get("adaptive", {}), "stopped": (
                 f"the budget of {sc.adaptive.budget_min:g} min was spent with "
@@ -355,16 +358,24 @@ def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
     next_rep: dict[tuple, int] = {}
     for key in plan:
         next_rep[key.cell] = max(next_rep.get(key.cell, 0), key.repetition + 1)
-    order = shuffled(cells, random.Random(f"{sc.seed}:adaptive:{k}"), block)
-    new = [TrialKey(c, next_rep.get(c, 0)) for c in order]
+    # A sequential study adds `step` rounds before it looks again: each a whole
+    # round of the cells still below max_repeat, in an order of its own, recorded
+    # as a round of its own (so a round still pairs the cells it holds).
     first = len(plan)
-    plan.extend(new)
-    rounds = rounds + [{"round": k, "cells": [list(c) for c in order],
-                        **({"for_claims": claims} if claims else {}),
-                        **({"left_for_budget": wanted - len(order)}
-                           if wanted > len(order) else {}),
-                        "widths": {"/".join(map(str, c)): w
-                                   for c, w in sorted(widths.items())}}]
+    for j in range(steps):
+        now = cells if j == 0 else \
+            [c for c in cells if next_rep.get(c, 0) + j < sc.adaptive.max_repeat]
+        if not now:
+            break
+        order = shuffled(now, random.Random(f"{sc.seed}:adaptive:{k + j}"), block)
+        plan.extend(TrialKey(c, next_rep.get(c, 0) + j) for c in order)
+        rounds = rounds + [{"round": k + j, "cells": [list(c) for c in order],
+                            **({"for_claims": claims} if claims else {}),
+                            **({"left_for_budget": wanted - len(order)}
+                               if j == 0 and wanted > len(order) else {}),
+                            **({"widths": {"/".join(map(str, c)): w
+                                           for c, w in sorted(widths.items())}}
+                               if j == 0 else {})}]
     rd.update_meta(plan=[p.as_dict(factors) for p in plan],
                    adaptive={**meta.get("adaptive", {}), "rounds": rounds})
     return AdaptiveRound(k, list(range(first, len(plan))), widths, claims)
@@ -378,8 +389,10 @@ def _round_line(exp: Experiment, r: AdaptiveRound, plan: list[TrialKey],
         w = r.widths.get(k.cell)
         return f"{w * 100:.1f} %" if w is not None else "no interval yet"
     if r.claims:
-        return (f"adaptive round {r.round}: {len(keys)} cell{'s' if len(keys) != 1 else ''}"
-                f" for the claims not yet decided ({', '.join(r.claims)})")
+        cells = len({k.cell for k in keys})
+        times = "" if len(keys) == cells else f", {len(keys) // cells} trials each"
+        return (f"adaptive round {r.round}: {cells} cell{'s' if cells != 1 else ''}"
+                f"{times} for the claims not yet decided ({', '.join(r.claims)})")
     return (f"adaptive round {r.round}: {len(keys)} cell{'s' if len(keys) != 1 else ''} "
             f"above {rel_width * 100:g} % width: " +
             ", ".join(f"{escape(exp.cell_label(k))} {width(k)}" for k in keys))

@@ -38,6 +38,8 @@ class Finding:
     why: str          # the statistic that decided it, or why it is not shown
     cells: tuple = () # the run's cells (factor values) its estimate reads: where a
                       # sequential study adds trials while the claim is not shown
+    needs: float | None = None  # not shown: about the trials a cell that would
+                      # decide it (fwbench.claims.trials_needed; inf: none would)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:

@@ -24,11 +24,12 @@ def decided(data: RunData, c: Claim, ours: str, d: cl.Decision,
     one not shown says what deciding it would need (fwbench.claims.need, those
     cells re-run)."""
     cells = tuple(sorted(set(map(tuple, cells)), key=str))
-    why = d.why
-    if d.verdict == NOT_SHOWN and isinstance(c.rule, cl.Rule) and \
-            (more := cl.need(c.rule, est, trial_seconds(data), len(cells))):
-        why += f"; {more}"
-    return Finding(c, ours, d.verdict, why, cells)
+    why, needs = d.why, None
+    if d.verdict == NOT_SHOWN and isinstance(c.rule, cl.Rule):
+        needs = cl.trials_needed(c.rule, est)
+        if more := cl.need(c.rule, est, trial_seconds(data), len(cells)):
+            why += f"; {more}"
+    return Finding(c, ours, d.verdict, why, cells, needs)
 
 
 def cells_where(data: RunData, **values) -> list:

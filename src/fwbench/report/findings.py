@@ -23,12 +23,13 @@ def study_of(data: RunData) -> str | None:
 def looks(scenario: dict) -> int:
     """The most looks a run's claims get (fwbench.claims.looks): a study that adds
     rounds until its claims are decided (`[adaptive] until = "claims"`) looks after
-    its planned rounds and after each it adds, at most max_repeat - repeat + 1
-    times; any other run looks once."""
+    its planned rounds and after every `step` rounds it adds, at most
+    1 + ceil((max_repeat - repeat) / step) times; any other run looks once."""
     a = scenario.get("adaptive") or {}
     if a.get("until") != "claims" or not a.get("max_repeat"):
         return 1
-    return max(1, a["max_repeat"] - scenario.get("repeat", 3) + 1)
+    more = max(0, a["max_repeat"] - scenario.get("repeat", 3))
+    return 1 + -(-more // max(1, a.get("step", 1)))
 
 
 def decide(data: RunData) -> list[Finding]:
@@ -57,13 +58,22 @@ def _decide(data: RunData) -> list[Finding]:
             for c in CLAIMS[study]]
 
 
+SPARE = 2   # open_claims: a claim needing more than SPARE x max_repeat trials is left
+
+
 def open_claims(meta: dict, records: list) -> tuple[list, list[str]]:
     """A sequential study's next round (experiments.loop.OpenClaims): the cells
     its claims not yet decided read, and those claims' keys, decided on the run's
-    records so far."""
+    records so far. A claim whose estimate needs more than SPARE times the trials a
+    cell may reach (max_repeat) to be decided (Finding.needs: its interval narrowing
+    as one over the square root of the trials) is left as it is: rounds for it
+    would be spent without deciding it. The factor leaves room for an estimate that
+    moves as trials come in."""
     from pathlib import Path
     found = decide(RunData(Path("."), meta, records))
-    open_ = [f for f in found if f.verdict == NOT_SHOWN and f.cells]
+    most = ((meta.get("scenario") or {}).get("adaptive") or {}).get("max_repeat") or 0
+    open_ = [f for f in found if f.verdict == NOT_SHOWN and f.cells and
+             not (most and f.needs is not None and f.needs > SPARE * most)]
     return [c for f in open_ for c in f.cells], [f.claim.key for f in open_]
 
 
