@@ -56,7 +56,7 @@ STUDIES: dict[str, Study] = {s.id: s for s in (
           "n clients echoing through the gateway: TCP/UDP, IPv4/IPv6, threads/epoll, "
           "F = 0/2/4 rules per client",
           "the seed's questions on 63 of its cells, 4 trials of 2 s (the seed: 100 s x 3 "
-          "on every cell; --full in `fwbench run` runs all of them, hours)", 20),
+          "on every cell; --full in `fwbench run` runs all of them, hours), then the open claims' cells up to 12 in steps of 4 within 25 minutes of trials", 20),
     Study("002", "Testing the performance of the Linux firewall (Strongarm)",
           "seed002-drop.toml",
           "a UDP flood disposed of by drop position, conntrack against NOTRACK, ipset "
@@ -72,7 +72,7 @@ STUDIES: dict[str, Study] = {s.id: s for s in (
     Study("004", "NFtables and IPtables, a comparison in latency (2017)",
           "seed004-latency.toml",
           "ping RTT with and without bidirectional TCP load, forwarding against NAT",
-          "6 rounds of 5 s a configuration, up to 8 (the seed: 10 x 15 min)", 12),
+          "6 rounds of 5 s a configuration, then the open claims' up to 18 in steps of 6 within 22 minutes of trials (the seed: 10 x 15 min)", 12),
 )}
 
 

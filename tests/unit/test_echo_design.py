@@ -220,3 +220,6 @@ def test_connection_rates_compare_with_no_rules_and_no_entries():
     assert rates[(4, 0)].change_pct == pytest.approx(-10.0, abs=0.01)
     assert rates[(4, 50000)].change_pct == pytest.approx(-20.0, abs=0.01)
     assert rates[(4, 50000)].p_holm < 0.05 and rates[(4, 50000)].interval[1] < 0
+    # the ratio on the log scale: its interval holds its estimate, from the same test
+    lo, hi = rates[(4, 0)].interval
+    assert lo < -10.0 < hi and hi < 0

@@ -114,18 +114,6 @@ class Decrease:
     seed_welch_p: float | None = None   # the seed's: Welch on the raw values
 
 
-def _mean_ratio_interval(a: list[float], b: list[float], seed: int = 1,
-                         resamples: int = 4000) -> tuple[float, float] | None:
-    if len(a) < 2 or len(b) < 2:
-        return None
-    rng = np.random.default_rng(seed)
-    A, B = np.asarray(a), np.asarray(b)
-    ra = A[rng.integers(0, len(A), (resamples, len(A)))].mean(axis=1)
-    rb = B[rng.integers(0, len(B), (resamples, len(B)))].mean(axis=1)
-    r = ra / rb
-    return float(np.quantile(r, 0.025)), float(np.quantile(r, 0.975))
-
-
 def _decided(tests: list) -> list[tuple]:
     """Holm across a table of log-ratio tests (stats.log_ratio, Welch on the logs:
     samples() keeps no rounds): each (ratio, interval at its Holm level, adjusted p),
@@ -323,8 +311,8 @@ class ConnRate:
     cell: Cell
     base: Cell                  # the same cell with F = 0 and no background entries
     rate: float                 # mean connections (transactions) per second, all clients
-    change_pct: float | None    # against base, means
-    interval: tuple[float, float] | None
+    change_pct: float | None    # against base: the log ratio's estimate (Welch on logs)
+    interval: tuple[float, float] | None   # of change_pct, at its Holm level
     p_holm: float | None
     n: int
 
@@ -338,20 +326,20 @@ def conn_rates(records: list[TrialRecord]) -> list[ConnRate]:
         c = r.cell(FACTORS)
         if r.status == "ok" and c[tr] == "crr":
             rates[c].append(float(r.metrics["throughput"]["msgs_per_s"]))
-    out = []
+    found = []
     for c, xs in sorted(rates.items(), key=lambda kv: (kv[0][F_INDEX], kv[0][ent])):
         base = reference(c)[:ent] + (0,)
         ref = rates.get(base) if base != c else None
-        iv = _mean_ratio_interval(xs, ref) if ref else None
-        w = stats.welch(xs, ref) if ref else None
+        found.append((c, base, xs, ref, stats.log_ratio(xs, ref) if ref else None))
+    out = []
+    for (c, base, xs, ref, _t), (ratio, iv, p) in zip(found, _decided([f[4] for f in found])):
+        if ratio is None and ref:
+            ratio = statistics.fmean(xs) / statistics.fmean(ref)
         out.append(ConnRate(c, base, statistics.fmean(xs),
-                            100 * (statistics.fmean(xs) / statistics.fmean(ref) - 1)
-                            if ref else None,
+                            100 * (ratio - 1) if ratio is not None else None,
                             (100 * (iv[0] - 1), 100 * (iv[1] - 1)) if iv else None,
-                            w.p if w else None, len(xs)))
-    adj = stats.holm([x.p_holm for x in out])
-    return [ConnRate(x.cell, x.base, x.rate, x.change_pct, x.interval, p, x.n)
-            for x, p in zip(out, adj)]
+                            p, len(xs)))
+    return out
 
 
 # --- the table that ends a run --------------------------------------------------------

@@ -246,13 +246,16 @@ def conn_rate_table(rates: list[es.ConnRate]) -> Table:
                      f"{x.change_pct:+.2f} %{_iv(x.interval, 2, ' %')}",
                      an.format_p(x.p_holm), str(x.n)])
     return Table(["clients", "protocol", "server", "backend", "F", "background entries",
-                  "connections/s", "vs F = 0, no entries [95 %]", "p Holm", "trials"], rows,
+                  "connections/s", "vs F = 0, no entries [interval]", "p Holm", "trials"],
+                 rows,
                  "A new TCP connection per message (connect, send, echo, close with RST), "
                  "as netperf's TCP_CRR, through the stateful variant of the rule set: "
                  "connection tracking accepts a connection's later packets, its first walks "
                  "the per-client rules. Background entries: UDP flows held in the "
-                 "connection table during the trial. Welch two-tailed, Holm across this "
-                 "table.", id="crr")
+                 "connection table during the trial. The change is the ratio of the two "
+                 "cells on the log scale (Welch's t on the logs: the trials are not "
+                 "paired by round), Holm across this table, each interval at the level "
+                 "its Holm step tested it at.", id="crr")
 
 
 def left_out_table(data: RunData) -> Table | None:
