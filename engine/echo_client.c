@@ -111,10 +111,15 @@ static void set_deadline(struct worker *w, struct cli *c, uint64_t t)
 		w->earliest = t;
 }
 
-static void cli_close(struct cli *c)
+/* Out of the epoll set before close() (see conn_close in echo_server.c): a
+ * socket another process holds for a moment would go on being reported, and
+ * against this client's next connection. */
+static void cli_close(struct worker *w, struct cli *c)
 {
-	if (c->fd >= 0)
+	if (c->fd >= 0) {
+		epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
+	}
 	c->fd = -1;
 	c->gen++;
 	c->events = 0;
@@ -124,7 +129,7 @@ static void cli_close(struct cli *c)
 
 static void cli_finish(struct worker *w, struct cli *c)
 {
-	cli_close(c);
+	cli_close(w, c);
 	c->state = C_DONE;
 	c->deadline = 0;
 	w->live--;
@@ -316,7 +321,7 @@ static void connect_done(struct worker *w, struct cli *c, uint64_t now)
 			cli_break(w, c, "connect: %s", strerror(err));
 			return;
 		}
-		cli_close(c);
+		cli_close(w, c);
 		cli_onward(w, c, now);
 		return;
 	}
@@ -380,7 +385,7 @@ static void echo_arrived(struct worker *w, struct cli *c,
 			c->rtt_min = rtt ? rtt : 1;
 	}
 	if (g->crr)
-		cli_close(c);
+		cli_close(w, c);
 	next_cycle(w, c, now);
 }
 
@@ -406,7 +411,7 @@ static void stream_gone(struct worker *w, struct cli *c, uint64_t now,
 {
 	if (w->g->crr && c->state == C_WAIT) {
 		c->lost++;
-		cli_close(c);
+		cli_close(w, c);
 		next_cycle(w, c, now);
 		return;
 	}
@@ -549,7 +554,7 @@ static void expire(struct worker *w, struct cli *c, uint64_t now)
 				  (unsigned long)(g->connect_to_ns / 1000000));
 			return;
 		}
-		cli_close(c);
+		cli_close(w, c);
 		cli_onward(w, c, now);
 		return;
 	case C_SEND:
@@ -572,13 +577,13 @@ static void expire(struct worker *w, struct cli *c, uint64_t now)
 		}
 		c->unsent++;	/* its number is gone: the server sees a gap */
 		if (g->crr)
-			cli_close(c);
+			cli_close(w, c);
 		next_cycle(w, c, now);
 		return;
 	case C_WAIT:
 		c->lost++;
 		if (g->crr)
-			cli_close(c);
+			cli_close(w, c);
 		next_cycle(w, c, now);
 		return;
 	default:

@@ -420,8 +420,17 @@ static bool out_append(struct conn *cn, const uint8_t *p, size_t n)
 	return true;
 }
 
-static void conn_close(struct server *s, struct conn *cn)
+/*
+ * Out of the epoll set before close(): close() drops the registration only
+ * with the last reference to the socket's file, and anything may hold one for
+ * a moment (a reader of /proc/PID/fd or fdinfo, lsof, ss -p, bpftool's task
+ * iterator). Until that reference goes, epoll_wait() would go on reporting
+ * the socket with this, freed, conn as its data: a use after free, then a
+ * double free of its buffers.
+ */
+static void conn_close(struct server *s, int ep, struct conn *cn)
 {
+	epoll_ctl(ep, EPOLL_CTL_DEL, cn->fd, NULL);
 	conn_unlink(s, cn);
 	close(cn->fd);
 	free(cn->in);
@@ -586,11 +595,11 @@ static void *stream_epoll_main(void *arg)
 				 (EPOLLIN | EPOLLHUP | EPOLLERR))
 				ok = conn_read(s, cn) && conn_flush(ep, cn);
 			if (!ok)
-				conn_close(s, cn);
+				conn_close(s, ep, cn);
 		}
 	}
 	while (s->conns)
-		conn_close(s, s->conns);
+		conn_close(s, ep, s->conns);
 	close(ep);
 	return NULL;
 }

@@ -207,3 +207,36 @@ def test_one_source_for_all_clients_uses_distinct_ports(tb):
         s = srv.stop()
     clean(rep, s)
     assert all(c["msgs"] == 10 for c in rep["per_client"])
+
+
+def test_crr_survives_another_process_holding_its_sockets(tb):
+    """A reader of /proc/PID/fd (lsof, ss -p, bpftool) holds each socket's file
+    for a moment. The epoll server once freed a connection on close() while epoll
+    still reported its socket (the registration goes only with the file's last
+    reference): a use after free, then "double free or corruption" in about 1 of
+    370 trials of a study, in 9 of 10 two-second runs with this reader beside it."""
+    import os
+    import threading
+
+    spec = EchoSpec("tcp", 4, 40, (64, 64), server_model="epoll", crr=True)
+    stop = threading.Event()
+    with EchoServer(tb, spec) as srv:
+        pid = srv._p.pid
+
+        def hold():
+            while not stop.is_set():
+                for fd in range(3, 120):
+                    try:
+                        os.readlink(f"/proc/{pid}/fd/{fd}")
+                    except OSError:
+                        pass
+        t = threading.Thread(target=hold, daemon=True)
+        t.start()
+        try:
+            rep = run_clients(tb, spec, sources(tb, 40, 4), duration_s=2.0, threads=2)
+        finally:
+            stop.set()
+            t.join()
+        got = srv.stop()       # raises with the server's stderr if it crashed
+    assert got["connections"] > 1000 and got["totals"]["end_seen"] == 40
+    assert rep["totals"]["corrupt"] == 0 and rep["totals"]["foreign"] == 0
