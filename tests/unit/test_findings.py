@@ -362,3 +362,33 @@ def test_a_sequential_study_says_its_looks_and_level_in_the_table():
     assert "a one-sided test at 1 % (5 % over the run's 5 looks" in text
     assert "the interval beside is the 98 % one" in text and "(98 %)" in text
     assert rf.looks(sweep(SEED000_LIKE).scenario) == 1
+
+
+def _server_tests(verdicts: dict[int, str]):
+    """Threads against epoll per client count: "t" threads significantly faster,
+    "e" epoll, "-" no difference shown (Holm-adjusted p as given)."""
+    from fwbench.echo import stats as es
+    out = []
+    for n, v in verdicts.items():
+        diff, p = {"t": (10.0, 0.001), "e": (-30.0, 0.001), "-": (-3.0, 0.4)}[v]
+        out.append(es.ServerTest(("tcp", "ipv4"), n, diff, (diff - 5, diff + 5), p, p,
+                                 None, 4, 4))
+    return out
+
+
+@pytest.mark.parametrize("pattern, verdict, said", [
+    # this machine, two study runs: epoll faster from 10 clients; from 20 with threads
+    # faster at 5. Both put the turning point below 20: does not hold, both times.
+    ("-eeeeee", DOES_NOT_HOLD, "within 0..10 clients"),
+    ("t-eeeee", DOES_NOT_HOLD, "within 5..20 clients"),
+    ("ttteeee", HOLDS, "within 20..40 clients"),          # the seed's: ~40
+    ("ttt-eee", NOT_SHOWN, "within 20..80 clients"),      # reaches past 60
+    ("-------", NOT_SHOWN, "no count significant either way"),
+    ("tttttte", DOES_NOT_HOLD, "within 160..320 clients"),  # beyond 60
+    ("tteette", DOES_NOT_HOLD, "no one turning point"),
+])
+def test_seed001_threads_against_epoll_brackets_the_turning_point(pattern, verdict, said):
+    from fwbench.report.echo import _server_row
+    tests = _server_tests(dict(zip((5, 10, 20, 40, 80, 160, 320), pattern)))
+    row = _server_row(tests, None)
+    assert row[3] == verdict and said in row[4], row

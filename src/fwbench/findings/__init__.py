@@ -123,7 +123,8 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
         ("threads-vs-epoll", "threads beat epoll below about 40 clients and lose above",
          "turning point ~40 clients",
          "per client count, the log ratio of mean throughput per client, Holm across "
-         "client counts", "threads faster at some count below 40 and epoll at some above"),
+         "client counts", "the turning point, between the largest count threads win and "
+         "the smallest epoll wins (each significant), within 20..60 clients"),
         ("tcp-vs-udp", "TCP is slower than UDP", "8.42 % (5.18..10.64)",
          "TCP / UDP mean throughput per client, the mean log ratio over matched pairs of "
          "cells", direction(1 - 0.0842)),

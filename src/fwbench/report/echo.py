@@ -7,6 +7,8 @@ the same cell without (F = 0).
 """
 from __future__ import annotations
 
+import math
+
 from fwbench import claims as cl
 from fwbench import findings as fd
 from fwbench.echo import stats as es
@@ -60,26 +62,36 @@ def _slope_row(sl: es.Slope | None, family: str, level: float = 0.95) -> list[st
 
 
 def _server_row(tests: list[es.ServerTest], turn: float | None) -> list[str]:
+    """Threads against epoll: "threads beat epoll below about 40 clients and lose
+    above", the turning point "about" 40 as every size is (half of it either way:
+    20..60 clients). Where the client counts' verdicts (Welch on logs, Holm across
+    the table) bracket it: past the largest count where threads are significantly
+    faster, up to the smallest where epoll is. Holds when that bracket lies within
+    20..60; does not hold when it lies wholly outside (epoll significantly faster at
+    20 clients or fewer, or threads at 60 or more), or when threads are
+    significantly faster above a count where epoll is (no one turning point)."""
     seed = es.SEED001["turning_point_clients"]
+    lo_ok, hi_ok = seed / 2, seed * 1.5
     claim = f"threads beat epoll below about {seed} clients and lose above"
+    fig = f"turning point ~{seed}"
     if not tests:
-        return [claim, f"turning point ~{seed}", "-", "not shown",
-                "no cell measured with both server models"]
-    below = [t for t in tests if t.clients < seed and t.verdict != "untestable"]
-    above = [t for t in tests if t.clients > seed and t.verdict != "untestable"]
-    th_below = any(t.verdict == "threads faster" for t in below)
-    ep_above = any(t.verdict == "epoll faster" for t in above)
+        return [claim, fig, "-", "not shown", "no cell measured with both server models"]
+    th = [t.clients for t in tests if t.verdict == "threads faster"]
+    ep = [t.clients for t in tests if t.verdict == "epoll faster"]
     ours = (f"the means change sign at ~{turn:.0f} clients" if turn
             else "the means do not change sign")
-    if th_below and ep_above:
-        return [claim, f"turning point ~{seed}", ours, "holds",
-                "threads significantly faster below it and epoll above (Holm)"]
-    if any(t.verdict == "epoll faster" for t in below) or \
-            any(t.verdict == "threads faster" for t in above):
-        return [claim, f"turning point ~{seed}", ours, "does not hold",
-                "a significant difference in the opposite direction (Holm)"]
-    return [claim, f"turning point ~{seed}", ours, "not shown",
-            "no significant difference on one side at least (Holm)"]
+    after, upto = max(th, default=0), min(ep, default=math.inf)
+    bracket = f"{after or 0:g}..{upto:g} clients" if upto < math.inf else \
+        f"above {after:g} clients" if after else "no count significant either way"
+    said = f"turning point within {bracket} (Holm) against {lo_ok:g}..{hi_ok:g}"
+    if th and ep and max(th) > min(ep):
+        return [claim, fig, ours, "does not hold", "threads significantly faster at "
+                f"{max(th)} clients, above {min(ep)} where epoll is: no one turning point"]
+    if upto <= lo_ok or after >= hi_ok:
+        return [claim, fig, ours, "does not hold", said]
+    if lo_ok <= after and upto <= hi_ok:
+        return [claim, fig, ours, "holds", said]
+    return [claim, fig, ours, "not shown", said]
 
 
 def _slower_row(data: RunData, s: dict, factor: str, slow: str, fast: str,
