@@ -506,6 +506,9 @@ class Scenario(BaseModel):
         if a.max_repeat and a.max_repeat <= self.repeat:
             raise ValueError(f"adaptive.max_repeat ({a.max_repeat}) must be above repeat "
                              f"({self.repeat}), or 0 for off")
+        if a.step > 1 and a.until != "claims":
+            raise ValueError("adaptive.step applies to until = \"claims\" only (a width "
+                             "round adds one trial a cell)")
         if a.until == "claims" and a.max_repeat and \
                 study_of({"method": self.method, "study": self.study}) is None:
             raise ValueError("adaptive.until = \"claims\" needs a study whose claims to "

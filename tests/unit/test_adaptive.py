@@ -424,3 +424,10 @@ def test_until_claims_needs_a_study_when_rounds_are_on():
     assert sc.adaptive.until == "claims" and not sc.adaptive.max_repeat
     from fwbench.report.findings import looks
     assert looks(sc.dump()) == 1
+
+
+def test_a_step_without_claims_is_refused_in_one_line():
+    with pytest.raises(Exception, match="adaptive.step applies to until"):
+        scenario.load(None, {"adaptive.max_repeat": 6, "adaptive.step": 3})
+    assert scenario.load(None, {"study": "000", "adaptive.max_repeat": 6,
+                                "adaptive.step": 3, "adaptive.until": "claims"}).adaptive.step == 3

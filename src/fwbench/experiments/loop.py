@@ -323,9 +323,10 @@ def adaptive_round(rd: RunDir, sc: Scenario, factors: tuple[str, ...],
     """Plan the next adaptive round: one trial per cell that needs more, in an order
     seeded by the scenario's seed and the round number (cells of one `block` back to
     back), appended to `plan` and to run.json's plan (with the round's cells and
-    every cell's width) before any of them runs; a sequential study's (`until =
-    "claims"`), `step` such rounds, each recorded as its own, before it looks again. With `[adaptive] budget_min`, the
-    round keeps the widest cells that fit what is left of it. None when no cell needs
+    every cell's width) before any of them runs; for a sequential study (`until =
+    "claims"`), `step` such rounds, each recorded as its own, before it looks again.
+    With `[adaptive] budget_min`, the round keeps the widest cells that fit what is
+    left of it. None when no cell needs
     more, or the budget is spent (run.json's adaptive.stopped says so)."""
     records = rd.records()
     meta = rd.meta()
