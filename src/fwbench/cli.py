@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fwbench import __version__
@@ -283,9 +284,13 @@ def cmd_check(args, out: Console) -> int:
         out.print(f"  address {orig} -> {mapped}")
     for name, why in skipped.items():
         out.print(f"[yellow]skipping {name}: {why}[/]")
+    original = check.original_of(args.ruleset, args.ipsets)
     report = check.check(rs, chosen, args.corpus, args.seed,
-                         progress=lambda m: out.print(f"  {m}"))
+                         progress=lambda m: out.print(f"  {m}"), original=original)
     for r in report.results:
+        if r.refused is not None:
+            out.print(f"[red]{r.backend}: NOT LOADED[/]: {escape(r.refused)}")
+            continue
         mark = "[green]ok[/]" if r.disagreements == 0 else "[red]DISAGREES[/]"
         out.print(f"{r.backend}: {r.packets:,} packets, {r.forwarded:,} forwarded, "
                   f"{r.disagreements} disagreements, {r.seconds:.1f} s  {mark}")
@@ -301,8 +306,8 @@ def cmd_check(args, out: Console) -> int:
         out.print(f"  between backends: {line}", markup=False, soft_wrap=True)
     if args.json:
         jsonout.emit({**report.as_dict(), "skipped": skipped}, args.json)
-    out.print("all backends agree with the reference" if report.ok
-              else "[red]disagreements found[/]")
+    agree = "the original and all backends agree" if original else "all backends agree"
+    out.print(f"{agree} with the reference" if report.ok else "[red]disagreements found[/]")
     return 0 if report.ok else 1
 
 

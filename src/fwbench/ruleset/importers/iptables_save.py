@@ -262,8 +262,10 @@ class _Parser:
         # No validate() here: every rule was checked as it was read (ids, jumps,
         # loops, sets), with its line, and validate() alone takes 0.7 s per
         # 100,000 rules; load_file() validates the finished rule set once.
-        return RuleSet(self.source, tuple(self.tables), size=rules, ipt_prefix="",
-                       notes=tuple(self.notes))
+        src = self.source
+        return RuleSet(src, tuple(self.tables), size=rules, ipt_prefix="",
+                       notes=tuple(self.notes),
+                       origins=tuple((rid, f"{src}:{ln}") for rid, ln in self.ids.items()))
 
     def _not_rules(self, line: str) -> str:
         if self.table is None and not self.done:

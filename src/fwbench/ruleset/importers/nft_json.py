@@ -150,6 +150,7 @@ class _Importer:
 
     def run(self, items: list) -> RuleSet:
         rules: list[dict] = []
+        origins: list[tuple[str, str]] = []
         for item in items:
             if not isinstance(item, dict) or len(item) != 1:
                 raise RuleSetError(f"{self.source}: not an nft JSON rule set "
@@ -218,6 +219,7 @@ class _Importer:
             except (TypeError, KeyError, ValueError, AttributeError, IndexError):
                 raise RuleSetError(f"{self.source}: {where}: malformed expression") from None
             t["rules"][chain].append(new)
+            origins.extend((x.id, f"{self.source}: {where}") for x in new)
         tables = []
         for t in self.tables.values():
             chains = []
@@ -228,7 +230,7 @@ class _Importer:
                                 tuple(t["sets"].values())))
         size = sum(len(c.rules) for t in tables for c in t.chains)
         rs = RuleSet(self.source, tuple(tables), size=size, ipt_prefix="",
-                     notes=tuple(self.notes))
+                     notes=tuple(self.notes), origins=tuple(origins))
         try:
             return validate(rs)
         except RuleSetError as e:
