@@ -77,8 +77,11 @@ class _Fail(Exception):
     """A problem in the current rule or set; the caller adds where it is."""
 
 
-def parse(doc: dict | str, source: str) -> RuleSet:
-    """The rule set of `nft -j list ruleset` output, as text or already loaded."""
+def parse(doc: dict | str, source: str,
+          refused: list[tuple[str, str]] | None = None) -> RuleSet:
+    """The rule set of `nft -j list ruleset` output, as text or already loaded.
+    With `refused` (a list: coverage), a rule the model cannot hold is left out
+    and its refusal appended there as (where, why), instead of refusing the file."""
     if isinstance(doc, str):
         try:
             doc = json.loads(doc)
@@ -91,13 +94,16 @@ def parse(doc: dict | str, source: str) -> RuleSet:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _Importer(source).run(doc["nftables"])
+        importer = _Importer(source)
+        importer.refused = refused
+        return importer.run(doc["nftables"])
     finally:
         if was_enabled:
             gc.enable()
 
 
-def parse_text(text: str, source: str) -> RuleSet:
+def parse_text(text: str, source: str,
+               refused: list[tuple[str, str]] | None = None) -> RuleSet:
     """nft text: nft loads it into a new, empty network namespace and lists it
     as JSON (root only; the namespace goes when nft exits)."""
     from fwbench import proc
@@ -123,7 +129,7 @@ def parse_text(text: str, source: str) -> RuleSet:
         raise RuleSetError(first.replace("/dev/stdin:", f"{source}:", 1).strip()) from None
     except FwbenchError as e:
         raise RuleSetError(f"{source}: {e}") from None
-    return parse(out, source)
+    return parse(out, source, refused)
 
 
 def parse_file(path: str) -> RuleSet:
@@ -147,6 +153,7 @@ class _Importer:
         self.anon = itertools.count(1)
         self.set_names: set[str] = set()
         self.where = ""   # the rule being read, for notes
+        self.refused: list[tuple[str, str]] | None = None   # see parse()
 
     def run(self, items: list) -> RuleSet:
         rules: list[dict] = []
@@ -183,6 +190,10 @@ class _Importer:
             elif kind in _NAMED_OBJECTS:
                 self.notes.append(f"{self.source}: named {kind} {obj.get('name')} in table "
                                   f"{obj.get('family')} {obj.get('table')} not imported")
+            elif kind in ("map", "flowtable") and self.refused is not None:
+                self.refused.append((f"{self.source}: table {obj.get('family')} "
+                                     f"{obj.get('table')} {kind} {obj.get('name')}",
+                                     f"unsupported {kind}"))
             elif kind in ("map", "flowtable"):
                 raise RuleSetError(f"{self.source}: table {obj.get('family')} "
                                    f"{obj.get('table')}: unsupported {kind} "
@@ -196,7 +207,13 @@ class _Importer:
         for t in self.tables.values():
             t["sets"] = {}
             for raw in t["raw_sets"]:
-                t["sets"][raw.get("name")] = self._set(t, raw)
+                try:
+                    t["sets"][raw.get("name")] = self._set(t, raw)
+                except RuleSetError as e:
+                    if self.refused is None:
+                        raise
+                    self.refused.append((f"{self.source}: table {t['family']} "
+                                         f"{t['name']} set {raw.get('name')}", str(e)))
             fam, name = t["family"], t["name"]
             t["id_prefix"] = f"{fam}-{name}" if names.count(name) > 1 else name
             t["rules"] = {c: [] for c in t["chains"]}
@@ -215,9 +232,16 @@ class _Importer:
             try:
                 new = self._rule(t, r)
             except (_Fail, RuleSetError) as e:
-                raise RuleSetError(f"{self.source}: {where}: {e}") from None
+                why = str(e)
             except (TypeError, KeyError, ValueError, AttributeError, IndexError):
-                raise RuleSetError(f"{self.source}: {where}: malformed expression") from None
+                why = "malformed expression"
+            else:
+                why = None
+            if why is not None:
+                if self.refused is None:
+                    raise RuleSetError(f"{self.source}: {where}: {why}")
+                self.refused.append((f"{self.source}: {where}", why))
+                new = []    # keeps the places of the chain's later rules
             t["rules"][chain].append(new)
             origins.extend((x.id, f"{self.source}: {where}") for x in new)
         tables = []
