@@ -99,3 +99,15 @@ def _plain_import(orig: original.Original) -> RuleSet:
         return iptables_save.parse(orig.text, orig.path, orig.version)
     return nft_json.parse(orig.text, orig.path) if orig.kind == "nft JSON" \
         else nft_json.parse_text(orig.text, orig.path)
+
+
+def test_an_nft_variable_holding_an_interface_name_is_rewritten_and_others_stay():
+    rs = RuleSet("x", (), iface_map=(("enp1s0", "{server}"), ("enp2s0", "{client}")))
+    orig = original.Original("r.nft", 'define WAN = "enp1s0"\ndefine LAN = enp2s0\n'
+                             'define PORTS = { 22, 80 }\ndefine OTHER = "eth9"\n'
+                             'table inet t { chain c { iifname $WAN tcp dport $PORTS accept '
+                             'comment "enp1s0 uplink" } }\n', "nft text", 0)
+    got = original.rewrite(orig, rs, IFS)["original.nft"]
+    assert got.splitlines()[:4] == ['define WAN = "fwb-s0"', "define LAN = fwb-c0",
+                                    "define PORTS = { 22, 80 }", 'define OTHER = "eth9"']
+    assert 'comment "enp1s0 uplink"' in got

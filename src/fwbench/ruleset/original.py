@@ -18,7 +18,8 @@ address_map and iface_map), and leaves every other byte as it is:
   `a/dotted-mask` (then written `a'/len'`), a plain address.
 - every interface name the map gives a role becomes the testbed's interface for
   that role, where a rule names an interface (iptables -i/-o; nft iifname,
-  oifname, iif, oif, device, devices); other names stay literal.
+  oifname, iif, oif, device, devices, and a `define` whose value is such a
+  name); other names stay literal.
 
 Pure: no root, no kernel. The loading is backends/original.py.
 """
@@ -50,8 +51,10 @@ _V6 = re.compile(r"(?<![\w:.])([0-9A-Fa-f]{0,4}:[0-9A-Fa-f:]*:[0-9A-Fa-f:]*"
 _IPT_IFACE = re.compile(r"((?:^|\s)(?:-i|-o|--in-interface|--out-interface|--physdev-in|"
                         r"--physdev-out)\s+(?:!\s+)?)(\S+)")
 # nft text: an interface expression's value, one name or a braced set of them.
-_NFT_IFACE = re.compile(r"(\b(?:iifname|oifname|iif|oif|device|devices)\s*(?:=\s*)?"
-                        r"(?:!=\s*|==\s*)?)(\{[^}]*\}|\"[^\"]*\"|[^\s;{}]+)")
+# A variable's value counts too (`define WAN = "eth0"` ... `iifname $WAN`): only a
+# name the map gives a role changes, so a define of anything else stays.
+_NFT_IFACE = re.compile(r"(\b(?:iifname|oifname|iif|oif|device|devices|define\s+[\w-]+)"
+                        r"\s*(?:=\s*)?(?:!=\s*|==\s*)?)(\{[^}]*\}|\"[^\"]*\"|[^\s;{}]+)")
 _NFT_NAME = re.compile(r"\"([^\"]*)\"|([^\s,{}\"]+)")
 # nft text comments: left alone (a comment decides no verdict).
 _NFT_COMMENT = re.compile(r"(comment\s+\"[^\"]*\")")
