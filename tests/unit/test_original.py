@@ -111,3 +111,28 @@ def test_an_nft_variable_holding_an_interface_name_is_rewritten_and_others_stay(
     assert got.splitlines()[:4] == ['define WAN = "fwb-s0"', "define LAN = fwb-c0",
                                     "define PORTS = { 22, 80 }", 'define OTHER = "eth9"']
     assert 'comment "enp1s0 uplink"' in got
+
+
+def test_nft_text_keeps_an_ingress_chain_on_its_device_as_the_iface_map_says():
+    """nft 1.0.6 lists a netdev chain's device in text and not in JSON: the import
+    reads it from the text, and the interface map moves it like a rule's."""
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("reading nft text needs root (nft loads it in a namespace)")
+    from fwbench.ruleset.importers import load
+    rs = load.load_file(str(DATA / "ingress.nft"), {"eth0": "client", "eth1": "server"})
+    chain = rs.table("netdev", "edge").chain("in0")
+    assert chain.hook == "ingress" and chain.device == "{client}"
+
+
+def test_a_netdev_chain_on_two_devices_or_none_is_refused():
+    from fwbench.ruleset.importers import nft_json
+    doc = {"nftables": [{"table": {"family": "netdev", "name": "e"}},
+                        {"chain": {"family": "netdev", "table": "e", "name": "c",
+                                   "type": "filter", "hook": "ingress", "prio": 0,
+                                   "policy": "accept", "dev": ["eth0", "eth1"]}}]}
+    with pytest.raises(RuleSetError, match="a chain on 2 devices"):
+        nft_json.parse(doc, "f.json")
+    del doc["nftables"][1]["chain"]["dev"]
+    with pytest.raises(RuleSetError, match="an ingress chain on no device"):
+        nft_json.parse(doc, "f.json")

@@ -515,7 +515,8 @@ def _apply(rs: RuleSet, mover: Remapper) -> RuleSet:
                 a = action(r.action)
                 rules.append(r if m is r.match and a is r.action
                              else evolve(r, match=m, action=a))
-            chains.append(replace(c, rules=tuple(rules)))
+            device = mover.iface(c.device) if c.device else None
+            chains.append(replace(c, rules=tuple(rules), device=device))
         sets = []
         for s in t.sets:
             idx = [i for i, k in enumerate(s.keys) if k == "addr"]
