@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import gc
 import ipaddress
+import math
 import re
 import shlex
 import socket
 from typing import Protocol
 
-from fwbench.ruleset.model import (CT_STATES, EMPTY_MATCH, RULE, Action, Chain, Iface, Limit, Rule,
-                                   Ports, Prefix, RuleSet, RuleSetError, Set, SetRef, Table,
-                                   evolve)
+from fwbench.ruleset.model import (CT_STATES, EMPTY_MATCH, RANDOM_SCALE, RULE, Action, Chain,
+                                   Iface, Limit, Rule, Ports, Prefix, RuleSet, RuleSetError,
+                                   Set, SetRef, Table, evolve)
 from fwbench.ruleset.render import ID_TAG
 
 BUILTIN = {
@@ -54,7 +55,7 @@ _PROTOS = {"tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "icmp": "icmp", 
            "ipv6-icmp": "icmpv6", "icmpv6": "icmpv6", "icmp6": "icmpv6", "58": "icmpv6",
            "all": None, "0": None}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
-                      "mark", "set", "limit", "comment"})
+                      "mark", "set", "limit", "comment", "statistic"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
                       "DNAT", "SNAT", "MASQUERADE", "LOG"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
@@ -124,6 +125,8 @@ _OPTS = {
     "--match-set": "match-set", "--limit": "limit", "--limit-burst": "limit-burst",
     "--icmp-type": "icmp", "--icmpv6-type": "icmpv6",
     "-c": "counters", "--set-counters": "counters", "-f": "fragment", "--fragment": "fragment",
+    "--mode": "stat-mode", "--probability": "probability", "--every": "every",
+    "--packet": "every",
     "!": "!",
 }
 _OLD_NEGATION = frozenset({"-i", "-o", "-s", "-d", "-p", "--dport", "--sport"})
@@ -131,11 +134,13 @@ _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully
                         "--log-tcp-sequence", "--log-tcp-options", "--log-ip-options",
                         "--log-uid", "--log-macdecode"})
 _TARGET_OPTS = {"REJECT": ("--reject-with",), "CT": ("--notrack",),
-                "DNAT": ("--to-destination",), "SNAT": ("--to-source",)}
+                "DNAT": ("--to-destination",), "SNAT": ("--to-source",),
+                "MASQUERADE": ("--random-fully",)}
 _SIMPLE = {"ACCEPT": Action("accept"), "DROP": Action("drop"), "RETURN": Action("return"),
            "NOTRACK": Action("notrack")}
 _COUNTER = Action("counter")
 _MASQUERADE = Action("masquerade")
+_MASQUERADE_FULLY_RANDOM = Action("masquerade", random_port=True)
 _NAT_TARGETS = frozenset({"DNAT", "SNAT", "MASQUERADE"})
 
 
@@ -493,6 +498,17 @@ class _Parser:
                 if typ is not None:
                     kw["icmp_type"] = typ
                 kw["proto"] = want
+            elif code == "stat-mode" or code == "probability" or code == "every":
+                if "statistic" not in mods:
+                    raise _Fail(f"{t} needs -m statistic")
+                if code == "stat-mode" and v != "random":
+                    # nth counts packets per rule across every connection: which
+                    # packet matches depends on all that came before it.
+                    raise _Fail(f"unsupported: -m statistic --mode {v} (only random)")
+                if code == "every":
+                    raise _Fail(f"unsupported: {t} (-m statistic --mode nth)")
+                if code == "probability":
+                    kw["random"] = _probability(v, neg)
             elif code == "counters":
                 i += 1  # -c PACKETS BYTES: the old kernel's counts, not policy
             elif code == "fragment":
@@ -646,7 +662,7 @@ class _Parser:
             addr, port = self._nat_to(opts[key] or "")
             return Action(target.lower(), addr=addr, port=port)
         if target == "MASQUERADE":
-            return _MASQUERADE
+            return _MASQUERADE_FULLY_RANDOM if "--random-fully" in opts else _MASQUERADE
         return _SIMPLE[target]   # with no options, as checked above
 
     def _nat_to(self, v: str) -> tuple[str, int | None]:
@@ -738,6 +754,26 @@ def _int(v: str, what: str) -> int:
         raise _Fail(f"{what}: not a number: {v!r}") from None
 
 
+def _probability(v: str, neg: bool) -> int:
+    """`--probability P` as the model's numerator over 2**32: libxt_statistic keeps
+    lround(P * 2**31), which the kernel compares with a random u32's low 31 bits
+    (`!` inverts the outcome); save prints it back with 11 decimals, which read
+    back to the same threshold."""
+    try:
+        p = float(v)
+    except ValueError:
+        raise _Fail(f"--probability: not a number: {v!r}") from None
+    if not 0 <= p <= 1:
+        raise _Fail(f"--probability {v}: must be between 0 and 1")
+    x = p * 0x80000000             # exact: a power of two
+    t = math.floor(x)
+    t += x - t >= 0.5              # lround: halves away from zero
+    if not 0 < t < 0x80000000:
+        raise _Fail(f"unsupported: --probability {v}, a rule that always or never "
+                    f"matches")
+    return RANDOM_SCALE - 2 * t if neg else 2 * t
+
+
 def _mark(v: str) -> tuple[int, int]:
     val, _, mask = v.partition("/")
     m = _int(mask, "mark mask") if mask else 0xFFFFFFFF
@@ -745,19 +781,21 @@ def _mark(v: str) -> tuple[int, int]:
 
 
 def _mark_target(opts: dict) -> Action:
-    """MARK's forms as the model's `mark = (mark & ~mask) | value`."""
+    """MARK's forms as the model's `mark = (mark & ~mask) ^ value` (libxt_MARK
+    turns each into that xmark pair, which iptables-save prints)."""
     if len(opts) != 1:
         raise _Fail("-j MARK needs exactly one of --set-xmark, --set-mark, --or-mark, "
-                    "--and-mark")
+                    "--and-mark, --xor-mark")
     (o, v), = opts.items()
-    if o in ("--set-xmark", "--set-mark"):
+    if o == "--set-xmark":
         value, mask = _mark(v or "")
-        # set-xmark XORs the value in after clearing the mask: the same as setting
-        # it whenever the value lies inside the mask. set-mark ORs it in, which
-        # the model says with the value's bits added to the mask.
-        if o == "--set-xmark" and value & ~mask & 0xFFFFFFFF:
-            raise _Fail(f"unsupported: --set-xmark {v} flips bits outside its mask")
-        return Action("mark", mark=value, mark_mask=mask | value)
+        return Action("mark", mark=value, mark_mask=mask)
+    if o == "--set-mark":
+        # Clears the mask and ORs the value in: its bits join the mask.
+        value, mask = _mark(v or "")
+        return Action("mark", mark=value, mark_mask=(mask | value) & 0xFFFFFFFF)
+    if o == "--xor-mark":
+        return Action("mark", mark=_int(v or "", "mark"), mark_mask=0)
     if o == "--or-mark":
         value = _int(v or "", "mark")
         return Action("mark", mark=value, mark_mask=value)
