@@ -476,6 +476,9 @@ def _vmap_lookup(r: Rule, maps: Mapping[str, Set], chains: Mapping[str, "_CChain
         missed = RANDOM_SCALE - sum(w for w, _ in options)
         if missed:
             options.append((missed, None))
+        if len(options) == 1:     # `numgen random mod 1`: no choice at all
+            only = options[0][1]
+            return lambda st: only
         weights = tuple(w for w, _ in options)
         found = tuple(v for _, v in options)
         return lambda st: found[st.choose(weights)]
@@ -850,6 +853,8 @@ class Evaluator:
             script = todo.pop()
             v, trail = self._once(pkt, script)
         ranked = sorted(found.items(), key=lambda vp: -vp[1])
+        if len(ranked) == 1:      # every choice led to the same verdict
+            return ranked[0][0]
         return replace(ranked[0][0], outcomes=tuple((float(p), v) for v, p in ranked))
 
     def _once(self, pkt: Packet, script: tuple[int, ...]) -> tuple[Verdict, list]:

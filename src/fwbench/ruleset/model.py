@@ -554,11 +554,12 @@ def rule_features(r: Rule) -> list[str]:
         out.append("hashlimit")
     if m.random is not None:
         out.append("random match")
-    if a.kind == "vmap":
-        out.append("verdict map" if a.numgen is None else "numgen map")
     if a.random_port:
         out.append("random port")
-    out.append({"mark": "mark set"}.get(a.kind, a.kind))
+    if a.kind == "vmap":
+        out.append("verdict map" if a.numgen is None else "numgen map")
+    else:
+        out.append({"mark": "mark set"}.get(a.kind, a.kind))
     if r.counter:
         out.append("counter")
     return out
