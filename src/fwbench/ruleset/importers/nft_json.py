@@ -329,11 +329,6 @@ class _Importer:
         flags = raw.get("flags", ())
         if "interval" in ([flags] if isinstance(flags, str) else flags):
             raise RuleSetError(f"{where}: unsupported: a verdict map with intervals")
-        if "port" in keys and "proto" not in keys:
-            # th dport reads any transport header: only a protocol key keeps the
-            # map to the TCP and UDP packets that have ports.
-            raise RuleSetError(f"{where}: unsupported: a verdict map on a port without "
-                               f"the protocol in its key")
         elements, verdicts = [], []
         try:
             for item in raw.get("elem", ()):
@@ -411,6 +406,11 @@ class _Importer:
         if s.keys != keys:
             raise _Fail(f"map {name} has keys {' . '.join(s.keys)}, looked up with "
                         f"{' . '.join(fields)}")
+        if "port" in keys and "proto" not in keys and ctx.kw.get("proto") not in ("tcp", "udp"):
+            # th dport reads any transport header: only a protocol (in the key or
+            # the rule) keeps the lookup to the TCP and UDP packets that have ports.
+            raise _Fail("unsupported: a verdict map on a port, without tcp or udp in its "
+                        "key or its rule")
         return Action("vmap", vmap=SetRef(name, fields), numgen=numgen)
 
     def _numgen_match(self, ctx: "_Rule", op: str, ng: dict, right) -> None:

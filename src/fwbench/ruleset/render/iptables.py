@@ -405,7 +405,7 @@ class _Emitter:
                 if have is not None:
                     raise Unsupported(f"verdict map on {f}, which its rule matches too",
                                       where)
-            if ("sport" in kw or "dport" in kw) and kw.get("proto") not in ("tcp", "udp"):
+            if ("sport" in kw or "dport" in kw) and kw.get("proto", m.proto) not in ("tcp", "udp"):
                 raise Unsupported("verdict map on a port without tcp or udp", where)
             element = evolve(r, match=evolve(m, kw), action=verdict)
             out.append(self.rule(head, element, t, inet, ipt, hooks, base_hook,

@@ -390,10 +390,10 @@ class _Renderer:
         """A verdict map keyed by packet fields, named (nft lists it so)."""
         where = f"map {s.name}"
         _name("map", s.name)
-        if "port" in s.keys and ("proto" not in s.keys or any(
-                e[s.keys.index("proto")] not in ("tcp", "udp", 6, 17) for e in s.elements)):
+        if "port" in s.keys and "proto" in s.keys and any(
+                e[s.keys.index("proto")] not in ("tcp", "udp", 6, 17) for e in s.elements):
             # th dport reads any transport header; only TCP and UDP have ports.
-            raise Unsupported("verdict map on a port without its tcp or udp key", where)
+            raise Unsupported("verdict map on a port of a protocol without ports", where)
         types = {"addr": "ipv4_addr" if s.version == 4 else "ipv6_addr",
                  "proto": "inet_proto", "port": "inet_service"}
         out.append(f"\tmap {s.name} {{")
@@ -414,7 +414,7 @@ class _Renderer:
             return a.kind
         raise RuleSetError(f"{where}: verdict {a.kind!r} in a verdict map")
 
-    def vmap(self, a: Action, version: int | None, where: str) -> str:
+    def vmap(self, a: Action, m: Match, version: int | None, where: str) -> str:
         s = self.sets.get(a.vmap.name)
         if s is None:
             raise RuleSetError(f"{where}: no map {a.vmap.name!r}")
@@ -433,8 +433,12 @@ class _Renderer:
                 exprs.append(f"{'ip' if s.version == 4 else 'ip6'} {field}")
             elif key == "proto":
                 exprs.append("meta l4proto")
-            else:
+            elif "proto" in s.keys:
                 exprs.append(f"th {field}")
+            elif m.proto in ("tcp", "udp"):
+                exprs.append(f"{m.proto} {field}")
+            else:
+                raise Unsupported("verdict map on a port without tcp or udp", where)
         return f"{' . '.join(exprs)} vmap @{_name('map', s.name)}"
 
     def element_part(self, s: Set, key: str, v) -> str:
@@ -619,7 +623,7 @@ class _Renderer:
         if k == "mark":
             return _mark_set(a.mark or 0, a.mark_mask, where)
         if k == "vmap":
-            return self.vmap(a, version, where)
+            return self.vmap(a, m, version, where)
         if k == "log":
             if a.log_prefix is None:
                 return "log"
