@@ -472,6 +472,11 @@ def _edges(rs: RuleSet, firsts: dict[str, Packet], solver: _Solver) -> list[Pack
                 for ref in m.sets:
                     set_base.setdefault((t.family, t.name, ref.name), []).append(
                         (base, ref.fields))
+                ref = r.action.vmap
+                if ref is not None and r.action.numgen is None:
+                    # A verdict map's keys, as a set's: packets that find an element.
+                    set_base.setdefault((t.family, t.name, ref.name), []).append(
+                        (base, ref.fields))
     for t in rs.tables:
         for s in t.sets:
             for base, fields in set_base.get((t.family, t.name, s.name), [])[:1]:
