@@ -350,7 +350,8 @@ class _Importer:
                         raise _Fail(f"unsupported: element {json.dumps(part)} (a range "
                                     f"or prefix in a verdict map)")
                     element.append(choice[0])
-                if "port" in keys and element[keys.index("proto")] not in ("tcp", "udp"):
+                if "port" in keys and "proto" in keys and \
+                        element[keys.index("proto")] not in ("tcp", "udp"):
                     raise _Fail(f"unsupported: element {json.dumps(key)} looks up a port "
                                 f"of a protocol without ports")
                 (vk, vv), = verdict.items()
