@@ -34,6 +34,14 @@ kernel's own arithmetic (statistic: a 31-bit threshold on a random u32's low 31
 bits; numgen: reciprocal_scale(random u32, mod), so the buckets differ by one in
 2**32). A rule set without one is evaluated as before, at no extra cost.
 
+Connection marks (CONNMARK, ct mark) are exact for the packets `check` sends:
+each opens its own connection (conntrack is flushed between rounds, no two
+packets of a round share a flow), so its ct mark starts at 0 and what one chain
+sets, a later chain of the same packet sees; a packet without a connection
+(untracked, ICMP errors, chains before conntrack) has no ct mark, and neither a
+ct mark match nor its negation matches it. What a connection's mark does to its
+later packets is beyond a per-packet reference.
+
 Limits, by design: `limit` always matches (a reference cannot model rates; which
 packets a spent limit may decide otherwise, RateLimits says), while a payload string
 match and hashlimit, which decide what they match by a packet's payload or by the
@@ -79,10 +87,14 @@ _PROTO_NAMES = {v: k for k, v in PROTO_NUMBERS.items()}
 # Action codes, compared in the inner loop.
 _ACCEPT, _DROP, _REJECT, _JUMP, _GOTO, _RETURN = 0, 1, 2, 3, 4, 5
 _DNAT, _SNAT, _MASQ, _NOP, _MARK, _NOTRACK, _VMAP = 6, 7, 8, 9, 10, 11, 12
+_CTMARK, _SAVEMARK, _RESTOREMARK = 13, 14, 15
 _CODES = {"accept": _ACCEPT, "drop": _DROP, "reject": _REJECT, "jump": _JUMP,
           "goto": _GOTO, "return": _RETURN, "dnat": _DNAT, "snat": _SNAT,
           "masquerade": _MASQ, "counter": _NOP, "log": _NOP, "mark": _MARK,
-          "notrack": _NOTRACK, "ct": _NOP, "vmap": _VMAP}
+          "notrack": _NOTRACK, "ct": _NOP, "vmap": _VMAP, "ctmark": _CTMARK,
+          "savemark": _SAVEMARK, "restoremark": _RESTOREMARK}
+# The conntrack states of a packet that has a connection (and so a ct mark).
+_TRACKED = frozenset({"new", "established", "related"})
 # Chains shorter than this are walked rule by rule; longer ones get an index.
 _INDEX_MIN = 16
 
@@ -256,7 +268,7 @@ class _State:
     """The packet as the chains see it at one point of its path."""
     __slots__ = ("version", "iif", "oif", "saddr", "daddr", "proto", "sport", "dport",
                  "icmp", "mark", "ct", "untracked", "side_in", "side_out",
-                 "script", "trail", "sport_random")
+                 "script", "trail", "sport_random", "ctmark")
 
     def choose(self, weights: tuple[int, ...]) -> int:
         """A random choice among options of these weights (out of their sum): the
@@ -440,6 +452,13 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
             tests.append(lambda s: s.mark & mask == value)
     for ref in m.sets:
         tests.append(_set_test(ref, sets[ref.name]))
+    if m.ct_mark is not None:
+        # Names of their own: the mark test's closure reads value and mask late.
+        ct_value, ct_mask = m.ct_mark
+        if m.ct_mark_negate:
+            tests.append(lambda s: s.ct in _TRACKED and s.ctmark & ct_mask != ct_value)
+        else:
+            tests.append(lambda s: s.ct in _TRACKED and s.ctmark & ct_mask == ct_value)
     if m.random is not None:
         # Last: the draw happens only for a packet every other condition admits
         # (iptables and nft test a rule's matches in order, and stop at a miss).
@@ -782,8 +801,10 @@ class Evaluator:
                     arg = None
                     if code in (_JUMP, _GOTO):
                         arg = chains[a.chain]
-                    elif code == _MARK:
+                    elif code == _MARK or code == _CTMARK:
                         arg = ((a.mark or 0), a.mark_mask & 0xFFFFFFFF)
+                    elif code == _SAVEMARK or code == _RESTOREMARK:
+                        arg = a.ct_masks
                     elif code in (_DNAT, _SNAT):
                         addr = nat_address(a.addr)
                         v, i = address_interval(addr)[:2]
@@ -861,7 +882,8 @@ class Evaluator:
         """One walk of the packet, random choices taken as `script` says (then
         the first option): its verdict and the choices it met."""
         s = _State()
-        s.script, s.trail, s.sport_random = script, [], False
+        # Every packet the corpus sends opens its connection: its ct mark starts at 0.
+        s.script, s.trail, s.sport_random, s.ctmark = script, [], False, 0
         return self._walk_hooks(pkt, s), s.trail
 
     def _walk_hooks(self, pkt: Packet, s: _State) -> Verdict:
@@ -987,12 +1009,30 @@ class Evaluator:
                 s.untracked = True
                 s.ct = "untracked"
                 continue
+            elif code >= _CTMARK:
+                if s.ct in _TRACKED:   # without a connection there is no ct mark
+                    self._ctmark(code, arg, s)
+                continue
             else:
                 self._translate(code, arg, s)
                 return code, rid
             rules = chain.rules
             rest, k = chain.candidates(s), 0
         return (_DROP if base.policy_drop else _ACCEPT), None
+
+    @staticmethod
+    def _ctmark(code: int, arg, s: _State) -> None:
+        """CONNMARK's three forms on the connection's mark (the kernel's xt_connmark
+        and nft's ct mark statements compute the same)."""
+        if code == _CTMARK:
+            value, mask = arg
+            s.ctmark = (s.ctmark & ~mask & 0xFFFFFFFF) ^ value
+        elif code == _SAVEMARK:
+            nfmask, ctmask = arg
+            s.ctmark = (s.ctmark & ~ctmask & 0xFFFFFFFF) ^ (s.mark & nfmask)
+        else:
+            nfmask, ctmask = arg
+            s.mark = (s.mark & ~nfmask & 0xFFFFFFFF) ^ (s.ctmark & ctmask)
 
     def _translate(self, code: int, arg, s: _State) -> None:
         if code == _MASQ:

@@ -55,7 +55,10 @@ TERMINAL = frozenset({"accept", "drop", "reject", "jump", "goto", "return",
 # `ct` is iptables' `-j CT` without options: conntrack's default template, so the
 # packet is tracked as it would be anyway; loading it registers conntrack's hooks
 # in the namespace (nft has no such statement).
-NONTERMINAL = frozenset({"counter", "mark", "notrack", "log", "ct"})
+# ctmark sets the connection's mark as `mark` sets the packet's; savemark copies
+# the packet's mark into it, restoremark the other way (iptables' CONNMARK).
+NONTERMINAL = frozenset({"counter", "mark", "notrack", "log", "ct",
+                         "ctmark", "savemark", "restoremark"})
 ACTIONS = TERMINAL | NONTERMINAL
 LIMIT_UNITS = ("second", "minute", "hour", "day")
 STRING_ALGOS = ("bm", "kmp")    # Boyer-Moore, Knuth-Morris-Pratt (the kernel's textsearch)
@@ -209,6 +212,11 @@ class Match:
     # random / RANDOM_SCALE (iptables' statistic --mode random, nft's numgen random
     # compared with a bound): 0 < random < RANDOM_SCALE.
     random: int | None = field(default=None, metadata=_LATER)
+    # The connection's mark: (value, mask) as `mark`; a packet without a
+    # connection (untracked, or before conntrack) matches neither it nor its
+    # negation (iptables' connmark, nft's ct mark).
+    ct_mark: tuple[int, int] | None = field(default=None, metadata=_LATER)
+    ct_mark_negate: bool = field(default=False, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -246,6 +254,10 @@ class Action:
     # masquerade, snat: the kernel picks the source port at random (iptables'
     # --random-fully, nft's fully-random), so a translated port is anyone's.
     random_port: bool = field(default=False, metadata=_LATER)
+    # savemark: ct mark = (ct mark & ~ctmask) ^ (mark & nfmask); restoremark:
+    # mark = (mark & ~nfmask) ^ (ct mark & ctmask), as (nfmask, ctmask). ctmark
+    # takes `mark` and `mark_mask` as `mark` does, on the connection's mark.
+    ct_masks: tuple[int, int] = field(default=(0xFFFFFFFF, 0xFFFFFFFF), metadata=_LATER)
 
     @property
     def terminal(self) -> bool:
@@ -554,12 +566,17 @@ def rule_features(r: Rule) -> list[str]:
         out.append("hashlimit")
     if m.random is not None:
         out.append("random match")
+    if m.ct_mark is not None:
+        out.append("ct mark match")
+        if m.ct_mark_negate:
+            out.append("negation")
     if a.random_port:
         out.append("random port")
     if a.kind == "vmap":
         out.append("verdict map" if a.numgen is None else "numgen map")
     else:
-        out.append({"mark": "mark set"}.get(a.kind, a.kind))
+        out.append({"mark": "mark set", "ctmark": "ct mark set", "savemark": "ct mark save",
+                    "restoremark": "ct mark restore"}.get(a.kind, a.kind))
     if r.counter:
         out.append("counter")
     return out
@@ -673,6 +690,9 @@ def validate(rs: RuleSet) -> RuleSet:
                     _check_string(r.id, m.string)
                 if m.hashlimit is not None:
                     _check_hashlimit(r.id, m.hashlimit)
+                for what, pair in (("ct mark", m.ct_mark), ("ct masks", a.ct_masks)):
+                    if pair is not None and not all(0 <= x <= 0xFFFFFFFF for x in pair):
+                        raise RuleSetError(f"rule {r.id}: {what} {pair} is not 32 bits")
                 if m.random is not None and not 0 < m.random < RANDOM_SCALE:
                     raise RuleSetError(f"rule {r.id}: random match {m.random} is not "
                                        f"strictly between 0 and {RANDOM_SCALE}")

@@ -55,13 +55,13 @@ _PROTOS = {"tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "icmp": "icmp", 
            "ipv6-icmp": "icmpv6", "icmpv6": "icmpv6", "icmp6": "icmpv6", "58": "icmpv6",
            "all": None, "0": None}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
-                      "mark", "set", "limit", "comment", "statistic"})
+                      "mark", "set", "limit", "comment", "statistic", "connmark"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
-                      "DNAT", "SNAT", "MASQUERADE", "LOG"})
+                      "DNAT", "SNAT", "MASQUERADE", "LOG", "CONNMARK"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
 # as such and not as a jump to a missing chain.
 _OTHER_TARGETS = frozenset({
-    "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNMARK", "CONNSECMARK", "DNPT",
+    "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNSECMARK", "DNPT",
     "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFLOG", "NFQUEUE",
     "QUEUE", "RATEEST", "REDIRECT", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
     "TCPOPTSTRIP", "TEE", "TOS", "TPROXY", "TRACE", "TTL", "ULOG"})
@@ -131,6 +131,7 @@ _OPTS = {
 }
 _OLD_NEGATION = frozenset({"-i", "-o", "-s", "-d", "-p", "--dport", "--sport"})
 _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully",
+                        "--save-mark", "--restore-mark",
                         "--log-tcp-sequence", "--log-tcp-options", "--log-ip-options",
                         "--log-uid", "--log-macdecode"})
 _TARGET_OPTS = {"REJECT": ("--reject-with",), "CT": ("--notrack",),
@@ -390,6 +391,7 @@ class _Parser:
         proto = rid = comment = action = None
         sets: list[SetRef] = []
         limit_rate = limit_burst = None
+        module = None   # the latest -m: mark and connmark share --mark
         neg = False
         i, n = 2, len(toks)
         opts_get, prefixes, ifaces = _OPTS.get, self._prefix_cache, self._iface_cache
@@ -415,6 +417,7 @@ class _Parser:
                 if neg:
                     raise _Fail(f"syntax error: ! before -m {v}")
                 mods.add(v)
+                module = v
             elif code == "src" or code == "dst":
                 p = prefixes.get(v) or self._addr(v)
                 kw[code] = Prefix(p.net, True) if neg else p
@@ -467,6 +470,9 @@ class _Parser:
                         raise _Fail("an empty fwb: id")
                 else:
                     comment = v if comment is None else f"{comment}; {v}"
+            elif code == "mark" and module == "connmark":
+                kw["ct_mark"] = _mark(v)
+                kw["ct_mark_negate"] = neg
             elif code == "mark":
                 if "mark" not in mods:
                     raise _Fail("--mark needs -m mark")
@@ -642,6 +648,8 @@ class _Parser:
             return Action("log", log_prefix=prefix)
         if target == "MARK":
             return _mark_target(opts)
+        if target == "CONNMARK":
+            return _connmark_target(opts)
         allowed = _TARGET_OPTS.get(target, ())
         for o in opts:
             if o not in allowed:
@@ -803,6 +811,28 @@ def _mark_target(opts: dict) -> Action:
         value = _int(v or "", "mark")
         return Action("mark", mark=0, mark_mask=~value & 0xFFFFFFFF)
     raise _Fail(f"unsupported option {o} of -j MARK")
+
+
+def _connmark_target(opts: dict) -> Action:
+    """CONNMARK's forms: the set ones as MARK's on the connection's mark, save and
+    restore with their masks (--mask sets both; save prints --nfmask and
+    --ctmask)."""
+    if "--save-mark" in opts or "--restore-mark" in opts:
+        kind = "savemark" if "--save-mark" in opts else "restoremark"
+        rest = {o: v for o, v in opts.items() if o not in ("--save-mark", "--restore-mark")}
+        if "--mask" in rest:
+            nfmask = ctmask = _int(rest.pop("--mask") or "", "--mask")
+        else:
+            nfmask = _int(rest.pop("--nfmask", None) or "0xffffffff", "--nfmask")
+            ctmask = _int(rest.pop("--ctmask", None) or "0xffffffff", "--ctmask")
+        if rest:
+            raise _Fail(f"unsupported -j CONNMARK options {' '.join(sorted(opts))}")
+        return Action(kind, ct_masks=(nfmask & 0xFFFFFFFF, ctmask & 0xFFFFFFFF))
+    try:
+        a = _mark_target(opts)
+    except _Fail:
+        raise _Fail(f"unsupported -j CONNMARK options {' '.join(sorted(opts))}") from None
+    return Action("ctmark", mark=a.mark, mark_mask=a.mark_mask)
 
 
 def _ct_states(v: str, neg: bool) -> frozenset[str]:

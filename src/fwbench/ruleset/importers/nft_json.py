@@ -530,16 +530,22 @@ class _Importer:
             self._payload(t, ctx, lv, right, neg)
         elif lk == "meta":
             self._meta(ctx, lv.get("key"), right, neg)
+        elif lk == "ct" and lv == {"key": "mark"}:
+            ctx.set("ct_mark", (_int(right), MASK32))
+            ctx.kw["ct_mark_negate"] = neg
         elif lk == "ct":
             if lv.get("key") != "state" or len(lv) != 1:
                 raise _Fail(f"unsupported expression ct {lv.get('key')}")
             ctx.kw["ct_state"] = _ct_states(right, neg)
         elif lk == "&":
             what, mask = lv
-            if what != {"meta": {"key": "mark"}} or not isinstance(mask, int):
+            field = {"meta": "mark", "ct": "ct_mark"}.get(next(iter(what), None)) \
+                if isinstance(what, dict) and len(what) == 1 and \
+                next(iter(what.values())) == {"key": "mark"} else None
+            if field is None or not isinstance(mask, int):
                 raise _Fail(f"unsupported expression & on {json.dumps(what)}")
-            ctx.set("mark", (_int(right), mask & MASK32))
-            ctx.kw["mark_negate"] = neg
+            ctx.set(field, (_int(right), mask & MASK32))
+            ctx.kw[f"{field}_negate"] = neg
         elif lk == "concat":
             if not (isinstance(right, str) and right.startswith("@")):
                 raise _Fail("unsupported: a concatenation matched against anything but "
@@ -864,11 +870,25 @@ def _numgen(ng: dict) -> tuple[int, int]:
 
 
 def _mangle(v: dict) -> Action:
-    """`meta mark set` in its forms, as the model's `mark = (mark & ~mask) ^ value`."""
-    if v.get("key") != {"meta": {"key": "mark"}}:
-        raise _Fail(f"unsupported expression mangle {json.dumps(v.get('key'))}")
-    val = v.get("value")
-    mark_ = {"meta": {"key": "mark"}}
+    """`meta mark set` and `ct mark set` in their forms, as the model's `mark =
+    (mark & ~mask) ^ value` on the packet's or the connection's mark, and the
+    copies between the two (CONNMARK's save and restore without masks)."""
+    key, val = v.get("key"), v.get("value")
+    meta_, ct_ = {"meta": {"key": "mark"}}, {"ct": {"key": "mark"}}
+    if key == ct_ and val == meta_:
+        return Action("savemark")
+    if key == meta_ and val == ct_:
+        return Action("restoremark")
+    if key == ct_:
+        a = _mark_value(val, ct_, "ct mark set")
+        return Action("ctmark", mark=a.mark, mark_mask=a.mark_mask)
+    if key != meta_:
+        raise _Fail(f"unsupported expression mangle {json.dumps(key)}")
+    return _mark_value(val, meta_, "meta mark set")
+
+
+def _mark_value(val, mark_: dict, what: str) -> Action:
+    """A mark statement's value: a number, or the mark itself with |, &, ^."""
     if isinstance(val, int):
         return Action("mark", mark=val & MASK32)
     if isinstance(val, dict) and "|" in val:
@@ -889,4 +909,4 @@ def _mangle(v: dict) -> Action:
         a, b = val["^"]
         if a == mark_ and isinstance(b, int):
             return Action("mark", mark=b & MASK32, mark_mask=0)
-    raise _Fail(f"unsupported: meta mark set {json.dumps(val)}")
+    raise _Fail(f"unsupported: {what} {json.dumps(val)}")

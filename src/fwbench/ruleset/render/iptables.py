@@ -62,6 +62,7 @@ SUPPORTS: frozenset[str] = frozenset({
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct",
     "random match", "verdict map", "numgen map", "random port",
+    "ct mark match", "ct mark set", "ct mark save", "ct mark restore",
 }) | _ipset.SUPPORTS
 
 # iptables-restore's order of tables, and each table's built-in chains in the order
@@ -495,6 +496,10 @@ class _Emitter:
             _u32(mask, rid)
             parts.append(" -m mark ! --mark " if m.mark_negate else " -m mark --mark ")
             parts.append(f"{value:#x}" if mask == 0xFFFFFFFF else f"{value:#x}/{mask:#x}")
+        if m.ct_mark is not None:
+            value, mask = m.ct_mark
+            parts.append(" -m connmark ! --mark " if m.ct_mark_negate else " -m connmark --mark ")
+            parts.append(f"{value:#x}" if mask == 0xFFFFFFFF else f"{value:#x}/{mask:#x}")
         for ref, (text, _) in zip(m.sets, refs):
             parts.append(" -m set ! --match-set " if ref.negate else " -m set --match-set ")
             parts.append(text)
@@ -658,6 +663,13 @@ class _Emitter:
             _u32(value, rid)
             _u32(mask, rid)
             return f" -j MARK --set-xmark {value:#x}/{mask:#x}"
+        if kind == "ctmark":
+            _u32(a.mark or 0, rid)
+            return f" -j CONNMARK --set-xmark {a.mark or 0:#x}/{a.mark_mask:#x}"
+        if kind == "savemark" or kind == "restoremark":
+            nfmask, ctmask = a.ct_masks
+            return (f" -j CONNMARK --{kind[:-4]}-mark --nfmask {nfmask:#x} "
+                    f"--ctmask {ctmask:#x}")
         if kind == "log":
             prefix = a.log_prefix
             if not prefix:

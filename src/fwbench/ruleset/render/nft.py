@@ -58,7 +58,8 @@ SUPPORTS: frozenset[str] = frozenset(
        "negation", "ct state", "mark match", "set match", "limit", "counter"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log"]
-    + ["random match", "verdict map", "numgen map", "random port"])
+    + ["random match", "verdict map", "numgen map", "random port"]
+    + ["ct mark match", "ct mark set", "ct mark save", "ct mark restore"])
 
 # Words nft 1.0.6's parser takes as keywords, so not as a table, chain or set name
 # (measured: `nft -c` of each as a chain, set and table name; quoting a name does
@@ -538,6 +539,12 @@ class _Renderer:
             parts.append("ct state " + ",".join(s for s in _CT_ORDER if s in m.ct_state))
         if m.mark:
             parts.append(_mark_match(*m.mark, m.mark_negate, where))
+        if m.ct_mark is not None:
+            if fam == "netdev":
+                raise Unsupported("ct mark in family netdev", where)
+            # nft prints a ct mark as it prints a packet mark.
+            parts.append(_mark_match(*m.ct_mark, m.ct_mark_negate, where)
+                         .replace("meta mark", "ct mark", 1))
         if m.limit:
             parts.append(_limit(m.limit, where))
         if m.random is not None:
@@ -624,6 +631,15 @@ class _Renderer:
             return _mark_set(a.mark or 0, a.mark_mask, where)
         if k == "vmap":
             return self.vmap(a, m, version, where)
+        if k in ("ctmark", "savemark", "restoremark"):
+            if self.fam == "netdev":
+                raise Unsupported(f"ct mark in family netdev", where)
+            if k == "ctmark":
+                return _mark_set(a.mark or 0, a.mark_mask, where).replace("meta mark",
+                                                                          "ct mark")
+            if a.ct_masks != (0xFFFFFFFF, 0xFFFFFFFF):
+                raise Unsupported(f"ct mark {k[:-4]} with masks", where)
+            return "ct mark set meta mark" if k == "savemark" else "meta mark set ct mark"
         if k == "log":
             if a.log_prefix is None:
                 return "log"
