@@ -39,6 +39,19 @@ def test_kube_proxy_file_and_its_import_agree_on_three_backends(tmp_path, name):
         assert tested and all(not g["rejected"] for g in tested), r["random_choices"]
 
 
+@pytest.mark.parametrize("name", ["connmark.rules", "connmark.nft"])
+def test_connection_marks_file_and_its_import_agree_on_three_backends(tmp_path, name):
+    out = tmp_path / "check.json"
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(KUBE / name),
+                         "--backends", BACKENDS, "--corpus", "200", "--json", str(out)],
+                        capture_output=True, text=True, timeout=900)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    rep = json.loads(out.read_text())
+    for r in [rep["original"]] + rep["backends"]:
+        assert r["refused"] is None and r["disagreements"] == 0, r
+        assert 0 < r["forwarded"] < r["packets"] and r["random_choices"] is None
+
+
 def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test():
     """The import with the 3-endpoint service's first statistic rule at 0.9 in
     place of 1/3: every packet still gets an allowed verdict, only the

@@ -324,3 +324,82 @@ def test_generator_services_and_both_files_import():
     assert randoms == [1431655766, 1 << 31, 1 << 31]
     text = kube.nft(4)
     assert text.count("numgen random mod") == 4 and text.count(" : goto service-") == 4
+
+
+# --- connection marks ------------------------------------------------------------------
+
+MANGLE_HEAD = "*mangle\n:PREROUTING ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n"
+
+
+@pytest.mark.parametrize("target, kind, mark, mask, masks", [
+    ("--set-xmark 0x20/0xf0", "ctmark", 0x20, 0xF0, (0xFFFFFFFF, 0xFFFFFFFF)),
+    ("--set-mark 0x1", "ctmark", 0x1, 0xFFFFFFFF, (0xFFFFFFFF, 0xFFFFFFFF)),
+    ("--save-mark --nfmask 0xff --ctmask 0xf0", "savemark", None, 0xFFFFFFFF, (0xFF, 0xF0)),
+    ("--restore-mark --mask 0xff", "restoremark", None, 0xFFFFFFFF, (0xFF, 0xFF)),
+])
+def test_connmark_targets(target, kind, mark, mask, masks):
+    rs = iptables_save.parse(MANGLE_HEAD + f"-A PREROUTING -j CONNMARK {target}\nCOMMIT\n",
+                             "c.rules")
+    a = rs.rule("mangle-1").action
+    assert (a.kind, a.mark, a.mark_mask, a.ct_masks) == (kind, mark, mask, masks)
+
+
+def test_connmark_save_and_restore_with_masks_in_the_reference():
+    rs = iptables_save.parse(MANGLE_HEAD +
+                             "-A PREROUTING -j CONNMARK --set-xmark 0xab/0xff\n"
+                             "-A PREROUTING -j CONNMARK --save-mark --nfmask 0xf00 --ctmask 0xf00\n"
+                             "-A FORWARD -j CONNMARK --restore-mark --nfmask 0xff --ctmask 0xf0\n"
+                             "-A FORWARD -m connmark --mark 0x5ab -j DROP\nCOMMIT\n", "c.rules")
+    ev = Evaluator(rs)
+    # ct 0 -> 0xab -> (0xab & ~0xf00) ^ (0x512 & 0xf00) = 0x5ab; then the mark's low
+    # byte is replaced: (0x512 & ~0xff) ^ (0x5ab & 0xf0) = 0x5a0.
+    v = ev.evaluate(Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1, 2, mark=0x512))
+    assert v.decided_by == "mangle-4" and v.translated.mark == 0x5a0
+    # Untracked (no connection): no ct mark to set, and no match either way.
+    rs2 = iptables_save.parse(MANGLE_HEAD + "-A PREROUTING -m connmark ! --mark 0x1 -j DROP\n"
+                              "COMMIT\n", "c.rules")
+    p = Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1, 2, ct_state="untracked")
+    assert Evaluator(rs2).evaluate(p).forward
+    tracked = Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1, 2)
+    assert not Evaluator(rs2).evaluate(tracked).forward
+
+
+def test_connmark_renders_in_both():
+    rs = iptables_save.parse(MANGLE_HEAD +
+                             "-A PREROUTING -j CONNMARK --set-xmark 0x20/0xf0\n"
+                             "-A PREROUTING -j CONNMARK --save-mark\n"
+                             "-A FORWARD -j CONNMARK --restore-mark --nfmask 0xff --ctmask 0xff\n"
+                             "-A FORWARD -m connmark ! --mark 0x10/0xff -j ACCEPT\nCOMMIT\n",
+                             "c.rules")
+    ipt = ipt_render.render(rs, IFS, 4)
+    assert "-j CONNMARK --set-xmark 0x20/0xf0" in ipt
+    assert "-j CONNMARK --save-mark --nfmask 0xffffffff --ctmask 0xffffffff" in ipt
+    assert "-j CONNMARK --restore-mark --nfmask 0xff --ctmask 0xff" in ipt
+    assert '-m connmark ! --mark 0x10/0xff -m comment --comment "fwb:mangle-4"' in ipt
+    with pytest.raises(Unsupported) as e:
+        nft_render.render(rs, IFS)
+    assert str(e.value) == "unsupported: ct mark restore with masks (rule mangle-3)"
+    nft = nft_render.render(_without(rs, "mangle-3"), IFS)
+    assert "ct mark set ct mark & 0xffffff2f | 0x00000020" in nft
+    assert "ct mark set meta mark" in nft
+    assert "ct mark & 0x000000ff != 0x00000010 counter accept" in nft
+
+
+def _without(rs: RuleSet, rid: str) -> RuleSet:
+    from dataclasses import replace
+    return rs.with_tables(tuple(replace(t, chains=tuple(replace(c, rules=tuple(
+        r for r in c.rules if r.id != rid)) for c in t.chains)) for t in rs.tables))
+
+
+def test_nft_ct_mark_statements_and_matches():
+    ct, meta = {"ct": {"key": "mark"}}, {"meta": {"key": "mark"}}
+    rs = _nft([{"mangle": {"key": ct, "value": meta}}],
+              [{"mangle": {"key": meta, "value": ct}}],
+              [{"mangle": {"key": ct, "value": {"|": [ct, 0x300]}}}],
+              [{"match": {"op": "!=", "left": {"&": [ct, 0xff]}, "right": 1}},
+               {"accept": None}])
+    assert [rs.rule(f"k-{i}").action.kind for i in (1, 2, 3)] == \
+        ["savemark", "restoremark", "ctmark"]
+    assert (rs.rule("k-3").action.mark, rs.rule("k-3").action.mark_mask) == (0x300, 0x300)
+    m = rs.rule("k-4").match
+    assert (m.ct_mark, m.ct_mark_negate) == ((1, 0xFF), True)
