@@ -73,6 +73,8 @@ class CheckReport:
     between: list[str]             # packets on which backends disagree among themselves
     limited: int = 0               # packets not judged: a rate limit may decide them
     limit_rules: tuple[str, ...] = ()
+    # Packets a packet counter (nth, numgen inc) may decide: either verdict passes.
+    counter_choices: int = 0
 
     @property
     def ok(self) -> bool:
@@ -93,6 +95,7 @@ class CheckReport:
                 "not_judged_rate_limited": self.limited, "limit_rules": self.limit_rules,
                 "random_choice_test": {"test": "chi-square", "level": CHANCE_LEVEL,
                                        "correction": "Bonferroni over groups"},
+                "counter_choice_packets": self.counter_choices,
                 "original": orig.as_dict() if orig else None,
                 "backends": [r.as_dict() for r in self.results if r is not orig],
                 "between": self.between}
@@ -160,9 +163,10 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
             res.forwarded = sum(1 for s in ex.seen if s is not None)
             res.seconds = time.perf_counter() - t0
             results.append(res)
-    limits = rate_limits(rs)
+    limits, ev = rate_limits(rs), evaluator(rs)
     return CheckReport(rs.name, len(pkts), results, _between(rs, pkts, results),
-                       sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)))
+                       sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)),
+                       sum(1 for p in pkts if ev.evaluate(p).counter_choice))
 
 
 def against_original(orig: OriginalFile, tb, rs: RuleSet,

@@ -302,6 +302,10 @@ def cmd_check(args, out: Console) -> int:
         out.print(f"{report.limited:,} packets not judged: they reach a rate limit "
                   f"(rules {', '.join(report.limit_rules)}), which each "
                   f"kernel applies at its own time")
+    if report.counter_choices:
+        out.print(f"{report.counter_choices:,} packets reach a packet counter (statistic "
+                  f"nth, numgen inc): either verdict is allowed, as which one they get "
+                  f"depends on the packets the rule saw before")
     for line in report.between[:check.SHOWN]:
         out.print(f"  between backends: {line}", markup=False, soft_wrap=True)
     if args.json:

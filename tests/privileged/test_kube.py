@@ -39,7 +39,7 @@ def test_kube_proxy_file_and_its_import_agree_on_three_backends(tmp_path, name):
         assert tested and all(not g["rejected"] for g in tested), r["random_choices"]
 
 
-@pytest.mark.parametrize("name", ["connmark.rules", "connmark.nft"])
+@pytest.mark.parametrize("name", ["connmark.rules", "connmark.nft", "nth.rules", "nth.nft"])
 def test_connection_marks_file_and_its_import_agree_on_three_backends(tmp_path, name):
     out = tmp_path / "check.json"
     cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(KUBE / name),
@@ -50,6 +50,8 @@ def test_connection_marks_file_and_its_import_agree_on_three_backends(tmp_path, 
     for r in [rep["original"]] + rep["backends"]:
         assert r["refused"] is None and r["disagreements"] == 0, r
         assert 0 < r["forwarded"] < r["packets"] and r["random_choices"] is None
+    # A packet counter's packets pass with either verdict, and are counted as such.
+    assert (rep["counter_choice_packets"] > 0) == name.startswith("nth")
 
 
 def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test():

@@ -172,8 +172,9 @@ def ipt(body: str, **kw) -> RuleSet:
      "gw.rules:8: unsupported: ct state DNAT"),
     ("-A FORWARD -m multiport --dports 1,2 -j DROP\n",
      "gw.rules:8: a port match needs -p tcp or -p udp"),
-    ("-A FORWARD -m statistic --mode nth --every 2 --packet 0 -j DROP\n",
-     "gw.rules:8: unsupported: -m statistic --mode nth (only random)"),
+    ("-A FORWARD -m statistic --mode nth --every 1 --packet 0 -j DROP\n",
+     "gw.rules:8: unsupported: --every 1 --packet 0 (a rule that always matches, or a "
+     "packet past every)"),
     ("-A FORWARD -m statistic --mode random --probability 0.0000000001 -j DROP\n",
      "gw.rules:8: unsupported: --probability 0.0000000001, a rule that always or never "
      "matches"),

@@ -82,8 +82,9 @@ def test_masquerade_random_fully_leaves_the_source_port_to_the_kernel():
 
 
 @pytest.mark.parametrize("body, message", [
-    ("-A PREROUTING -m statistic --mode nth --every 3 --packet 0 -j S\n",
-     "k.rules:5: unsupported: -m statistic --mode nth (only random)"),
+    ("-A PREROUTING -m statistic --mode nth --every 3 --packet 3 -j S\n",
+     "k.rules:5: unsupported: --every 3 --packet 3 (a rule that always matches, or a "
+     "packet past every)"),
     ("-A PREROUTING -m statistic --mode random --probability 1 -j S\n",
      "k.rules:5: unsupported: --probability 1, a rule that always or never matches"),
     ("-A PREROUTING --probability 0.5 -j S\n",
@@ -243,8 +244,11 @@ def test_nft_vmaps_named_and_anonymous():
 
 
 @pytest.mark.parametrize("expr, message", [
-    ([{"match": {"op": "==", "left": {"numgen": {"mode": "inc", "mod": 2, "offset": 0}},
+    ([{"match": {"op": "<", "left": {"numgen": {"mode": "inc", "mod": 2, "offset": 0}},
                  "right": 1}}, {"accept": None}],
+     "unsupported: numgen inc < 1 (only ==)"),
+    ([{"vmap": {"key": {"numgen": {"mode": "inc", "mod": 2, "offset": 0}},
+                "data": {"set": [[0, {"goto": {"target": "a"}}]]}}}],
      "unsupported: numgen inc (only random)"),
     ([{"vmap": {"key": {"payload": {"protocol": "th", "field": "dport"}},
                 "data": {"set": [[80, {"accept": None}]]}}}],
@@ -403,3 +407,29 @@ def test_nft_ct_mark_statements_and_matches():
     assert (rs.rule("k-3").action.mark, rs.rule("k-3").action.mark_mask) == (0x300, 0x300)
     m = rs.rule("k-4").match
     assert (m.ct_mark, m.ct_mark_negate) == ((1, 0xFF), True)
+
+
+# --- packet counters: nth and numgen inc -------------------------------------------------
+
+def test_nth_is_every_and_phase_in_both_syntaxes_and_renders_back():
+    rs = _ipt("-A PREROUTING -m statistic --mode nth --every 3 --packet 2 -j S\n"
+              "-A PREROUTING -m statistic --mode nth --every 3 --packet 0 -j S\n")
+    assert rs.rule("nat-1").match.nth == (3, 1)     # the counter starts at 2: 1st packet
+    assert rs.rule("nat-2").match.nth == (3, 0)     # every 3rd
+    ipt = ipt_render.render(rs, IFS, 4)
+    assert "-m statistic --mode nth --every 3 --packet 2 -m comment" in ipt
+    nft = nft_render.render(rs, IFS)
+    assert "numgen inc mod 3 1 counter jump S" in nft and "numgen inc mod 3 0 counter" in nft
+    inc = {"numgen": {"mode": "inc", "mod": 3, "offset": 1}}
+    rs2 = _nft([{"match": {"op": "==", "left": inc, "right": 2}}, {"goto": {"target": "a"}}])
+    assert rs2.rule("k-1").match.nth == (3, 1)
+
+
+def test_a_counter_choice_allows_both_verdicts_and_is_not_a_distribution():
+    chain = Chain("forward", (Rule("a", Match(nth=(3, 0)), Action("drop")),), hook="forward")
+    rs = validate(RuleSet("n", (Table("ip", "t", (chain,)),)))
+    v = Evaluator(rs).evaluate(Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1, 2))
+    assert v.counter_choice
+    assert sorted((round(q, 4), o.forward) for q, o in v.possible) == \
+        [(0.3333, False), (0.6667, True)]
+    assert corpora.chance_copies(rs, [v.translated], Evaluator(rs)) == []

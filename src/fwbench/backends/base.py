@@ -566,8 +566,8 @@ def chance_test(rs: RuleSet, ex: Exchange, level: float = CHANCE_LEVEL) -> Chanc
     tally: dict[tuple[float, ...], list[int]] = {}
     for p, got in zip(ex.sent, ex.seen):
         v = ev.evaluate(p)
-        if not v.outcomes:
-            continue
+        if not v.outcomes or v.counter_choice:
+            continue   # certain, or a packet counter's choice: no distribution
         # Outcomes as what leaves the firewall; alike ones merged.
         shares: dict[tuple, list] = {}
         for q, o in v.possible:

@@ -759,7 +759,7 @@ def chance_copies(rs: RuleSet, pkts: list[Packet], ev: Evaluator) -> list[Packet
         if p.sport is None:
             continue
         v = ev.evaluate(p)
-        if v.outcomes:
+        if v.outcomes and not v.counter_choice:
             groups.setdefault(tuple(round(q, 9) for q, _ in v.outcomes), []).append(p)
     seen = set(pkts)
     out: list[Packet] = []

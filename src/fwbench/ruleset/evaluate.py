@@ -34,6 +34,12 @@ kernel's own arithmetic (statistic: a 31-bit threshold on a random u32's low 31
 bits; numgen: reciprocal_scale(random u32, mod), so the buckets differ by one in
 2**32). A rule set without one is evaluated as before, at no extra cost.
 
+A packet counter's choice (statistic --mode nth, numgen inc) depends on how many
+packets reached the rule before, since it loaded: the reference cannot know it,
+so a packet that reaches one gets both verdicts as allowed outcomes (weighted
+1 : every - 1), and Verdict.counter_choice says that their shares are not a
+distribution to test.
+
 Connection marks (CONNMARK, ct mark) are exact for the packets `check` sends:
 each opens its own connection (conntrack is flushed between rounds, no two
 packets of a round share a flow), so its ct mark starts at 0 and what one chain
@@ -123,6 +129,9 @@ class Verdict:
     # probability (most likely first; they sum to 1), this one the first of them.
     # Empty for a packet whose verdict is certain.
     outcomes: tuple[tuple[float, "Verdict"], ...] = ()
+    # Some of the outcomes come from a packet counter's choice (nth), not a
+    # random one: each is allowed, their shares are no distribution.
+    counter_choice: bool = False
 
     @property
     def possible(self) -> tuple[tuple[float, "Verdict"], ...]:
@@ -270,13 +279,14 @@ class _State:
                  "icmp", "mark", "ct", "untracked", "side_in", "side_out",
                  "script", "trail", "sport_random", "ctmark")
 
-    def choose(self, weights: tuple[int, ...]) -> int:
-        """A random choice among options of these weights (out of their sum): the
-        option the evaluator's script says for this point of the walk (the first
-        one past it), recorded in the trail so every other can be walked too."""
+    def choose(self, weights: tuple[int, ...], counter: bool = False) -> int:
+        """A random choice among options of these weights (out of their sum), or a
+        packet counter's (`counter`): the option the evaluator's script says for
+        this point of the walk (the first one past it), recorded in the trail so
+        every other can be walked too."""
         i = len(self.trail)
         k = self.script[i] if i < len(self.script) else 0
-        self.trail.append((k, weights))
+        self.trail.append((k, weights, counter))
         return k
 
 
@@ -459,6 +469,9 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
             tests.append(lambda s: s.ct in _TRACKED and s.ctmark & ct_mask != ct_value)
         else:
             tests.append(lambda s: s.ct in _TRACKED and s.ctmark & ct_mask == ct_value)
+    if m.nth is not None:
+        nth_weights = (1, m.nth[0] - 1)
+        tests.append(lambda s: s.choose(nth_weights, counter=True) == 0)
     if m.random is not None:
         # Last: the draw happens only for a packet every other condition admits
         # (iptables and nft test a rule's matches in order, and stop at a miss).
@@ -856,17 +869,19 @@ class Evaluator:
         for every other option at every choice point (depth first), each leaf's
         probability the product of its options' shares, equal verdicts merged."""
         found: dict[Verdict, Fraction] = {}
+        by_counter = False
         todo: list[tuple[int, ...]] = []
         script: tuple[int, ...] = ()
         v = first
         while True:
             for j in range(len(script), len(trail)):
-                prefix = tuple(k for k, _ in trail[:j])
+                prefix = tuple(k for k, _, _ in trail[:j])
                 todo.extend(prefix + (alt,) for alt, w in enumerate(trail[j][1])
                             if alt and w)
             p = Fraction(1)
-            for k, weights in trail:
+            for k, weights, counter in trail:
                 p *= Fraction(weights[k], sum(weights))
+                by_counter = by_counter or counter
             if p:
                 found[v] = found.get(v, Fraction(0)) + p
             if not todo:
@@ -876,7 +891,8 @@ class Evaluator:
         ranked = sorted(found.items(), key=lambda vp: -vp[1])
         if len(ranked) == 1:      # every choice led to the same verdict
             return ranked[0][0]
-        return replace(ranked[0][0], outcomes=tuple((float(p), v) for v, p in ranked))
+        return replace(ranked[0][0], outcomes=tuple((float(p), v) for v, p in ranked),
+                       counter_choice=by_counter)
 
     def _once(self, pkt: Packet, script: tuple[int, ...]) -> tuple[Verdict, list]:
         """One walk of the packet, random choices taken as `script` says (then

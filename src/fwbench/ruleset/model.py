@@ -217,6 +217,10 @@ class Match:
     # negation (iptables' connmark, nft's ct mark).
     ct_mark: tuple[int, int] | None = field(default=None, metadata=_LATER)
     ct_mark_negate: bool = field(default=False, metadata=_LATER)
+    # (every, phase): holds for the k-th packet that reaches it (its other
+    # conditions met; k = 1, 2, ... counted by the rule itself since it loaded)
+    # when k % every == phase: iptables' statistic --mode nth, nft's numgen inc.
+    nth: tuple[int, int] | None = field(default=None, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -566,6 +570,8 @@ def rule_features(r: Rule) -> list[str]:
         out.append("hashlimit")
     if m.random is not None:
         out.append("random match")
+    if m.nth is not None:
+        out.append("nth match")
     if m.ct_mark is not None:
         out.append("ct mark match")
         if m.ct_mark_negate:
@@ -693,6 +699,9 @@ def validate(rs: RuleSet) -> RuleSet:
                 for what, pair in (("ct mark", m.ct_mark), ("ct masks", a.ct_masks)):
                     if pair is not None and not all(0 <= x <= 0xFFFFFFFF for x in pair):
                         raise RuleSetError(f"rule {r.id}: {what} {pair} is not 32 bits")
+                if m.nth is not None and not 0 <= m.nth[1] < m.nth[0] >= 2:
+                    raise RuleSetError(f"rule {r.id}: nth match every {m.nth[0]} phase "
+                                       f"{m.nth[1]}: every must be 2 or more, phase below it")
                 if m.random is not None and not 0 < m.random < RANDOM_SCALE:
                     raise RuleSetError(f"rule {r.id}: random match {m.random} is not "
                                        f"strictly between 0 and {RANDOM_SCALE}")

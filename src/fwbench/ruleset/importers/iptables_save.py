@@ -126,7 +126,7 @@ _OPTS = {
     "--icmp-type": "icmp", "--icmpv6-type": "icmpv6",
     "-c": "counters", "--set-counters": "counters", "-f": "fragment", "--fragment": "fragment",
     "--mode": "stat-mode", "--probability": "probability", "--every": "every",
-    "--packet": "every",
+    "--packet": "packet",
     "!": "!",
 }
 _OLD_NEGATION = frozenset({"-i", "-o", "-s", "-d", "-p", "--dport", "--sport"})
@@ -392,6 +392,7 @@ class _Parser:
         sets: list[SetRef] = []
         limit_rate = limit_burst = None
         module = None   # the latest -m: mark and connmark share --mark
+        nth: dict[str, int] = {}
         neg = False
         i, n = 2, len(toks)
         opts_get, prefixes, ifaces = _OPTS.get, self._prefix_cache, self._iface_cache
@@ -504,22 +505,24 @@ class _Parser:
                 if typ is not None:
                     kw["icmp_type"] = typ
                 kw["proto"] = want
-            elif code == "stat-mode" or code == "probability" or code == "every":
+            elif code in ("stat-mode", "probability", "every", "packet"):
                 if "statistic" not in mods:
                     raise _Fail(f"{t} needs -m statistic")
-                if code == "stat-mode" and v != "random":
-                    # nth counts packets per rule across every connection: which
-                    # packet matches depends on all that came before it.
-                    raise _Fail(f"unsupported: -m statistic --mode {v} (only random)")
-                if code == "every":
-                    raise _Fail(f"unsupported: {t} (-m statistic --mode nth)")
+                if code == "stat-mode" and v not in ("random", "nth"):
+                    raise _Fail(f"unsupported: -m statistic --mode {v}")
                 if code == "probability":
                     kw["random"] = _probability(v, neg)
+                elif code != "stat-mode":
+                    if neg:
+                        raise _Fail(f"unsupported: negated {t}")
+                    nth[code] = _int(v, t)
             elif code == "counters":
                 i += 1  # -c PACKETS BYTES: the old kernel's counts, not policy
             elif code == "fragment":
                 raise _Fail("unsupported match -f (fragments)")
             neg = False
+        if nth:
+            kw["nth"] = _nth(nth)
         if limit_rate is not None or limit_burst is not None:
             rate, per = limit_rate or (3, "hour")
             kw["limit"] = Limit(rate, per, 5 if limit_burst is None else limit_burst)
@@ -760,6 +763,18 @@ def _int(v: str, what: str) -> int:
         return int(v, 0)
     except ValueError:
         raise _Fail(f"{what}: not a number: {v!r}") from None
+
+
+def _nth(given: dict[str, int]) -> tuple[int, int]:
+    """`--every N --packet P` as the model's (every, phase): the kernel's counter
+    starts at P and matches when it wraps to 0, so first at the (N - P)-th packet."""
+    every, packet = given.get("every"), given.get("packet", 0)
+    if every is None:
+        raise _Fail("--packet needs --every")
+    if every < 2 or not 0 <= packet < every:
+        raise _Fail(f"unsupported: --every {every} --packet {packet} (a rule that always "
+                    f"matches, or a packet past every)")
+    return every, (every - packet) % every
 
 
 def _probability(v: str, neg: bool) -> int:

@@ -517,6 +517,9 @@ class _Importer:
 
     def _match(self, t: dict, ctx: "_Rule", m: dict) -> None:
         op, left, right = m.get("op"), m.get("left"), m.get("right")
+        if isinstance(left, dict) and "numgen" in left and left["numgen"].get("mode") == "inc":
+            ctx.set("nth", _numgen_inc(op, left["numgen"], right))
+            return
         if isinstance(left, dict) and "numgen" in left:
             self._numgen_match(ctx, op, left["numgen"], right)
             return
@@ -851,6 +854,20 @@ def _fully_random(val: dict) -> bool:
     if flags != ["fully-random"]:
         raise _Fail(f"unsupported: NAT flags {', '.join(map(str, flags))}")
     return True
+
+
+def _numgen_inc(op: str, ng: dict, right) -> tuple[int, int]:
+    """`numgen inc mod N [offset K] == V` as the model's (every, phase): the rule's
+    counter gives its k-th packet k % N + K."""
+    mod, offset = ng.get("mod"), ng.get("offset", 0)
+    if not isinstance(mod, int) or not isinstance(offset, int) or not isinstance(right, int) \
+            or op != "==":
+        raise _Fail(f"unsupported: numgen inc {op} {json.dumps(right)} (only ==)")
+    mod &= MASK32
+    if mod < 2 or not 0 <= right - offset < mod:
+        raise _Fail(f"unsupported: numgen inc mod {mod} == {right}, which always or never "
+                    f"holds")
+    return mod, right - offset
 
 
 def _numgen(ng: dict) -> tuple[int, int]:

@@ -62,7 +62,7 @@ SUPPORTS: frozenset[str] = frozenset({
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct",
     "random match", "verdict map", "numgen map", "random port",
-    "ct mark match", "ct mark set", "ct mark save", "ct mark restore",
+    "ct mark match", "ct mark set", "ct mark save", "ct mark restore", "nth match",
 }) | _ipset.SUPPORTS
 
 # iptables-restore's order of tables, and each table's built-in chains in the order
@@ -511,6 +511,10 @@ class _Emitter:
             parts.append(self._hashlimit(m.hashlimit, rid))
         if m.random is not None:
             parts.append(_statistic(m.random, rid))
+        if m.nth is not None:
+            every, phase = m.nth
+            parts.append(f" -m statistic --mode nth --every {every} "
+                         f"--packet {(every - phase) % every}")
         if r.comment is not None:
             parts.append(" -m comment --comment ")
             parts.append(_comment(r.comment, rid))

@@ -59,7 +59,7 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log"]
     + ["random match", "verdict map", "numgen map", "random port"]
-    + ["ct mark match", "ct mark set", "ct mark save", "ct mark restore"])
+    + ["ct mark match", "ct mark set", "ct mark save", "ct mark restore", "nth match"])
 
 # Words nft 1.0.6's parser takes as keywords, so not as a table, chain or set name
 # (measured: `nft -c` of each as a chain, set and table name; quoting a name does
@@ -547,6 +547,9 @@ class _Renderer:
                          .replace("meta mark", "ct mark", 1))
         if m.limit:
             parts.append(_limit(m.limit, where))
+        if m.nth is not None:
+            # numgen inc's counter gives the k-th packet k % every.
+            parts.append(f"numgen inc mod {m.nth[0]} {m.nth[1]}")
         if m.random is not None:
             if m.random % 2:
                 raise Unsupported("random match finer than 2**-31", where)
