@@ -354,6 +354,7 @@ class _Emitter:
         self.targets: dict[str | None, str] = {}
         self.setrefs: dict[tuple[int, SetRef], tuple[str, int]] = {}
         self.other_protos: dict[tuple[int, str], bool] = {}
+        self.maps: dict[int, dict[str, Set]] = {}
         self.icmp = " -p icmp -m icmp --icmp-type " if version == 4 \
             else " -p ipv6-icmp -m icmp6 --icmpv6-type "
 
@@ -375,7 +376,12 @@ class _Emitter:
         """A verdict map rule: its counting rule, then a rule per element (see the
         module docstring)."""
         where = f"rule {r.id}"
-        s = t.set(r.action.vmap.name)
+        maps = self.maps.get(id(t))
+        if maps is None:   # by name: kube-proxy's nft mode has a map per service
+            maps = self.maps[id(t)] = {x.name: x for x in t.sets if x.verdicts}
+        s = maps.get(r.action.vmap.name)
+        if s is None:
+            raise RuleSetError(f"{where}: no verdict map {r.action.vmap.name!r}")
         counting = self.rule(head, evolve(r, action=Action("counter")), t, inet, ipt,
                              hooks, base_hook)
         if counting is None:
