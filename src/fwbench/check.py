@@ -26,7 +26,7 @@ from typing import Callable
 
 from fwbench import backends as registry
 from fwbench.backends.base import CHANCE_LEVEL, Backend, ChanceTest, Exchange, as_tracked, \
-    chance_test, describe, disagreements, evaluator, exchange, fitting, rate_limits
+    chance_test, describe, disagreements, evaluator, exchange, fate, fitting, rate_limits
 from fwbench.backends.original import NAME as ORIGINAL, OriginalFile
 from fwbench.errors import FwbenchError
 from fwbench.ruleset import corpus as corpora
@@ -249,10 +249,9 @@ def original_disagreements(rs: RuleSet, ex: Exchange) -> list[str]:
         if fitting(v, got):
             continue
         if v.outcomes:
-            out.append(f"{describe(p)}: the original "
-                       f"{'dropped' if got is None else 'left as ' + describe(got, iif=False)}"
-                       f", the import allows only: "
-                       + "; ".join(f"{q:.3f} {'dropped' if not o.forward else describe(o.translated, iif=False)}"
+            out.append(f"{describe(p)}: the original {fate(got)}, the import allows only: "
+                       + "; ".join(f"{q:.3f} " + ("dropped" if not o.forward else
+                                                  describe(o.translated, iif=False))
                                    for q, o in v.possible))
             continue
         want = v.translated if v.forward else None

@@ -1,6 +1,7 @@
 """Random choice, verdict maps and marks, as kube-proxy's rule sets use them: the
 importers' model, both renderers' text, the reference's outcomes and their
 probabilities, the chi-square test of an exchange, and the kube-proxy generator."""
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -308,12 +309,7 @@ def test_chance_copies_fill_a_group_of_alike_choices():
     extra = corpora.chance_copies(rs, [one], ev)
     assert len(extra) == corpora.CHANCE_GROUP - 1
     assert len(set(extra)) == len(extra) and one not in extra
-    assert corpora.chance_copies(rs, [replace_port(one, 81)], ev) == []
-
-
-def replace_port(p: Packet, port: int) -> Packet:
-    from dataclasses import replace
-    return replace(p, dport=port)
+    assert corpora.chance_copies(rs, [replace(one, dport=81)], ev) == []
 
 
 # --- the generator ---------------------------------------------------------------------------
@@ -390,7 +386,6 @@ def test_connmark_renders_in_both():
 
 
 def _without(rs: RuleSet, rid: str) -> RuleSet:
-    from dataclasses import replace
     return rs.with_tables(tuple(replace(t, chains=tuple(replace(c, rules=tuple(
         r for r in c.rules if r.id != rid)) for c in t.chains)) for t in rs.tables))
 

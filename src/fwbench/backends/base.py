@@ -486,9 +486,7 @@ def disagreements(backend: Backend, rs: RuleSet, ex: Exchange,
                 expected.update(common)
                 unsure.update(rid for c in counts for rid in c if c[rid] != common[rid])
                 if not fit:
-                    per_packet.append(f"{describe(p)}: "
-                                      f"{'dropped' if got is None else 'left as ' + describe(got, iif=False)}"
-                                      f", expected one of: "
+                    per_packet.append(f"{describe(p)}: {fate(got)}, expected one of: "
                                       + "; ".join(f"{q:.3f} {_outcome(o)}"
                                                   for q, o in v.possible))
                 continue
@@ -517,6 +515,11 @@ def disagreements(backend: Backend, rs: RuleSet, ex: Exchange,
 
 def _addresses(p: Packet) -> tuple:
     return (p.saddr, p.daddr, p.sport, p.dport)
+
+
+def fate(got: Packet | None) -> str:
+    """What came out of the firewall, in a few words."""
+    return "dropped" if got is None else "left as " + describe(got, iif=False)
 
 
 def _outcome(v: Verdict) -> str:

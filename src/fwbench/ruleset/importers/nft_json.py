@@ -400,7 +400,7 @@ class _Importer:
                 if "addr" in keys and isinstance(first, str) and ":" in first:
                     version = 6
             s = self._vmap_set(t, {"name": name, "elem": data["set"]}, keys, version,
-                               f"anonymous verdict map", inline=True)
+                               "anonymous verdict map", inline=True)
             t["sets"][name] = s
         else:
             raise _Fail(f"unsupported: vmap on {json.dumps(data)}")

@@ -636,7 +636,7 @@ class _Renderer:
             return self.vmap(a, m, version, where)
         if k in ("ctmark", "savemark", "restoremark"):
             if self.fam == "netdev":
-                raise Unsupported(f"ct mark in family netdev", where)
+                raise Unsupported("ct mark in family netdev", where)
             if k == "ctmark":
                 return _mark_set(a.mark or 0, a.mark_mask, where).replace("meta mark",
                                                                           "ct mark")
