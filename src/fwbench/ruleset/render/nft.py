@@ -38,7 +38,7 @@ from fwbench.ruleset.model import (CLIENT, FAMILIES, HOOKS, PROTOCOLS, RANDOM_SC
                                    Action,
                                    Chain, Iface, Interfaces, Limit, Match, Ports, Prefix,
                                    Rule, RuleSet, RuleSetError, Set, SetRef, Table,
-                                   Unsupported)
+                                   Unsupported, jump_targets)
 from fwbench.ruleset.render import ID_TAG
 
 # Everything the model can say, nft can hold but for iptables' own constructs
@@ -772,8 +772,8 @@ def _no_overlap(where: str, items: list[str]) -> None:
 
 def _reaching_bases(t: Table) -> dict[str, list[Chain]]:
     """Chain name -> the base chains whose packets can reach it by jump or goto."""
-    edges = {c.name: [r.action.chain for r in c.rules if r.action.kind in ("jump", "goto")]
-             for c in t.chains}
+    maps = {s.name: s for s in t.sets if s.verdicts}
+    edges = {c.name: [x for r in c.rules for x in jump_targets(r, maps)] for c in t.chains}
     out: dict[str, list[Chain]] = {}
     for b in t.chains:
         if not b.base:
