@@ -73,3 +73,17 @@ def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test():
     # (0.9 first): both fall where the skewed reference's shares say they may not.
     assert orig.per_packet == [] and orig.chances.failed, orig.chances
     assert nft.chances.failed == [] and not rep.ok
+
+
+def test_an_odd_numgen_share_is_exact_in_nftables_and_refused_by_iptables():
+    path = str(KUBE / "numgen.nft")
+    rs = check.ruleset_from(path=path)
+    with pytest.raises(Exception, match="unsupported: random match finer than the "
+                                        "statistic's 2\\*\\*-31"):
+        backends.get("iptables-legacy").check(rs)
+    rep = check.check(rs, [backends.get("nftables")], corpus_size=200,
+                      original=check.original_of(path))
+    assert rep.ok, [r.as_dict() for r in rep.results]
+    for r in rep.results:
+        tested = [g for g in r.chances.groups if "p_value" in g]
+        assert len(tested) == 2 and r.chances.failed == []

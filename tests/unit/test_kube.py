@@ -428,3 +428,16 @@ def test_a_counter_choice_allows_both_verdicts_and_is_not_a_distribution():
     assert sorted((round(q, 4), o.forward) for q, o in v.possible) == \
         [(0.3333, False), (0.6667, True)]
     assert corpora.chance_copies(rs, [v.translated], Evaluator(rs)) == []
+
+
+def test_nft_renders_an_odd_share_with_mod_2_32_minus_1_and_reads_it_back():
+    rs = _nft([{"match": {"op": "==", "left": NUMGEN, "right": 1}}, {"accept": None}])
+    assert rs.rule("k-1").match.random == 1431655765          # odd: no 31-bit form
+    text = nft_render.render(rs, IFS)
+    assert "numgen random mod 4294967295 < 1431655764 accept" in text
+    listed = {"numgen": {"mode": "random", "mod": -1, "offset": 0}}   # as nft -j lists it
+    again = _nft([{"match": {"op": "<", "left": listed, "right": 1431655764}},
+                  {"accept": None}])
+    assert again.rule("k-1").match.random == 1431655765
+    with pytest.raises(Unsupported):
+        ipt_render.render(rs, IFS, 4)

@@ -20,7 +20,8 @@ options, a set with per-element counters) is refused with Unsupported.
 
 A random match is `numgen random mod 2147483648 < T`: numgen's
 reciprocal_scale(u32, 2**31) is the u32's top 31 bits, so it holds with
-probability T / 2**31 exactly (a numerator over 2**32 that is odd is refused). A
+probability T / 2**31 exactly; an odd numerator over 2**32 (nft's own
+`numgen random mod 3 == 1`) takes mod 2**32 - 1 (see _random_match). A
 verdict map keyed by packet fields is a named map (nft lists an anonymous one's
 elements in hash order, on the rule's line); a numgen map is written in its rule,
 where nft lists it sorted by key.
@@ -551,9 +552,7 @@ class _Renderer:
             # numgen inc's counter gives the k-th packet k % every.
             parts.append(f"numgen inc mod {m.nth[0]} {m.nth[1]}")
         if m.random is not None:
-            if m.random % 2:
-                raise Unsupported("random match finer than 2**-31", where)
-            parts.append(f"numgen random mod {RANDOM_SCALE // 2} < {m.random // 2}")
+            parts.append(_random_match(m.random, where))
         if r.counter and a.kind != "counter":
             parts.append("counter")
         parts.append(self.action(a, m, version, where))
@@ -721,6 +720,17 @@ class _Renderer:
             addr = f"{addr}:{a.port}" if v == 4 else f"[{addr}]:{a.port}"
         fam = f" {'ip' if v == 4 else 'ip6'}" if self.fam == "inet" else ""
         return f"{a.kind}{fam} to {addr}" + (" fully-random" if a.random_port else "")
+
+
+def _random_match(random: int, where: str) -> str:
+    """A random match as a numgen bound. numgen gives reciprocal_scale(u32, mod),
+    which is below T for ceil(T * 2**32 / mod) of the 2**32 u32s: mod 2**31 makes
+    that 2T (the even numerators), mod 2**32 - 1 makes it T + 1 (the rest)."""
+    if random % 2 == 0:
+        return f"numgen random mod {RANDOM_SCALE // 2} < {random // 2}"
+    if random < 2:
+        raise Unsupported("random match of 2**-32", where)
+    return f"numgen random mod {RANDOM_SCALE - 1} < {random - 1}"
 
 
 def _mark_match(value: int, mask: int, negate: bool, where: str) -> str:
