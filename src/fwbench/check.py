@@ -11,6 +11,12 @@ with the reference or between backends, is listed with its packet.
 Counters compare rule by rule over the whole corpus (one read before, one after):
 exact per-packet attribution would cost a counter read per packet. A rule whose
 count differs is listed with the packets the reference gives it.
+
+A rule set that chooses at random (statistic, numgen) gives some packets several
+allowed verdicts: each packet must get one of them, in every backend and the
+original, and how the packets fell among them is tested with a chi-square test
+at CHANCE_LEVEL (ChanceTest); the corpus then carries copies of those packets,
+enough for the test.
 """
 from __future__ import annotations
 
@@ -19,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from fwbench import backends as registry
-from fwbench.backends.base import Backend, Exchange, as_tracked, describe, \
-    disagreements, evaluator, exchange, rate_limits
+from fwbench.backends.base import CHANCE_LEVEL, Backend, ChanceTest, Exchange, as_tracked, \
+    chance_test, describe, disagreements, evaluator, exchange, fate, fitting, rate_limits
 from fwbench.backends.original import NAME as ORIGINAL, OriginalFile
 from fwbench.errors import FwbenchError
 from fwbench.ruleset import corpus as corpora
@@ -43,17 +49,20 @@ class BackendResult:
     outcomes: list[tuple | None] = field(default_factory=list)
     seconds: float = 0.0
     refused: str | None = None
+    chances: ChanceTest | None = None   # random choices' distribution, where any
 
     @property
     def disagreements(self) -> int:
-        return len(self.per_packet) + len(self.per_rule) + len(self.kernel)
+        return len(self.per_packet) + len(self.per_rule) + len(self.kernel) + \
+            (len(self.chances.failed) if self.chances else 0)
 
     def as_dict(self) -> dict:
         return {"backend": self.backend, "packets": self.packets,
                 "forwarded": self.forwarded, "disagreements": self.disagreements,
                 "per_packet": self.per_packet, "per_rule": self.per_rule,
                 "kernel": self.kernel, "seconds": round(self.seconds, 3),
-                "refused": self.refused}
+                "refused": self.refused,
+                "random_choices": self.chances.as_dict() if self.chances else None}
 
 
 @dataclass
@@ -64,6 +73,8 @@ class CheckReport:
     between: list[str]             # packets on which backends disagree among themselves
     limited: int = 0               # packets not judged: a rate limit may decide them
     limit_rules: tuple[str, ...] = ()
+    # Packets a packet counter (nth, numgen inc) may decide: either verdict passes.
+    counter_choices: int = 0
 
     @property
     def ok(self) -> bool:
@@ -82,6 +93,9 @@ class CheckReport:
         orig = self.original
         return {"ruleset": self.ruleset, "corpus": self.corpus, "ok": self.ok,
                 "not_judged_rate_limited": self.limited, "limit_rules": self.limit_rules,
+                "random_choice_test": {"test": "chi-square", "level": CHANCE_LEVEL,
+                                       "correction": "Bonferroni over groups"},
+                "counter_choice_packets": self.counter_choices,
                 "original": orig.as_dict() if orig else None,
                 "backends": [r.as_dict() for r in self.results if r is not orig],
                 "between": self.between}
@@ -127,7 +141,7 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
     too (its `original` row): the proof that the import kept its meaning."""
     rs = with_counters(rs)
     pkts = [as_tracked(p) for p in corpora.build(rs, size=corpus_size, seed=seed)]
-    evaluator(rs)  # compile once, before any testbed exists
+    pkts += corpora.chance_copies(rs, pkts, evaluator(rs))
     results = []
     with NetnsTestbed(topo or Topology.new()) as tb:
         if original is not None:
@@ -143,14 +157,16 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
             ex = exchange(b, tb, rs, pkts)
             res.per_packet, res.per_rule = disagreements(b, rs, ex)
             res.per_rule = [line + _attributed(rs, pkts, line) for line in res.per_rule]
+            res.chances = _chances(rs, ex)
             res.outcomes = [None if s is None else (s.saddr, s.daddr, s.sport, s.dport)
                             for s in ex.seen]
             res.forwarded = sum(1 for s in ex.seen if s is not None)
             res.seconds = time.perf_counter() - t0
             results.append(res)
-    limits = rate_limits(rs)
+    limits, ev = rate_limits(rs), evaluator(rs)
     return CheckReport(rs.name, len(pkts), results, _between(rs, pkts, results),
-                       sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)))
+                       sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)),
+                       sum(1 for p in pkts if ev.evaluate(p).counter_choice))
 
 
 def against_original(orig: OriginalFile, tb, rs: RuleSet,
@@ -168,6 +184,7 @@ def against_original(orig: OriginalFile, tb, rs: RuleSet,
         return res
     ex = exchange(orig, tb, rs, pkts)
     res.per_packet = original_disagreements(rs, ex)
+    res.chances = _chances(rs, ex)
     res.outcomes = [None if s is None else (s.saddr, s.daddr, s.sport, s.dport)
                     for s in ex.seen]
     res.forwarded = sum(1 for s in ex.seen if s is not None)
@@ -213,6 +230,13 @@ def confirm_original(rs: RuleSet, path: str, ipsets: str | None = None,
     return _confirmed[key]
 
 
+def _chances(rs: RuleSet, ex: Exchange) -> ChanceTest | None:
+    """The chi-square test of the exchange's random choices; None when the rule
+    set makes none."""
+    test = chance_test(rs, ex)
+    return test if test.groups else None
+
+
 def original_disagreements(rs: RuleSet, ex: Exchange) -> list[str]:
     """Where the original's verdicts and translations differ from the reference's,
     one line per packet, naming where the file has the rule that should decide."""
@@ -222,11 +246,15 @@ def original_disagreements(rs: RuleSet, ex: Exchange) -> list[str]:
         if limits.reached(p):
             continue   # a spent limit may decide it, in each kernel at its own time
         v = ev.evaluate(p)
-        want = v.translated if v.forward else None
-        if (want is None) == (got is None) and (
-                want is None or (want.saddr, want.daddr, want.sport, want.dport)
-                == (got.saddr, got.daddr, got.sport, got.dport)):
+        if fitting(v, got):
             continue
+        if v.outcomes:
+            out.append(f"{describe(p)}: the original {fate(got)}, the import allows only: "
+                       + "; ".join(f"{q:.3f} " + ("dropped" if not o.forward else
+                                                  describe(o.translated, iif=False))
+                                   for q, o in v.possible))
+            continue
+        want = v.translated if v.forward else None
         what = ("dropped" if got is None else "forwarded") if (want is None) != (got is None) \
             else f"left as {describe(got, iif=False)}"
         expected = "forwarded" if want is not None else "dropped"
@@ -257,10 +285,13 @@ def _attributed(rs: RuleSet, pkts: list[Packet], line: str) -> str:
 
 def _between(rs: RuleSet, pkts: list[Packet], results: list[BackendResult]) -> list[str]:
     out = []
-    limits = rate_limits(rs)
+    limits, ev = rate_limits(rs), evaluator(rs)
     for i, p in enumerate(pkts):
         if limits.reached(p):
             continue   # a spent limit may decide it, in each kernel at its own time
+        v = ev.evaluate(p)
+        if v.outcomes or v.sport_random:
+            continue   # chosen at random: each backend is judged against the reference
         seen = {r.backend: r.outcomes[i] for r in results if r.refused is None}
         if len(set(seen.values())) > 1:
             parts = [f"{name} {'dropped' if o is None else 'forwarded'}"

@@ -300,7 +300,13 @@ def cmd_check(args, out: Console) -> int:
         mark = "[green]ok[/]" if r.disagreements == 0 else "[red]DISAGREES[/]"
         out.print(f"{r.backend}: {r.packets:,} packets, {r.forwarded:,} forwarded, "
                   f"{r.disagreements} disagreements, {r.seconds:.1f} s  {mark}")
-        for line in (r.kernel + r.per_packet + r.per_rule)[:check.SHOWN]:
+        if r.chances is not None:
+            tested = sum(1 for g in r.chances.groups if "p_value" in g)
+            out.print(f"    random choices: {tested} of {len(r.chances.groups)} groups "
+                      f"tested, chi-square at level {r.chances.level} (Bonferroni), "
+                      f"{len(r.chances.failed)} rejected", soft_wrap=True)
+        for line in (r.kernel + r.per_packet + r.per_rule
+                     + (r.chances.failed if r.chances else []))[:check.SHOWN]:
             out.print(f"    {line}", markup=False, soft_wrap=True)   # one line each
         if r.disagreements > check.SHOWN:
             out.print(f"    ... and {r.disagreements - check.SHOWN} more")
@@ -308,6 +314,10 @@ def cmd_check(args, out: Console) -> int:
         out.print(f"{report.limited:,} packets not judged: they reach a rate limit "
                   f"(rules {', '.join(report.limit_rules)}), which each "
                   f"kernel applies at its own time")
+    if report.counter_choices:
+        out.print(f"{report.counter_choices:,} packets reach a packet counter (statistic "
+                  f"nth, numgen inc): either verdict is allowed, as which one they get "
+                  f"depends on the packets the rule saw before")
     for line in report.between[:check.SHOWN]:
         out.print(f"  between backends: {line}", markup=False, soft_wrap=True)
     if args.json:

@@ -172,8 +172,12 @@ def ipt(body: str, **kw) -> RuleSet:
      "gw.rules:8: unsupported: ct state DNAT"),
     ("-A FORWARD -m multiport --dports 1,2 -j DROP\n",
      "gw.rules:8: a port match needs -p tcp or -p udp"),
-    ("-A FORWARD -j MARK --set-xmark 0x3/0x1\n",
-     "gw.rules:8: unsupported: --set-xmark 0x3/0x1 flips bits outside its mask"),
+    ("-A FORWARD -m statistic --mode nth --every 1 --packet 0 -j DROP\n",
+     "gw.rules:8: unsupported: --every 1 --packet 0 (a rule that always matches, or a "
+     "packet past every)"),
+    ("-A FORWARD -m statistic --mode random --probability 0.0000000001 -j DROP\n",
+     "gw.rules:8: unsupported: --probability 0.0000000001, a rule that always or never "
+     "matches"),
     ("-A FORWARD -j DNAT --to-destination 10.0.0.1\n",
      "gw.rules:8: -j DNAT outside the nat table"),
     ('-A FORWARD -m comment --comment "fwb:x" -j ACCEPT\n'
@@ -372,12 +376,13 @@ def test_nft_netdev_device_and_set_size():
 
 
 def test_nft_errors_name_table_chain_rule_handle():
-    vmap = [{"vmap": {"key": {"payload": {"protocol": "tcp", "field": "dport"}},
+    vmap = [{"vmap": {"key": {"meta": {"key": "mark"}},
                       "data": {"set": [[22, {"accept": None}]]}}}]
     with pytest.raises(RuleSetError) as e:
         nft_json.parse(nft_doc([{"accept": None}], vmap), "gw.json")
     assert str(e.value) == ("gw.json: table inet t chain c rule 2 (handle 11): "
-                            "unsupported expression vmap")
+                            'unsupported expression {"meta": {"key": "mark"}} in a '
+                            "concatenation")
     flags = [{"match": {"op": "in", "left": {"payload": {"protocol": "tcp", "field": "flags"}},
                         "right": "syn"}}, {"drop": None}]
     with pytest.raises(RuleSetError, match=r"^gw.json: table inet t chain c rule 1 \(handle "

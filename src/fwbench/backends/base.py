@@ -15,6 +15,7 @@ the reference evaluator says.
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import time
 from collections import Counter, OrderedDict
@@ -25,7 +26,7 @@ from fwbench import proc
 from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.backends import kernel
 from fwbench.ruleset import corpus as corpora
-from fwbench.ruleset.evaluate import Evaluator, RateLimits
+from fwbench.ruleset.evaluate import Evaluator, RateLimits, Verdict
 from fwbench.ruleset.model import ROLES, Interfaces, Packet, RuleSet, Unsupported
 from fwbench.testbed import packets
 from fwbench.testbed.base import Testbed
@@ -350,9 +351,10 @@ def _rounds(rs: RuleSet, pkts: list[Packet]) -> list[list[int]]:
         if p.sport is None:   # ICMP: the injector gives every packet its own id
             keys, links = {i}, {i}
         else:
-            t = ev.evaluate(p).translated
-            flows = {(p.proto, p.saddr, p.sport, p.daddr, p.dport),
-                     (t.proto, t.saddr, t.sport, t.daddr, t.dport)}
+            # Every translation the packet may get (a random choice may have several).
+            flows = {(p.proto, p.saddr, p.sport, p.daddr, p.dport)} | {
+                (t.proto, t.saddr, t.sport, t.daddr, t.dport)
+                for t in (v.translated for _, v in ev.evaluate(p).possible)}
             replies = {(f[0], f[3], f[4], f[1], f[2]) for f in flows}
             keys, links = flows, flows | replies
         for used, members in rounds:
@@ -439,16 +441,40 @@ def host_traffic_rules(rs: RuleSet) -> frozenset[str]:
     return frozenset(out)
 
 
+def fits(v: Verdict, got: Packet | None) -> bool:
+    """Whether what came out of the firewall (None: nothing) is verdict `v`:
+    dropped, or forwarded with v's addresses and ports (any source port where the
+    kernel picked it at random)."""
+    if not v.forward:
+        return got is None
+    if got is None:
+        return False
+    want = v.translated
+    if v.sport_random:
+        return (want.saddr, want.daddr, want.dport) == (got.saddr, got.daddr, got.dport)
+    return _addresses(want) == _addresses(got)
+
+
+def fitting(v: Verdict, got: Packet | None) -> list[Verdict]:
+    """The verdicts among those `v` allows (one, or a random choice's) that fit
+    what came out."""
+    return [o for _, o in v.possible if fits(o, got)]
+
+
 def disagreements(backend: Backend, rs: RuleSet, ex: Exchange,
                   unjudged: frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
     """Where the exchange differs from the reference evaluator: (per packet, per
     rule counter). With no firewall, every packet must pass unchanged. A packet
     that reaches a rate limit, and a counter such packets may change, are not
-    judged (RateLimits), nor are the counters of `unjudged` rules."""
+    judged (RateLimits), nor are the counters of `unjudged` rules. A packet that
+    meets a random choice must get one of its verdicts; the counters of the
+    verdicts that fit what came out count, and a rule counted by some of them
+    only is not judged (which one happened is not seen)."""
     ev = evaluator(rs)
     limits = rate_limits(rs) if backend.filters else None
     per_packet: list[str] = []
     expected: Counter[str] = Counter()
+    unsure: set[str] = set()
     for p, got in zip(ex.sent, ex.seen):
         if limits is not None and limits.reached(p):
             # Its counts still hold for every rule a limit cannot change.
@@ -456,6 +482,17 @@ def disagreements(backend: Backend, rs: RuleSet, ex: Exchange,
             continue
         if backend.filters:
             v = ev.evaluate(p)
+            if v.outcomes or v.sport_random:
+                fit = fitting(v, got)
+                counts = [Counter(o.counted) for o in (fit or [o for _, o in v.possible])]
+                common = functools.reduce(lambda a, b: a & b, counts)
+                expected.update(common)
+                unsure.update(rid for c in counts for rid in c if c[rid] != common[rid])
+                if not fit:
+                    per_packet.append(f"{describe(p)}: {fate(got)}, expected one of: "
+                                      + "; ".join(f"{q:.3f} {_outcome(o)}"
+                                                  for q, o in v.possible))
+                continue
             want = v.translated if v.forward else None
             expected.update(v.counted)
         else:
@@ -470,7 +507,8 @@ def disagreements(backend: Backend, rs: RuleSet, ex: Exchange,
             per_packet.append(f"{describe(p)}: left as {describe(got, iif=False)}, "
                               f"expected {describe(want, iif=False)}")
     per_rule = []
-    unsure = limits.unsure_rules(ex.sent) if limits is not None else set()
+    if limits is not None:
+        unsure |= limits.unsure_rules(ex.sent)
     for rid in sorted(backend.counted_ids(rs) - unsure - unjudged):
         if ex.counts.get(rid, 0) != expected.get(rid, 0):
             per_rule.append(f"rule {rid} counted {ex.counts.get(rid, 0)}, "
@@ -480,6 +518,101 @@ def disagreements(backend: Backend, rs: RuleSet, ex: Exchange,
 
 def _addresses(p: Packet) -> tuple:
     return (p.saddr, p.daddr, p.sport, p.dport)
+
+
+def fate(got: Packet | None) -> str:
+    """What came out of the firewall, in a few words."""
+    return "dropped" if got is None else "left as " + describe(got, iif=False)
+
+
+def _outcome(v: Verdict) -> str:
+    if not v.forward:
+        return "dropped"
+    return "forwarded as " + describe(v.translated, iif=False) + \
+        (" (any source port)" if v.sport_random else "")
+
+
+# Random choices are tested at this level, over every group of packets that share
+# their outcomes' probabilities (Bonferroni: each group at CHANCE_LEVEL / groups).
+CHANCE_LEVEL = 0.001
+# A group is tested when every outcome expects at least this many packets (the
+# chi-square approximation's usual condition).
+CHANCE_MIN_EXPECTED = 5
+
+
+@dataclass(frozen=True)
+class ChanceTest:
+    """How the packets that met random choices fell among their outcomes: per
+    group of packets with the same outcome probabilities, the counts seen against
+    the expected ones, a chi-square test at `level` (Bonferroni-corrected per
+    group). Outcomes that leave the firewall alike are one outcome here."""
+    level: float
+    groups: list[dict]
+    failed: list[str]
+
+    def as_dict(self) -> dict:
+        return {"level": self.level, "groups": self.groups, "failed": self.failed}
+
+
+def _seen_as(v: Verdict) -> tuple:
+    """What a capture sees of verdict `v`: dropped, or the packet's addresses and
+    ports (the source port only where the firewall did not pick it at random)."""
+    if not v.forward:
+        return (False,)
+    t = v.translated
+    return (True, t.saddr, t.daddr, t.dport) + (() if v.sport_random else (t.sport,))
+
+
+def chance_test(rs: RuleSet, ex: Exchange, level: float = CHANCE_LEVEL) -> ChanceTest:
+    """The chi-square test of the random choices over an exchange (see ChanceTest).
+    A packet whose result fits none of its outcomes is left out: `disagreements`
+    lists it."""
+    from scipy.stats import chisquare
+    ev = evaluator(rs)
+    tally: dict[tuple[float, ...], list[int]] = {}
+    for p, got in zip(ex.sent, ex.seen):
+        v = ev.evaluate(p)
+        if not v.outcomes or v.counter_choice:
+            continue   # certain, or a packet counter's choice: no distribution
+        # Outcomes as what leaves the firewall; alike ones merged.
+        shares: dict[tuple, list] = {}
+        for q, o in v.possible:
+            entry = shares.setdefault(_seen_as(o), [0.0, []])
+            entry[0] += q
+            entry[1].append(o)
+        if len(shares) < 2:
+            continue
+        ranked = sorted(shares.values(), key=lambda e: -e[0])
+        key = tuple(round(q, 9) for q, _ in ranked)
+        hit = next((i for i, (_, alike) in enumerate(ranked)
+                    if any(fits(o, got) for o in alike)), None)
+        if hit is None:
+            continue
+        tally.setdefault(key, [0] * len(key))[hit] += 1
+    groups, failed = [], []
+    testable = [k for k, c in tally.items() if min(k) * sum(c) >= CHANCE_MIN_EXPECTED]
+    each = level / max(1, len(testable))
+    for key, counts in tally.items():
+        n = sum(counts)
+        expected = [q * n for q in key]
+        rec = {"probabilities": list(key), "packets": n, "seen": counts,
+               "expected": [round(e, 2) for e in expected]}
+        if key in testable:
+            # The shares sum to 1 up to float rounding; chisquare wants equal sums.
+            scale = n / sum(expected)
+            stat, pvalue = chisquare(counts, [e * scale for e in expected])
+            rec.update(chi2=round(float(stat), 3), p_value=float(pvalue),
+                       rejected=bool(pvalue < each))
+            if pvalue < each:
+                failed.append(f"{n} packets with outcome probabilities "
+                              f"{', '.join(f'{q:.3f}' for q in key)} fell {counts}, "
+                              f"expected {[round(e, 1) for e in expected]} "
+                              f"(chi-square p = {pvalue:.2g} < {each:.2g})")
+        else:
+            rec["tested"] = "too few packets (an outcome expects fewer than " \
+                            f"{CHANCE_MIN_EXPECTED})"
+        groups.append(rec)
+    return ChanceTest(level, groups, failed)
 
 
 def describe(p: Packet, iif: bool = True) -> str:

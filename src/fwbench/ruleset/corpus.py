@@ -472,6 +472,11 @@ def _edges(rs: RuleSet, firsts: dict[str, Packet], solver: _Solver) -> list[Pack
                 for ref in m.sets:
                     set_base.setdefault((t.family, t.name, ref.name), []).append(
                         (base, ref.fields))
+                ref = r.action.vmap
+                if ref is not None and r.action.numgen is None:
+                    # A verdict map's keys, as a set's: packets that find an element.
+                    set_base.setdefault((t.family, t.name, ref.name), []).append(
+                        (base, ref.fields))
     for t in rs.tables:
         for s in t.sets:
             for base, fields in set_base.get((t.family, t.name, s.name), [])[:1]:
@@ -733,3 +738,42 @@ def sample(corpus: Sequence[Packet], n: int, seed: int = 0) -> list[tuple[int, P
     if n >= len(corpus):
         return list(enumerate(corpus))
     return [(i, corpus[i]) for i in sorted(rng.sample(range(len(corpus)), max(n, 0)))]
+
+
+# --- random choices ----------------------------------------------------------------------
+
+# Packets a group of alike random choices gets at least (for check's chi-square
+# test), and at least this many expected in its least likely outcome.
+CHANCE_GROUP = 200
+CHANCE_LEAST = 20
+
+
+def chance_copies(rs: RuleSet, pkts: list[Packet], ev: Evaluator) -> list[Packet]:
+    """Copies (other source ports) of the TCP and UDP packets of `pkts` that meet
+    a random choice, so that every group of them with the same outcome
+    probabilities holds enough packets to test how they fall: CHANCE_GROUP, or
+    more where the least likely outcome would expect fewer than CHANCE_LEAST.
+    Empty for a rule set that makes no random choice."""
+    groups: dict[tuple[float, ...], list[Packet]] = {}
+    for p in pkts:
+        if p.sport is None:
+            continue
+        v = ev.evaluate(p)
+        if v.outcomes and not v.counter_choice:
+            groups.setdefault(tuple(round(q, 9) for q, _ in v.outcomes), []).append(p)
+    seen = set(pkts)
+    out: list[Packet] = []
+    for key, members in groups.items():
+        want = max(CHANCE_GROUP, -(-CHANCE_LEAST // max(min(key), 1e-9)))
+        want = min(want, 20 * CHANCE_GROUP)   # a rare outcome is then not tested
+        k, have = 0, len(members)
+        while have < want and k < 64 * want:
+            base = members[k % len(members)]
+            k += 1
+            q = replace(base, sport=1024 + (base.sport - 1024 + 7919 * k) % 64512)
+            if q in seen:
+                continue
+            seen.add(q)
+            out.append(q)
+            have += 1
+    return out

@@ -27,6 +27,27 @@ Where the kernel's behaviour is less obvious (each measured on 6.18):
   ingress) see `ct state` as invalid; notrack there makes the packet untracked for
   every later chain, and NAT skips it.
 
+Random choice (iptables' statistic --mode random, nft's numgen random, alone or
+as a verdict map's key) is exact: a packet that reaches one has several possible
+verdicts, each with its probability (Verdict.outcomes), computed from the
+kernel's own arithmetic (statistic: a 31-bit threshold on a random u32's low 31
+bits; numgen: reciprocal_scale(random u32, mod), so the buckets differ by one in
+2**32). A rule set without one is evaluated as before, at no extra cost.
+
+A packet counter's choice (statistic --mode nth, numgen inc) depends on how many
+packets reached the rule before, since it loaded: the reference cannot know it,
+so a packet that reaches one gets both verdicts as allowed outcomes (weighted
+1 : every - 1), and Verdict.counter_choice says that their shares are not a
+distribution to test.
+
+Connection marks (CONNMARK, ct mark) are exact for the packets `check` sends:
+each opens its own connection (conntrack is flushed between rounds, no two
+packets of a round share a flow), so its ct mark starts at 0 and what one chain
+sets, a later chain of the same packet sees; a packet without a connection
+(untracked, ICMP errors, chains before conntrack) has no ct mark, and neither a
+ct mark match nor its negation matches it. What a connection's mark does to its
+later packets is beyond a per-packet reference.
+
 Limits, by design: `limit` always matches (a reference cannot model rates; which
 packets a spent limit may decide otherwise, RateLimits says), while a payload string
 match and hashlimit, which decide what they match by a packet's payload or by the
@@ -40,6 +61,7 @@ from __future__ import annotations
 
 import gc
 import ipaddress
+from fractions import Fraction
 import weakref
 from bisect import bisect_right
 from collections import Counter
@@ -48,14 +70,14 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from fwbench import addresses
-from fwbench.ruleset.model import (PROTO_NUMBERS, ROLES, Action, Chain, Iface, Match,
-                                   Packet, Ports, Prefix, Rule, RuleSet, RuleSetError, Set,
-                                   SetRef, Unsupported)
+from fwbench.ruleset.model import (PROTO_NUMBERS, RANDOM_SCALE, ROLES, Action, Chain,
+                                   Iface, Match, Packet, Ports, Prefix, Rule, RuleSet,
+                                   RuleSetError, Set, SetRef, Unsupported, jump_targets)
 
 __all__ = ["Verdict", "Evaluator", "evaluate", "evaluate_all", "expected_counts",
            "DEFAULT_LOCAL", "FORWARD_HOOKS", "CompiledSet", "address_interval",
            "address_text", "port_interval", "rule_version", "iface_sides", "nat_address",
-           "merge_ranges", "complement_ranges"]
+           "merge_ranges", "complement_ranges", "numgen_weights"]
 
 # The firewall's own addresses in the testbed: masquerade takes the out-interface's.
 DEFAULT_LOCAL: dict[int, dict[str, str]] = {
@@ -70,11 +92,15 @@ _PROTO_NAMES = {v: k for k, v in PROTO_NUMBERS.items()}
 
 # Action codes, compared in the inner loop.
 _ACCEPT, _DROP, _REJECT, _JUMP, _GOTO, _RETURN = 0, 1, 2, 3, 4, 5
-_DNAT, _SNAT, _MASQ, _NOP, _MARK, _NOTRACK = 6, 7, 8, 9, 10, 11
+_DNAT, _SNAT, _MASQ, _NOP, _MARK, _NOTRACK, _VMAP = 6, 7, 8, 9, 10, 11, 12
+_CTMARK, _SAVEMARK, _RESTOREMARK = 13, 14, 15
 _CODES = {"accept": _ACCEPT, "drop": _DROP, "reject": _REJECT, "jump": _JUMP,
           "goto": _GOTO, "return": _RETURN, "dnat": _DNAT, "snat": _SNAT,
           "masquerade": _MASQ, "counter": _NOP, "log": _NOP, "mark": _MARK,
-          "notrack": _NOTRACK, "ct": _NOP}
+          "notrack": _NOTRACK, "ct": _NOP, "vmap": _VMAP, "ctmark": _CTMARK,
+          "savemark": _SAVEMARK, "restoremark": _RESTOREMARK}
+# The conntrack states of a packet that has a connection (and so a ct mark).
+_TRACKED = frozenset({"new", "established", "related"})
 # Chains shorter than this are walked rule by rule; longer ones get an index.
 _INDEX_MIN = 16
 
@@ -96,6 +122,21 @@ class Verdict:
     # Addressed to the firewall itself and accepted by its input hook: delivered
     # to it, not forwarded (`forward` is then False).
     local: bool = False
+    # Translated by a fully-random masquerade or snat: the kernel chose the source
+    # port, so any port in `translated` is as right as the one shown.
+    sport_random: bool = False
+    # The packet met a random choice: every verdict it may get, each with its
+    # probability (most likely first; they sum to 1), this one the first of them.
+    # Empty for a packet whose verdict is certain.
+    outcomes: tuple[tuple[float, "Verdict"], ...] = ()
+    # Some of the outcomes come from a packet counter's choice (nth), not a
+    # random one: each is allowed, their shares are no distribution.
+    counter_choice: bool = False
+
+    @property
+    def possible(self) -> tuple[tuple[float, "Verdict"], ...]:
+        """Every verdict the packet may get, with its probability."""
+        return self.outcomes or ((1.0, self),)
 
 
 # --- compiling -----------------------------------------------------------------------
@@ -235,7 +276,18 @@ class CompiledSet:
 class _State:
     """The packet as the chains see it at one point of its path."""
     __slots__ = ("version", "iif", "oif", "saddr", "daddr", "proto", "sport", "dport",
-                 "icmp", "mark", "ct", "untracked", "side_in", "side_out")
+                 "icmp", "mark", "ct", "untracked", "side_in", "side_out",
+                 "script", "trail", "sport_random", "ctmark")
+
+    def choose(self, weights: tuple[int, ...], counter: bool = False) -> int:
+        """A random choice among options of these weights (out of their sum), or a
+        packet counter's (`counter`): the option the evaluator's script says for
+        this point of the walk (the first one past it), recorded in the trail so
+        every other can be walked too."""
+        i = len(self.trail)
+        k = self.script[i] if i < len(self.script) else 0
+        self.trail.append((k, weights, counter))
+        return k
 
 
 _NEVER = object()   # a compiled condition that no forwarded packet meets
@@ -410,8 +462,80 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
             tests.append(lambda s: s.mark & mask == value)
     for ref in m.sets:
         tests.append(_set_test(ref, sets[ref.name]))
+    if m.ct_mark is not None:
+        # Names of their own: the mark test's closure reads value and mask late.
+        ct_value, ct_mask = m.ct_mark
+        if m.ct_mark_negate:
+            tests.append(lambda s: s.ct in _TRACKED and s.ctmark & ct_mask != ct_value)
+        else:
+            tests.append(lambda s: s.ct in _TRACKED and s.ctmark & ct_mask == ct_value)
+    if m.nth is not None:
+        nth_weights = (1, m.nth[0] - 1)
+        tests.append(lambda s: s.choose(nth_weights, counter=True) == 0)
+    if m.random is not None:
+        # Last: the draw happens only for a packet every other condition admits
+        # (iptables and nft test a rule's matches in order, and stop at a miss).
+        weights = (m.random, RANDOM_SCALE - m.random)
+        tests.append(lambda s: s.choose(weights) == 0)
     # m.limit: always matches (see the module docstring).
     return _all(tests)
+
+
+def numgen_weights(mod: int, offset: int) -> Callable[[int], int]:
+    """For numgen random mod `mod` offset `offset`: value -> how many of the 2**32
+    random u32s give it (reciprocal_scale(x, mod) = x * mod >> 32, plus offset)."""
+    def weight(value: int) -> int:
+        v = value - offset
+        if not 0 <= v < mod:
+            return 0
+        return -(-(v + 1) * RANDOM_SCALE // mod) - -(-v * RANDOM_SCALE // mod)
+    return weight
+
+
+def _vmap_lookup(r: Rule, maps: Mapping[str, Set], chains: Mapping[str, "_CChain"]):
+    """A vmap rule's lookup: a function of the state giving the found element's
+    (code, argument) as a rule action, or None for a key the map lacks."""
+    a = r.action
+    s = maps[a.vmap.name]
+    verdicts = []
+    for v in s.verdicts:
+        code = _CODES[v.kind]
+        verdicts.append((code, chains[v.chain] if code in (_JUMP, _GOTO) else None))
+    if a.numgen is not None:
+        weight = numgen_weights(*a.numgen)
+        options = [(weight(int(e[0])), verdicts[i]) for i, e in enumerate(s.elements)]
+        options = [o for o in options if o[0]]
+        missed = RANDOM_SCALE - sum(w for w, _ in options)
+        if missed:
+            options.append((missed, None))
+        if len(options) == 1:     # `numgen random mod 1`: no choice at all
+            only = options[0][1]
+            return lambda st: only
+        weights = tuple(w for w, _ in options)
+        found = tuple(v for _, v in options)
+        return lambda st: found[st.choose(weights)]
+    table = {}
+    for e, v in zip(s.elements, verdicts):
+        key = []
+        for kind, value in zip(s.keys, e):
+            if kind == "addr":
+                _, lo, hi, _ = address_interval(str(value))
+                if lo != hi:
+                    raise Unsupported("verdict map with address prefixes", f"rule {r.id}",
+                                      "reference evaluator")
+                key.append(lo)
+            elif kind == "port":
+                lo, hi = port_interval(value)
+                if lo != hi:
+                    raise Unsupported("verdict map with port ranges", f"rule {r.id}",
+                                      "reference evaluator")
+                key.append(lo)
+            else:
+                key.append(_proto_name(value))
+        table[tuple(key)] = v
+    fields = tuple(a.vmap.fields)
+    get = table.get
+    return lambda st: get(tuple(getattr(st, f) for f in fields))
 
 
 class _Stab:
@@ -673,6 +797,9 @@ class Evaluator:
             raw_sets = {s.name: s for s in t.sets}
             csets = self.sets[(t.family, t.name)] = {s.name: CompiledSet(s) for s in t.sets}
             chains = {c.name: _CChain(ti, ci, c, t.name) for ci, c in enumerate(t.chains)}
+            # User chains a nat base chain reaches: their NAT rules translate too.
+            nat_users = _reached(t, [c.name for c in t.chains
+                                     if c.type == "nat" and c.hook in _NAT_PRIORITY])
             for c in t.chains:
                 cc = chains[c.name]
                 if c.device is not None:
@@ -687,18 +814,24 @@ class Evaluator:
                     arg = None
                     if code in (_JUMP, _GOTO):
                         arg = chains[a.chain]
-                    elif code == _MARK:
+                    elif code == _MARK or code == _CTMARK:
                         arg = ((a.mark or 0), a.mark_mask & 0xFFFFFFFF)
+                    elif code == _SAVEMARK or code == _RESTOREMARK:
+                        arg = a.ct_masks
                     elif code in (_DNAT, _SNAT):
                         addr = nat_address(a.addr)
                         v, i = address_interval(addr)[:2]
-                        arg = (address_text(v, i), i, a.port)
+                        arg = (address_text(v, i), i, a.port, a.random_port)
+                    elif code == _MASQ:
+                        arg = a.random_port
+                    elif code == _VMAP:
+                        arg = _vmap_lookup(r, raw_sets, chains)
                     if code == _NOTRACK and not (c.hook == "prerouting"
                                                  and c.priority < _CONNTRACK_PRIORITY):
                         # After conntrack attached, notrack does nothing (nft checks
                         # for an existing entry; iptables allows it in raw only).
                         code = _NOP
-                    if code in (_DNAT, _SNAT, _MASQ) and not cc.nat:
+                    if code in (_DNAT, _SNAT, _MASQ) and not (cc.nat or c.name in nat_users):
                         code = _ACCEPT
                     rules.append((r.id, test, code, arg))
                     kept.append(r)
@@ -726,7 +859,50 @@ class Evaluator:
         return i in self.local_ints[v]
 
     def evaluate(self, pkt: Packet) -> Verdict:
+        v, trail = self._once(pkt, ())
+        if not trail:
+            return v
+        return self._chances(pkt, v, trail)
+
+    def _chances(self, pkt: Packet, first: Verdict, trail: list) -> Verdict:
+        """Every verdict a packet that met random choices may get: the walk again
+        for every other option at every choice point (depth first), each leaf's
+        probability the product of its options' shares, equal verdicts merged."""
+        found: dict[Verdict, Fraction] = {}
+        by_counter = False
+        todo: list[tuple[int, ...]] = []
+        script: tuple[int, ...] = ()
+        v = first
+        while True:
+            for j in range(len(script), len(trail)):
+                prefix = tuple(k for k, _, _ in trail[:j])
+                todo.extend(prefix + (alt,) for alt, w in enumerate(trail[j][1])
+                            if alt and w)
+            p = Fraction(1)
+            for k, weights, counter in trail:
+                p *= Fraction(weights[k], sum(weights))
+                by_counter = by_counter or counter
+            if p:
+                found[v] = found.get(v, Fraction(0)) + p
+            if not todo:
+                break
+            script = todo.pop()
+            v, trail = self._once(pkt, script)
+        ranked = sorted(found.items(), key=lambda vp: -vp[1])
+        if len(ranked) == 1:      # every choice led to the same verdict
+            return ranked[0][0]
+        return replace(ranked[0][0], outcomes=tuple((float(p), v) for v, p in ranked),
+                       counter_choice=by_counter)
+
+    def _once(self, pkt: Packet, script: tuple[int, ...]) -> tuple[Verdict, list]:
+        """One walk of the packet, random choices taken as `script` says (then
+        the first option): its verdict and the choices it met."""
         s = _State()
+        # Every packet the corpus sends opens its connection: its ct mark starts at 0.
+        s.script, s.trail, s.sport_random, s.ctmark = script, [], False, 0
+        return self._walk_hooks(pkt, s), s.trail
+
+    def _walk_hooks(self, pkt: Packet, s: _State) -> Verdict:
         try:
             s.version, s.saddr = _addr_int(pkt.saddr)
             _, s.daddr = _addr_int(pkt.daddr)
@@ -826,6 +1002,11 @@ class Evaluator:
             counted.append(rid)
             if code == _NOP:
                 continue
+            if code == _VMAP:
+                found = arg(s)
+                if found is None:
+                    continue
+                code, arg = found
             if code <= _REJECT:     # accept, drop, reject
                 return code, rid
             if code == _JUMP:
@@ -844,6 +1025,10 @@ class Evaluator:
                 s.untracked = True
                 s.ct = "untracked"
                 continue
+            elif code >= _CTMARK:
+                if s.ct in _TRACKED:   # without a connection there is no ct mark
+                    self._ctmark(code, arg, s)
+                continue
             else:
                 self._translate(code, arg, s)
                 return code, rid
@@ -851,11 +1036,26 @@ class Evaluator:
             rest, k = chain.candidates(s), 0
         return (_DROP if base.policy_drop else _ACCEPT), None
 
+    @staticmethod
+    def _ctmark(code: int, arg, s: _State) -> None:
+        """CONNMARK's three forms on the connection's mark (the kernel's xt_connmark
+        and nft's ct mark statements compute the same)."""
+        if code == _CTMARK:
+            value, mask = arg
+            s.ctmark = (s.ctmark & ~mask & 0xFFFFFFFF) ^ value
+        elif code == _SAVEMARK:
+            nfmask, ctmask = arg
+            s.ctmark = (s.ctmark & ~ctmask & 0xFFFFFFFF) ^ (s.mark & nfmask)
+        else:
+            nfmask, ctmask = arg
+            s.mark = (s.mark & ~nfmask & 0xFFFFFFFF) ^ (s.ctmark & ctmask)
+
     def _translate(self, code: int, arg, s: _State) -> None:
         if code == _MASQ:
             s.saddr = self.local[s.version][s.side_out][1]
+            s.sport_random = s.sport_random or arg
             return
-        _, addr_i, port = arg
+        _, addr_i, port, random_port = arg
         if code == _DNAT:
             s.daddr = addr_i
             if port is not None and s.dport is not None:
@@ -864,6 +1064,7 @@ class Evaluator:
             s.saddr = addr_i
             if port is not None and s.sport is not None:
                 s.sport = port
+            s.sport_random = s.sport_random or random_port
 
     def _verdict(self, pkt: Packet, s: _State, forward: bool, rid: str | None,
                  policy_of: str | None, counted: list[str], reason: str,
@@ -875,7 +1076,8 @@ class Evaluator:
             out = replace(pkt, sport=s.sport, dport=s.dport, mark=s.mark,
                           saddr=pkt.saddr if s.saddr == saddr else address_text(s.version, s.saddr),
                           daddr=pkt.daddr if s.daddr == daddr else address_text(s.version, s.daddr))
-        return Verdict(forward, rid, policy_of, tuple(counted), out, reason, local)
+        return Verdict(forward, rid, policy_of, tuple(counted), out, reason, local,
+                       s.sport_random and s.sport is not None)
 
     def evaluate_all(self, packets: Iterable[Packet]) -> list[Verdict]:
         return [self.evaluate(p) for p in packets]
@@ -885,6 +1087,22 @@ class Evaluator:
         for p in packets:
             out.update(self.evaluate(p).counted)
         return out
+
+
+def _reached(t, roots: list[str]) -> set[str]:
+    """The chains of table `t` that jumps, gotos and verdict maps lead to from
+    `roots` (not the roots themselves, unless a loop does)."""
+    maps = {s.name: s for s in t.sets if s.verdicts}
+    chains = {c.name: c for c in t.chains}
+    out: set[str] = set()
+    todo = list(roots)
+    while todo:
+        for r in chains[todo.pop()].rules:
+            for name in jump_targets(r, maps):
+                if name not in out:
+                    out.add(name)
+                    todo.append(name)
+    return out
 
 
 def _units(hook: str, chains: list[_CChain]) -> tuple[_Unit, ...]:

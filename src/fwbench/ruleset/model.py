@@ -43,13 +43,22 @@ PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
 CT_STATES = ("new", "established", "related", "invalid", "untracked")
 PACKET_FIELDS = ("saddr", "daddr", "proto", "sport", "dport")
 SET_KEYS = ("addr", "proto", "port")
+# A verdict map's keys may also be a number: nft's `numgen random mod N` draws it.
+MAP_KEYS = SET_KEYS + ("number",)
+# numgen's draw, reciprocal_scale(get_random_u32(), mod): the probabilities of a
+# random condition are numerators over 2**32 (RANDOM_SCALE), which holds both
+# iptables' statistic (a 31-bit threshold) and every numgen bucket exactly.
+RANDOM_SCALE = 1 << 32
 # Terminal actions end the rule walk; the others let the packet go on.
 TERMINAL = frozenset({"accept", "drop", "reject", "jump", "goto", "return",
-                      "dnat", "snat", "masquerade"})
+                      "dnat", "snat", "masquerade", "vmap"})
 # `ct` is iptables' `-j CT` without options: conntrack's default template, so the
 # packet is tracked as it would be anyway; loading it registers conntrack's hooks
 # in the namespace (nft has no such statement).
-NONTERMINAL = frozenset({"counter", "mark", "notrack", "log", "ct"})
+# ctmark sets the connection's mark as `mark` sets the packet's; savemark copies
+# the packet's mark into it, restoremark the other way (iptables' CONNMARK).
+NONTERMINAL = frozenset({"counter", "mark", "notrack", "log", "ct",
+                         "ctmark", "savemark", "restoremark"})
 ACTIONS = TERMINAL | NONTERMINAL
 LIMIT_UNITS = ("second", "minute", "hour", "day")
 STRING_ALGOS = ("bm", "kmp")    # Boyer-Moore, Knuth-Morris-Pratt (the kernel's textsearch)
@@ -199,6 +208,19 @@ class Match:
     limit: Limit | None = None
     string: StringMatch | None = field(default=None, metadata=_LATER)
     hashlimit: HashLimit | None = field(default=None, metadata=_LATER)
+    # Holds at random, each time a packet reaches it, with probability
+    # random / RANDOM_SCALE (iptables' statistic --mode random, nft's numgen random
+    # compared with a bound): 0 < random < RANDOM_SCALE.
+    random: int | None = field(default=None, metadata=_LATER)
+    # The connection's mark: (value, mask) as `mark`; a packet without a
+    # connection (untracked, or before conntrack) matches neither it nor its
+    # negation (iptables' connmark, nft's ct mark).
+    ct_mark: tuple[int, int] | None = field(default=None, metadata=_LATER)
+    ct_mark_negate: bool = field(default=False, metadata=_LATER)
+    # (every, phase): holds for the k-th packet that reaches it (its other
+    # conditions met; k = 1, 2, ... counted by the rule itself since it loaded)
+    # when k % every == phase: iptables' statistic --mode nth, nft's numgen inc.
+    nth: tuple[int, int] | None = field(default=None, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -219,12 +241,27 @@ class Match:
 class Action:
     kind: str                       # from ACTIONS
     chain: str | None = None        # jump, goto
-    mark: int | None = None         # mark: the value set
-    mark_mask: int = 0xFFFFFFFF     # mark: the bits set
+    # mark: the new mark is (mark & ~mark_mask) ^ mark (iptables' --set-xmark; a
+    # value inside its mask sets those bits, one outside it toggles them).
+    mark: int | None = None
+    mark_mask: int = 0xFFFFFFFF
     addr: str | None = None         # dnat, snat: the new address
     port: int | None = None         # dnat, snat: the new port (None keeps it)
     reject_with: str | None = None  # reject: e.g. "icmp-port-unreachable", "tcp-reset"
     log_prefix: str | None = None   # log
+    # vmap: the verdict map looked up with the packet's fields (`fields` of the
+    # SetRef; ("number",) looks up numgen's draw); a key it holds applies that
+    # element's verdict, a key it lacks lets the packet go on to the next rule.
+    vmap: SetRef | None = field(default=None, metadata=_LATER)
+    # vmap on ("number",): nft's `numgen random mod N offset K` as (N, K).
+    numgen: tuple[int, int] | None = field(default=None, metadata=_LATER)
+    # masquerade, snat: the kernel picks the source port at random (iptables'
+    # --random-fully, nft's fully-random), so a translated port is anyone's.
+    random_port: bool = field(default=False, metadata=_LATER)
+    # savemark: ct mark = (ct mark & ~ctmask) ^ (mark & nfmask); restoremark:
+    # mark = (mark & ~nfmask) ^ (ct mark & ctmask), as (nfmask, ctmask). ctmark
+    # takes `mark` and `mark_mask` as `mark` does, on the connection's mark.
+    ct_masks: tuple[int, int] = field(default=(0xFFFFFFFF, 0xFFFFFFFF), metadata=_LATER)
 
     @property
     def terminal(self) -> bool:
@@ -302,6 +339,10 @@ class Set:
     interval: bool = False
     size: int | None = field(default=None, metadata=_LATER)
     counters: bool = field(default=False, metadata=_LATER)
+    # A verdict map: element i leads to verdicts[i] (accept, drop, return, jump,
+    # goto). `inline`: written in its one rule (nft's anonymous `vmap { ... }`).
+    verdicts: tuple["Action", ...] = field(default=(), metadata=_LATER)
+    inline: bool = field(default=False, metadata=_LATER)
 
 
 @dataclass(frozen=True)
@@ -445,6 +486,9 @@ class RuleSet:
         for t in self.tables:
             add(f"family {t.family}", f"table {t.name}")
             for s in t.sets:
+                if s.verdicts:
+                    add("verdict map", f"set {s.name}")
+                    continue
                 add("set " + " . ".join(s.keys), f"set {s.name}")
                 if s.interval:
                     add("set with prefixes", f"set {s.name}")
@@ -524,7 +568,21 @@ def rule_features(r: Rule) -> list[str]:
         out.append("string match")
     if m.hashlimit:
         out.append("hashlimit")
-    out.append({"mark": "mark set"}.get(a.kind, a.kind))
+    if m.random is not None:
+        out.append("random match")
+    if m.nth is not None:
+        out.append("nth match")
+    if m.ct_mark is not None:
+        out.append("ct mark match")
+        if m.ct_mark_negate:
+            out.append("negation")
+    if a.random_port:
+        out.append("random port")
+    if a.kind == "vmap":
+        out.append("verdict map" if a.numgen is None else "numgen map")
+    else:
+        out.append({"mark": "mark set", "ctmark": "ct mark set", "savemark": "ct mark save",
+                    "restoremark": "ct mark restore"}.get(a.kind, a.kind))
     if r.counter:
         out.append("counter")
     return out
@@ -577,7 +635,9 @@ def validate(rs: RuleSet) -> RuleSet:
             raise RuleSetError(f"table {t.family} {t.name}: a chain name appears twice")
         sets = {s.name: s for s in t.sets}
         for s in t.sets:
-            if not s.keys or any(k not in SET_KEYS for k in s.keys):
+            if s.verdicts or s.inline:
+                _check_map(s, chains)
+            elif not s.keys or any(k not in SET_KEYS for k in s.keys):
                 raise RuleSetError(f"set {s.name}: keys must be from {', '.join(SET_KEYS)}")
             if any(len(e) != len(s.keys) for e in s.elements):
                 raise RuleSetError(f"set {s.name}: an element does not have "
@@ -613,6 +673,8 @@ def validate(rs: RuleSet) -> RuleSet:
                                            f"{a.chain!r}")
                     if chains[a.chain].base:
                         raise RuleSetError(f"rule {r.id}: {a.kind} to base chain {a.chain}")
+                if a.kind == "vmap":
+                    _check_vmap(r.id, a, sets)
                 if a.kind in ("dnat", "snat") and not a.addr:
                     raise RuleSetError(f"rule {r.id}: {a.kind} without an address")
                 m = r.match
@@ -634,6 +696,15 @@ def validate(rs: RuleSet) -> RuleSet:
                     _check_string(r.id, m.string)
                 if m.hashlimit is not None:
                     _check_hashlimit(r.id, m.hashlimit)
+                for what, pair in (("ct mark", m.ct_mark), ("ct masks", a.ct_masks)):
+                    if pair is not None and not all(0 <= x <= 0xFFFFFFFF for x in pair):
+                        raise RuleSetError(f"rule {r.id}: {what} {pair} is not 32 bits")
+                if m.nth is not None and not 0 <= m.nth[1] < m.nth[0] >= 2:
+                    raise RuleSetError(f"rule {r.id}: nth match every {m.nth[0]} phase "
+                                       f"{m.nth[1]}: every must be 2 or more, phase below it")
+                if m.random is not None and not 0 < m.random < RANDOM_SCALE:
+                    raise RuleSetError(f"rule {r.id}: random match {m.random} is not "
+                                       f"strictly between 0 and {RANDOM_SCALE}")
                 for ref in m.sets:
                     if ref.name not in sets:
                         raise RuleSetError(f"rule {r.id}: no set {ref.name!r}")
@@ -672,11 +743,65 @@ def _check_hashlimit(rid: str, h: HashLimit) -> None:
         raise RuleSetError(f"rule {rid}: hashlimit source prefix /{h.src_prefix}")
 
 
+# What a verdict map's element may do.
+MAP_VERDICTS = ("accept", "drop", "return", "jump", "goto")
+
+
+def _check_map(s: Set, chains: dict[str, Chain]) -> None:
+    if not s.keys or any(k not in MAP_KEYS for k in s.keys):
+        raise RuleSetError(f"map {s.name}: keys must be from {', '.join(MAP_KEYS)}")
+    if "number" in s.keys and s.keys != ("number",):
+        raise RuleSetError(f"map {s.name}: a number key stands alone")
+    if len(s.verdicts) != len(s.elements) or any(len(e) != len(s.keys) for e in s.elements):
+        raise RuleSetError(f"map {s.name}: every element needs {len(s.keys)} key parts "
+                           f"and one verdict")
+    if len(set(s.elements)) != len(s.elements):
+        raise RuleSetError(f"map {s.name}: a key appears twice")
+    for v in s.verdicts:
+        if v.kind not in MAP_VERDICTS:
+            raise RuleSetError(f"map {s.name}: verdict {v.kind!r}, expected one of "
+                               f"{', '.join(MAP_VERDICTS)}")
+        if v.kind in ("jump", "goto") and (v.chain not in chains or chains[v.chain].base):
+            raise RuleSetError(f"map {s.name}: {v.kind} to a missing or base chain "
+                               f"{v.chain!r}")
+
+
+def _check_vmap(rid: str, a: Action, sets: dict[str, Set]) -> None:
+    ref = a.vmap
+    s = sets.get(ref.name) if ref is not None else None
+    if s is None or not (s.verdicts or s.inline):
+        raise RuleSetError(f"rule {rid}: vmap without a verdict map")
+    if len(ref.fields) != len(s.keys) or ref.negate:
+        raise RuleSetError(f"rule {rid}: map {s.name} looked up with {len(ref.fields)} "
+                           f"fields, it has {len(s.keys)} keys")
+    if ref.fields == ("number",):
+        if a.numgen is None or s.keys != ("number",) or not 0 < a.numgen[0] < RANDOM_SCALE \
+                or not 0 <= a.numgen[1] < RANDOM_SCALE:
+            raise RuleSetError(f"rule {rid}: a number lookup needs numgen (mod, offset) "
+                               f"and a map of numbers")
+    elif a.numgen is not None or any(f not in PACKET_FIELDS for f in ref.fields):
+        raise RuleSetError(f"rule {rid}: map {s.name} looked up by "
+                           f"{' . '.join(ref.fields)}")
+
+
+def jump_targets(r: Rule, maps: dict[str, Set]) -> tuple[str, ...]:
+    """The chains rule `r` may jump or go to: its action's, or those of its verdict
+    map (`maps`: its table's sets by name)."""
+    a = r.action
+    if a.kind in ("jump", "goto"):
+        return (a.chain,)
+    if a.kind == "vmap" and a.vmap is not None and a.vmap.name in maps:
+        return tuple(v.chain for v in maps[a.vmap.name].verdicts
+                     if v.kind in ("jump", "goto"))
+    return ()
+
+
 def _check_loops(t: Table) -> None:
-    """Depth-first over jump/goto edges, without recursion: an imported rule set
-    may nest chains deeper than Python's stack."""
-    edges = {c.name: sorted({r.action.chain for r in c.rules
-                             if r.action.kind in ("jump", "goto")}) for c in t.chains}
+    """Depth-first over jump/goto edges (a verdict map's too), without recursion:
+    an imported rule set may nest chains deeper than Python's stack."""
+    maps = {s.name: s for s in t.sets if s.verdicts}
+    edges = {c.name: sorted({x for r in c.rules for x in jump_targets(r, maps)})
+             for c in t.chains}
     done: set[str] = set()
     for root in edges:
         if root in done:

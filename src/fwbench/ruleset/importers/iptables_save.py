@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import gc
 import ipaddress
+import math
 import re
 import shlex
 import socket
 from typing import Protocol
 
-from fwbench.ruleset.model import (CT_STATES, EMPTY_MATCH, RULE, Action, Chain, Iface, Limit, Rule,
-                                   Ports, Prefix, RuleSet, RuleSetError, Set, SetRef, Table,
-                                   evolve)
+from fwbench.ruleset.model import (CT_STATES, EMPTY_MATCH, RANDOM_SCALE, RULE, Action, Chain,
+                                   Iface, Limit, Rule, Ports, Prefix, RuleSet, RuleSetError,
+                                   Set, SetRef, Table, evolve)
 from fwbench.ruleset.render import ID_TAG
 
 BUILTIN = {
@@ -54,13 +55,13 @@ _PROTOS = {"tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "icmp": "icmp", 
            "ipv6-icmp": "icmpv6", "icmpv6": "icmpv6", "icmp6": "icmpv6", "58": "icmpv6",
            "all": None, "0": None}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
-                      "mark", "set", "limit", "comment"})
+                      "mark", "set", "limit", "comment", "statistic", "connmark"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
-                      "DNAT", "SNAT", "MASQUERADE", "LOG"})
+                      "DNAT", "SNAT", "MASQUERADE", "LOG", "CONNMARK"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
 # as such and not as a jump to a missing chain.
 _OTHER_TARGETS = frozenset({
-    "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNMARK", "CONNSECMARK", "DNPT",
+    "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNSECMARK", "DNPT",
     "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFLOG", "NFQUEUE",
     "QUEUE", "RATEEST", "REDIRECT", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
     "TCPOPTSTRIP", "TEE", "TOS", "TPROXY", "TRACE", "TTL", "ULOG"})
@@ -124,18 +125,23 @@ _OPTS = {
     "--match-set": "match-set", "--limit": "limit", "--limit-burst": "limit-burst",
     "--icmp-type": "icmp", "--icmpv6-type": "icmpv6",
     "-c": "counters", "--set-counters": "counters", "-f": "fragment", "--fragment": "fragment",
+    "--mode": "stat-mode", "--probability": "probability", "--every": "every",
+    "--packet": "packet",
     "!": "!",
 }
 _OLD_NEGATION = frozenset({"-i", "-o", "-s", "-d", "-p", "--dport", "--sport"})
 _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully",
+                        "--save-mark", "--restore-mark",
                         "--log-tcp-sequence", "--log-tcp-options", "--log-ip-options",
                         "--log-uid", "--log-macdecode"})
 _TARGET_OPTS = {"REJECT": ("--reject-with",), "CT": ("--notrack",),
-                "DNAT": ("--to-destination",), "SNAT": ("--to-source",)}
+                "DNAT": ("--to-destination",), "SNAT": ("--to-source",),
+                "MASQUERADE": ("--random-fully",)}
 _SIMPLE = {"ACCEPT": Action("accept"), "DROP": Action("drop"), "RETURN": Action("return"),
            "NOTRACK": Action("notrack")}
 _COUNTER = Action("counter")
 _MASQUERADE = Action("masquerade")
+_MASQUERADE_FULLY_RANDOM = Action("masquerade", random_port=True)
 _NAT_TARGETS = frozenset({"DNAT", "SNAT", "MASQUERADE"})
 
 
@@ -404,6 +410,8 @@ class _Parser:
         proto = rid = comment = action = None
         sets: list[SetRef] = []
         limit_rate = limit_burst = None
+        module = None   # the latest -m: mark and connmark share --mark
+        nth: dict[str, int] = {}
         neg = False
         i, n = 2, len(toks)
         opts_get, prefixes, ifaces = _OPTS.get, self._prefix_cache, self._iface_cache
@@ -429,6 +437,7 @@ class _Parser:
                 if neg:
                     raise _Fail(f"syntax error: ! before -m {v}")
                 mods.add(v)
+                module = v
             elif code == "src" or code == "dst":
                 p = prefixes.get(v) or self._addr(v)
                 kw[code] = Prefix(p.net, True) if neg else p
@@ -481,6 +490,9 @@ class _Parser:
                         raise _Fail("an empty fwb: id")
                 else:
                     comment = v if comment is None else f"{comment}; {v}"
+            elif code == "mark" and module == "connmark":
+                kw["ct_mark"] = _mark(v)
+                kw["ct_mark_negate"] = neg
             elif code == "mark":
                 if "mark" not in mods:
                     raise _Fail("--mark needs -m mark")
@@ -512,11 +524,24 @@ class _Parser:
                 if typ is not None:
                     kw["icmp_type"] = typ
                 kw["proto"] = want
+            elif code in ("stat-mode", "probability", "every", "packet"):
+                if "statistic" not in mods:
+                    raise _Fail(f"{t} needs -m statistic")
+                if code == "stat-mode" and v not in ("random", "nth"):
+                    raise _Fail(f"unsupported: -m statistic --mode {v}")
+                if code == "probability":
+                    kw["random"] = _probability(v, neg)
+                elif code != "stat-mode":
+                    if neg:
+                        raise _Fail(f"unsupported: negated {t}")
+                    nth[code] = _int(v, t)
             elif code == "counters":
                 i += 1  # -c PACKETS BYTES: the old kernel's counts, not policy
             elif code == "fragment":
                 raise _Fail("unsupported match -f (fragments)")
             neg = False
+        if nth:
+            kw["nth"] = _nth(nth)
         if limit_rate is not None or limit_burst is not None:
             rate, per = limit_rate or (3, "hour")
             kw["limit"] = Limit(rate, per, 5 if limit_burst is None else limit_burst)
@@ -645,6 +670,8 @@ class _Parser:
             return Action("log", log_prefix=prefix)
         if target == "MARK":
             return _mark_target(opts)
+        if target == "CONNMARK":
+            return _connmark_target(opts)
         allowed = _TARGET_OPTS.get(target, ())
         for o in opts:
             if o not in allowed:
@@ -665,7 +692,7 @@ class _Parser:
             addr, port = self._nat_to(opts[key] or "")
             return Action(target.lower(), addr=addr, port=port)
         if target == "MASQUERADE":
-            return _MASQUERADE
+            return _MASQUERADE_FULLY_RANDOM if "--random-fully" in opts else _MASQUERADE
         return _SIMPLE[target]   # with no options, as checked above
 
     def _nat_to(self, v: str) -> tuple[str, int | None]:
@@ -757,6 +784,38 @@ def _int(v: str, what: str) -> int:
         raise _Fail(f"{what}: not a number: {v!r}") from None
 
 
+def _nth(given: dict[str, int]) -> tuple[int, int]:
+    """`--every N --packet P` as the model's (every, phase): the kernel's counter
+    starts at P and matches when it wraps to 0, so first at the (N - P)-th packet."""
+    every, packet = given.get("every"), given.get("packet", 0)
+    if every is None:
+        raise _Fail("--packet needs --every")
+    if every < 2 or not 0 <= packet < every:
+        raise _Fail(f"unsupported: --every {every} --packet {packet} (a rule that always "
+                    f"matches, or a packet past every)")
+    return every, (every - packet) % every
+
+
+def _probability(v: str, neg: bool) -> int:
+    """`--probability P` as the model's numerator over 2**32: libxt_statistic keeps
+    lround(P * 2**31), which the kernel compares with a random u32's low 31 bits
+    (`!` inverts the outcome); save prints it back with 11 decimals, which read
+    back to the same threshold."""
+    try:
+        p = float(v)
+    except ValueError:
+        raise _Fail(f"--probability: not a number: {v!r}") from None
+    if not 0 <= p <= 1:
+        raise _Fail(f"--probability {v}: must be between 0 and 1")
+    x = p * 0x80000000             # exact: a power of two
+    t = math.floor(x)
+    t += x - t >= 0.5              # lround: halves away from zero
+    if not 0 < t < 0x80000000:
+        raise _Fail(f"unsupported: --probability {v}, a rule that always or never "
+                    f"matches")
+    return RANDOM_SCALE - 2 * t if neg else 2 * t
+
+
 def _mark(v: str) -> tuple[int, int]:
     val, _, mask = v.partition("/")
     m = _int(mask, "mark mask") if mask else 0xFFFFFFFF
@@ -764,19 +823,21 @@ def _mark(v: str) -> tuple[int, int]:
 
 
 def _mark_target(opts: dict) -> Action:
-    """MARK's forms as the model's `mark = (mark & ~mask) | value`."""
+    """MARK's forms as the model's `mark = (mark & ~mask) ^ value` (libxt_MARK
+    turns each into that xmark pair, which iptables-save prints)."""
     if len(opts) != 1:
         raise _Fail("-j MARK needs exactly one of --set-xmark, --set-mark, --or-mark, "
-                    "--and-mark")
+                    "--and-mark, --xor-mark")
     (o, v), = opts.items()
-    if o in ("--set-xmark", "--set-mark"):
+    if o == "--set-xmark":
         value, mask = _mark(v or "")
-        # set-xmark XORs the value in after clearing the mask: the same as setting
-        # it whenever the value lies inside the mask. set-mark ORs it in, which
-        # the model says with the value's bits added to the mask.
-        if o == "--set-xmark" and value & ~mask & 0xFFFFFFFF:
-            raise _Fail(f"unsupported: --set-xmark {v} flips bits outside its mask")
-        return Action("mark", mark=value, mark_mask=mask | value)
+        return Action("mark", mark=value, mark_mask=mask)
+    if o == "--set-mark":
+        # Clears the mask and ORs the value in: its bits join the mask.
+        value, mask = _mark(v or "")
+        return Action("mark", mark=value, mark_mask=(mask | value) & 0xFFFFFFFF)
+    if o == "--xor-mark":
+        return Action("mark", mark=_int(v or "", "mark"), mark_mask=0)
     if o == "--or-mark":
         value = _int(v or "", "mark")
         return Action("mark", mark=value, mark_mask=value)
@@ -784,6 +845,28 @@ def _mark_target(opts: dict) -> Action:
         value = _int(v or "", "mark")
         return Action("mark", mark=0, mark_mask=~value & 0xFFFFFFFF)
     raise _Fail(f"unsupported option {o} of -j MARK")
+
+
+def _connmark_target(opts: dict) -> Action:
+    """CONNMARK's forms: the set ones as MARK's on the connection's mark, save and
+    restore with their masks (--mask sets both; save prints --nfmask and
+    --ctmask)."""
+    if "--save-mark" in opts or "--restore-mark" in opts:
+        kind = "savemark" if "--save-mark" in opts else "restoremark"
+        rest = {o: v for o, v in opts.items() if o not in ("--save-mark", "--restore-mark")}
+        if "--mask" in rest:
+            nfmask = ctmask = _int(rest.pop("--mask") or "", "--mask")
+        else:
+            nfmask = _int(rest.pop("--nfmask", None) or "0xffffffff", "--nfmask")
+            ctmask = _int(rest.pop("--ctmask", None) or "0xffffffff", "--ctmask")
+        if rest:
+            raise _Fail(f"unsupported -j CONNMARK options {' '.join(sorted(opts))}")
+        return Action(kind, ct_masks=(nfmask & 0xFFFFFFFF, ctmask & 0xFFFFFFFF))
+    try:
+        a = _mark_target(opts)
+    except _Fail:
+        raise _Fail(f"unsupported -j CONNMARK options {' '.join(sorted(opts))}") from None
+    return Action("ctmark", mark=a.mark, mark_mask=a.mark_mask)
 
 
 def _ct_states(v: str, neg: bool) -> frozenset[str]:

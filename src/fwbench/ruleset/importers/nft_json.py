@@ -35,9 +35,11 @@ import json
 import os
 import re
 
-from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBERS, Action,
-                                   Chain, Iface, Limit, Match, Ports, Prefix, Rule, RuleSet,
-                                   RuleSetError, Set, SetRef, Table, validate)
+from fwbench.ruleset.evaluate import numgen_weights
+from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBERS,
+                                   RANDOM_SCALE, Action, Chain, Iface, Limit, Match, Ports,
+                                   Prefix, Rule, RuleSet, RuleSetError, Set, SetRef, Table,
+                                   validate)
 from fwbench.ruleset.importers.iptables_save import canonical4
 from fwbench.ruleset.render import ID_TAG
 
@@ -240,6 +242,14 @@ class _Importer:
             elif kind in _NAMED_OBJECTS:
                 self.notes.append(f"{self.source}: named {kind} {obj.get('name')} in table "
                                   f"{obj.get('family')} {obj.get('table')} not imported")
+            elif kind == "map" and obj.get("map") == "verdict":
+                t = self._t(obj, kind)
+                if any(s.get("name") == obj.get("name") for s in t["raw_sets"]):
+                    raise RuleSetError(f"{self.source}: table {obj.get('family')} "
+                                       f"{obj.get('table')}: map {obj.get('name')} "
+                                       f"appears twice")
+                self.set_names.add(str(obj.get("name")))
+                t["raw_sets"].append(obj)
             elif kind in ("map", "flowtable") and self.refused is not None:
                 self.refused.append((f"{self.source}: table {obj.get('family')} "
                                      f"{obj.get('table')} {kind} {obj.get('name')}",
@@ -369,9 +379,12 @@ class _Importer:
             version = v or version
         if version is None:
             version = 6 if t["family"] == "ip6" else 4
-        for flag in raw.get("flags", ()):
+        flags = raw.get("flags", ())
+        for flag in [flags] if isinstance(flags, str) else flags:
             if flag not in ("interval", "constant", "timeout", "dynamic"):
                 raise RuleSetError(f"{where}: unsupported flag {flag}")
+        if raw.get("map") == "verdict":
+            return self._vmap_set(t, raw, tuple(keys), version, where)
         try:
             elements = self._elements(tuple(keys), version, raw.get("elem", ()))
         except (_Fail, RuleSetError) as e:
@@ -384,6 +397,126 @@ class _Importer:
         if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
             raise RuleSetError(f"{where}: size {size!r} is not a number")
         return Set(name, tuple(keys), tuple(elements), version, interval, size=size)
+
+    def _vmap_set(self, t: dict, raw: dict, keys: tuple[str, ...], version: int,
+                  where: str, inline: bool = False) -> Set:
+        """A verdict map: exact keys only (an interval map would need the model's
+        sets' prefixes in a lookup that yields a verdict), each element's verdict
+        one of accept, drop, return, jump, goto."""
+        flags = raw.get("flags", ())
+        if "interval" in ([flags] if isinstance(flags, str) else flags):
+            raise RuleSetError(f"{where}: unsupported: a verdict map with intervals")
+        elements, verdicts = [], []
+        try:
+            for item in raw.get("elem", ()):
+                key, verdict = item
+                if isinstance(key, dict) and "elem" in key:
+                    key = key["elem"].get("val")
+                parts = key["concat"] if isinstance(key, dict) and "concat" in key else [key]
+                if len(parts) != len(keys):
+                    raise _Fail(f"element {json.dumps(key)} does not have {len(keys)} parts")
+                element = []
+                for k, part in zip(keys, parts):
+                    if k == "number":
+                        if not isinstance(part, int):
+                            raise _Fail(f"unsupported: element {json.dumps(part)}")
+                        element.append(part)
+                        continue
+                    choice = self._element_part(k, version, part)
+                    if len(choice) != 1 or (k == "addr" and "/" in str(choice[0])):
+                        raise _Fail(f"unsupported: element {json.dumps(part)} (a range "
+                                    f"or prefix in a verdict map)")
+                    element.append(choice[0])
+                if "port" in keys and "proto" in keys and \
+                        element[keys.index("proto")] not in ("tcp", "udp"):
+                    raise _Fail(f"unsupported: element {json.dumps(key)} looks up a port "
+                                f"of a protocol without ports")
+                (vk, vv), = verdict.items()
+                if vk not in ("accept", "drop", "return", "jump", "goto"):
+                    raise _Fail(f"unsupported verdict {vk} in a verdict map")
+                target = vv.get("target") if isinstance(vv, dict) else None
+                if vk in ("jump", "goto") and target not in t["chains"]:
+                    raise _Fail(f"{vk} to a missing chain {target!r}")
+                elements.append(tuple(element))
+                verdicts.append(Action(vk, chain=target))
+        except (_Fail, RuleSetError) as e:
+            raise RuleSetError(f"{where}: {e}") from None
+        except (TypeError, KeyError, ValueError, AttributeError, IndexError):
+            raise RuleSetError(f"{where}: malformed element") from None
+        return Set(raw.get("name"), keys, tuple(elements), version,
+                   verdicts=tuple(verdicts), inline=inline)
+
+    def _vmap(self, t: dict, ctx: "_Rule", v: dict) -> Action:
+        """`KEY vmap @map` or `KEY vmap { ... }`, KEY packet fields (one, or a
+        concatenation) or `numgen random mod N [offset K]`."""
+        key, data = v.get("key"), v.get("data")
+        numgen = None
+        if isinstance(key, dict) and "numgen" in key:
+            numgen = _numgen(key["numgen"])
+            fields, keys = ("number",), ("number",)
+        else:
+            parts = key["concat"] if isinstance(key, dict) and "concat" in key else [key]
+            fields = tuple(self._concat_field(ctx, x) for x in parts)
+            keys = tuple({"saddr": "addr", "daddr": "addr", "proto": "proto"}.get(f, "port")
+                         for f in fields)
+        if isinstance(data, str) and data.startswith("@"):
+            name = data[1:]
+            self._need_set(t, name)
+            s = t["sets"][name]
+            if not s.verdicts:
+                raise _Fail(f"vmap @{name}: not a verdict map")
+        elif isinstance(data, dict) and "set" in data:
+            name = f"vmap{next(self.anon)}"
+            while name in self.set_names:
+                name = f"vmap{next(self.anon)}"
+            self.set_names.add(name)
+            version = {"ip6": 6}.get(t["family"], 4)
+            for item in data["set"]:
+                k = item[0]
+                first = k["concat"][0] if isinstance(k, dict) and "concat" in k else k
+                if "addr" in keys and isinstance(first, str) and ":" in first:
+                    version = 6
+            s = self._vmap_set(t, {"name": name, "elem": data["set"]}, keys, version,
+                               "anonymous verdict map", inline=True)
+            t["sets"][name] = s
+        else:
+            raise _Fail(f"unsupported: vmap on {json.dumps(data)}")
+        if s.keys != keys:
+            raise _Fail(f"map {name} has keys {' . '.join(s.keys)}, looked up with "
+                        f"{' . '.join(fields)}")
+        if "port" in keys and "proto" not in keys and ctx.kw.get("proto") not in ("tcp", "udp"):
+            # th dport reads any transport header: only a protocol (in the key or
+            # the rule) keeps the lookup to the TCP and UDP packets that have ports.
+            raise _Fail("unsupported: a verdict map on a port, without tcp or udp in its "
+                        "key or its rule")
+        return Action("vmap", vmap=SetRef(name, fields), numgen=numgen)
+
+    def _numgen_match(self, ctx: "_Rule", op: str, ng: dict, right) -> None:
+        """`numgen random mod N [offset K] OP V` as the model's random match: the
+        share of the 2**32 random u32s whose value passes."""
+        mod, offset = _numgen(ng)
+        weight = numgen_weights(mod, offset)
+
+        def below(c: int) -> int:       # u32s whose value is below offset + c
+            c = min(max(c, 0), mod)
+            return -(-c * RANDOM_SCALE // mod)
+        if isinstance(right, int) and op in ("==", "!="):
+            share = weight(right)
+            if op == "!=":
+                share = RANDOM_SCALE - share
+        elif isinstance(right, int) and op in ("<", "<=", ">", ">="):
+            c = right - offset + (op in ("<=", ">"))
+            share = below(c) if op in ("<", "<=") else RANDOM_SCALE - below(c)
+        elif isinstance(right, dict) and "set" in right and op in ("==", "in"):
+            share = sum(weight(x) for x in set(right["set"]) if isinstance(x, int))
+            if any(not isinstance(x, int) for x in right["set"]):
+                raise _Fail("unsupported: numgen against a set with ranges")
+        else:
+            raise _Fail(f"unsupported: numgen {op} {json.dumps(right)}")
+        if not 0 < share < RANDOM_SCALE:
+            raise _Fail(f"unsupported: numgen random {op} {json.dumps(right)} always or "
+                        f"never holds")
+        ctx.set("random", share)
 
     def _elements(self, keys: tuple[str, ...], version: int, elems) -> list[tuple]:
         out: list[tuple] = []
@@ -431,6 +564,8 @@ class _Importer:
                 if ctx.actions:
                     raise _Fail("unsupported: a limit after a statement")
                 ctx.kw["limit"] = _limit(val)
+            elif key == "vmap":
+                ctx.actions.append(self._vmap(t, ctx, val))
             else:
                 ctx.actions.append(self._action(t, key, val))
         kw = ctx.kw
@@ -459,6 +594,12 @@ class _Importer:
 
     def _match(self, t: dict, ctx: "_Rule", m: dict) -> None:
         op, left, right = m.get("op"), m.get("left"), m.get("right")
+        if isinstance(left, dict) and "numgen" in left and left["numgen"].get("mode") == "inc":
+            ctx.set("nth", _numgen_inc(op, left["numgen"], right))
+            return
+        if isinstance(left, dict) and "numgen" in left:
+            self._numgen_match(ctx, op, left["numgen"], right)
+            return
         if op not in ("==", "!=", "in"):
             raise _Fail(f"unsupported match operator {op!r}")
         neg = op == "!="
@@ -469,16 +610,22 @@ class _Importer:
             self._payload(t, ctx, lv, right, neg)
         elif lk == "meta":
             self._meta(ctx, lv.get("key"), right, neg)
+        elif lk == "ct" and lv == {"key": "mark"}:
+            ctx.set("ct_mark", (_int(right), MASK32))
+            ctx.kw["ct_mark_negate"] = neg
         elif lk == "ct":
             if lv.get("key") != "state" or len(lv) != 1:
                 raise _Fail(f"unsupported expression ct {lv.get('key')}")
             ctx.kw["ct_state"] = _ct_states(right, neg)
         elif lk == "&":
             what, mask = lv
-            if what != {"meta": {"key": "mark"}} or not isinstance(mask, int):
+            field = {"meta": "mark", "ct": "ct_mark"}.get(next(iter(what), None)) \
+                if isinstance(what, dict) and len(what) == 1 and \
+                next(iter(what.values())) == {"key": "mark"} else None
+            if field is None or not isinstance(mask, int):
                 raise _Fail(f"unsupported expression & on {json.dumps(what)}")
-            ctx.set("mark", (_int(right), mask & MASK32))
-            ctx.kw["mark_negate"] = neg
+            ctx.set(field, (_int(right), mask & MASK32))
+            ctx.kw[f"{field}_negate"] = neg
         elif lk == "concat":
             if not (isinstance(right, str) and right.startswith("@")):
                 raise _Fail("unsupported: a concatenation matched against anything but "
@@ -618,7 +765,8 @@ class _Importer:
         if key == "mangle":
             return _mangle(val)
         if key in ("dnat", "snat"):
-            val = val or {}
+            val = dict(val or {})
+            random_port = key == "snat" and _fully_random(val)
             extra = set(val) - {"addr", "port", "family"}
             if extra:
                 raise _Fail(f"unsupported: {key} {sorted(extra)[0]}")
@@ -632,11 +780,13 @@ class _Importer:
             port = val.get("port")
             if port is not None and not isinstance(port, int):
                 raise _Fail(f"unsupported: {key} to port {json.dumps(port)}")
-            return Action(key, addr=addr, port=port)
+            return Action(key, addr=addr, port=port, random_port=random_port)
         if key == "masquerade":
+            val = dict(val or {})
+            random_port = _fully_random(val)
             if val:
                 raise _Fail(f"unsupported: masquerade {sorted(val)[0]}")
-            return Action("masquerade")
+            return Action("masquerade", random_port=random_port)
         if key == "log":
             val = dict(val or {})
             prefix = val.pop("prefix", None)
@@ -771,12 +921,68 @@ def _reject(v) -> str | None:
     raise _Fail(f"unsupported: reject {json.dumps(v)}")
 
 
+def _fully_random(val: dict) -> bool:
+    """Takes nft's `fully-random` flag out of a NAT statement's options (the
+    kernel then picks the source port at random); other flags are left to refuse."""
+    flags = val.pop("flags", None)
+    if flags is None:
+        return False
+    flags = [flags] if isinstance(flags, str) else list(flags)
+    if flags != ["fully-random"]:
+        raise _Fail(f"unsupported: NAT flags {', '.join(map(str, flags))}")
+    return True
+
+
+def _numgen_inc(op: str, ng: dict, right) -> tuple[int, int]:
+    """`numgen inc mod N [offset K] == V` as the model's (every, phase): the rule's
+    counter gives its k-th packet k % N + K."""
+    mod, offset = ng.get("mod"), ng.get("offset", 0)
+    if not isinstance(mod, int) or not isinstance(offset, int) or not isinstance(right, int) \
+            or op != "==":
+        raise _Fail(f"unsupported: numgen inc {op} {json.dumps(right)} (only ==)")
+    mod &= MASK32
+    if mod < 2 or not 0 <= right - offset < mod:
+        raise _Fail(f"unsupported: numgen inc mod {mod} == {right}, which always or never "
+                    f"holds")
+    return mod, right - offset
+
+
+def _numgen(ng: dict) -> tuple[int, int]:
+    """numgen's (mod, offset); nft 1.0.6 lists a modulus of 2**31 or more as a
+    negative number (its JSON prints the u32 signed), read back here."""
+    if ng.get("mode") != "random":
+        # numgen inc counts the packets through the rule: which packet gets which
+        # value depends on every packet before it, which no per-packet check sees.
+        raise _Fail(f"unsupported: numgen {ng.get('mode')} (only random)")
+    mod, offset = ng.get("mod"), ng.get("offset", 0)
+    if not isinstance(mod, int) or not isinstance(offset, int):
+        raise _Fail("malformed numgen")
+    mod, offset = mod & MASK32, offset & MASK32
+    if mod == 0:
+        raise _Fail("numgen mod 0")
+    return mod, offset
+
+
 def _mangle(v: dict) -> Action:
-    """`meta mark set` in its forms, as the model's `mark = (mark & ~mask) | value`."""
-    if v.get("key") != {"meta": {"key": "mark"}}:
-        raise _Fail(f"unsupported expression mangle {json.dumps(v.get('key'))}")
-    val = v.get("value")
-    mark_ = {"meta": {"key": "mark"}}
+    """`meta mark set` and `ct mark set` in their forms, as the model's `mark =
+    (mark & ~mask) ^ value` on the packet's or the connection's mark, and the
+    copies between the two (CONNMARK's save and restore without masks)."""
+    key, val = v.get("key"), v.get("value")
+    meta_, ct_ = {"meta": {"key": "mark"}}, {"ct": {"key": "mark"}}
+    if key == ct_ and val == meta_:
+        return Action("savemark")
+    if key == meta_ and val == ct_:
+        return Action("restoremark")
+    if key == ct_:
+        a = _mark_value(val, ct_, "ct mark set")
+        return Action("ctmark", mark=a.mark, mark_mask=a.mark_mask)
+    if key != meta_:
+        raise _Fail(f"unsupported expression mangle {json.dumps(key)}")
+    return _mark_value(val, meta_, "meta mark set")
+
+
+def _mark_value(val, mark_: dict, what: str) -> Action:
+    """A mark statement's value: a number, or the mark itself with |, &, ^."""
     if isinstance(val, int):
         return Action("mark", mark=val & MASK32)
     if isinstance(val, dict) and "|" in val:
@@ -793,4 +999,8 @@ def _mangle(v: dict) -> Action:
         a, b = val["&"]
         if a == mark_ and isinstance(b, int):
             return Action("mark", mark=0, mark_mask=~b & MASK32)
-    raise _Fail(f"unsupported: meta mark set {json.dumps(val)}")
+    if isinstance(val, dict) and "^" in val:
+        a, b = val["^"]
+        if a == mark_ and isinstance(b, int):
+            return Action("mark", mark=b & MASK32, mark_mask=0)
+    raise _Fail(f"unsupported: {what} {json.dumps(val)}")

@@ -19,6 +19,14 @@ The model maps onto iptables so:
 - user chains and sets are named rs.ipt_prefix + their name;
 - each rule's id is a comment, `-m comment --comment "fwb:ID"`, after every other
   match (a user's own comment is a second comment just before it);
+- a random match is `-m statistic --mode random` (a numerator over 2**32 that
+  is not even needs more than the statistic's 31 bits, and is refused); a verdict
+  map is one counting rule with the map rule's id and no target, then one rule per
+  element, without an id, in the same chain: the elements' keys differ, so at most
+  one matches, and a jump comes back to the rules after them as nft's does. A
+  numgen map is such rules with statistic matches whose probabilities are each
+  element's share of what the earlier ones left, refused where one is not a
+  multiple of 2**-31 or where an element jumps (the next rule would draw again);
 - a payload string match is `-m string` (searched over the whole packet), a
   hashlimit `-m hashlimit --hashlimit-above` with mode srcip, its name prefixed
   like chains, and action `ct` is `-j CT` without options: the three constructs
@@ -34,9 +42,12 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from fwbench.ruleset.model import (Chain, HashLimit, Interfaces, Ports, Prefix, Rule,
-                                   RuleSet, RuleSetError, Set, SetRef, StringMatch, Table,
-                                   Unsupported)
+from fractions import Fraction
+
+from fwbench.ruleset.evaluate import numgen_weights
+from fwbench.ruleset.model import (RANDOM_SCALE, Action, Chain, HashLimit, Interfaces, Ports,
+                                   Prefix, Rule, RuleSet, RuleSetError, Set, SetRef,
+                                   StringMatch, Table, Unsupported, evolve, jump_targets)
 from fwbench.ruleset.render import ID_TAG
 from fwbench.ruleset.render import ipset as _ipset
 
@@ -50,6 +61,8 @@ SUPPORTS: frozenset[str] = frozenset({
     "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct",
+    "random match", "verdict map", "numgen map", "random port",
+    "ct mark match", "ct mark set", "ct mark save", "ct mark restore", "nth match",
 }) | _ipset.SUPPORTS
 
 # iptables-restore's order of tables, and each table's built-in chains in the order
@@ -265,8 +278,9 @@ def _plan(rs: RuleSet, version: int) -> dict[str, _IptTable]:
         if not _included(t, version):
             continue
         chains = {c.name: c for c in t.chains}
-        edges = {c.name: [r.action.chain for r in c.rules
-                          if r.action.kind in ("jump", "goto")] for c in t.chains}
+        maps = {s.name: s for s in t.sets if s.verdicts}
+        edges = {c.name: [x for r in c.rules for x in jump_targets(r, maps)]
+                 for c in t.chains}
         reach: dict[str, dict[str, set[str]]] = {}   # user chain -> ipt table -> hooks
         first: str | None = None
         placed: dict[str, str] = {}                   # chain -> ipt table
@@ -340,6 +354,7 @@ class _Emitter:
         self.targets: dict[str | None, str] = {}
         self.setrefs: dict[tuple[int, SetRef], tuple[str, int]] = {}
         self.other_protos: dict[tuple[int, str], bool] = {}
+        self.maps: dict[int, dict[str, Set]] = {}
         self.icmp = " -p icmp -m icmp --icmp-type " if version == 4 \
             else " -p ipv6-icmp -m icmp6 --icmpv6-type "
 
@@ -349,12 +364,62 @@ class _Emitter:
         inet = t.family == "inet"
         line = self.rule
         for r in c.rules:
+            if r.action.kind == "vmap":
+                self.vmap(out, head, r, t, inet, ipt, hooks, base_hook)
+                continue
             text = line(head, r, t, inet, ipt, hooks, base_hook)
             if text is not None:
                 out.append(text)
 
+    def vmap(self, out: list[str], head: str, r: Rule, t: Table, inet: bool, ipt: str,
+             hooks: frozenset[str], base_hook: str | None) -> None:
+        """A verdict map rule: its counting rule, then a rule per element (see the
+        module docstring)."""
+        where = f"rule {r.id}"
+        maps = self.maps.get(id(t))
+        if maps is None:   # by name: kube-proxy's nft mode has a map per service
+            maps = self.maps[id(t)] = {x.name: x for x in t.sets if x.verdicts}
+        s = maps.get(r.action.vmap.name)
+        if s is None:
+            raise RuleSetError(f"{where}: no verdict map {r.action.vmap.name!r}")
+        counting = self.rule(head, evolve(r, action=Action("counter")), t, inet, ipt,
+                             hooks, base_hook)
+        if counting is None:
+            return
+        out.append(counting)
+        m = r.match
+        if r.action.numgen is not None:
+            if m.random is not None:
+                raise Unsupported("numgen map in a rule with a random match", where)
+            for random, verdict in _numgen_shares(r.action.numgen, s, where):
+                element = evolve(r, match=evolve(m, random=random), action=verdict)
+                out.append(self.rule(head, element, t, inet, ipt, hooks, base_hook,
+                                     tagged=False))
+            return
+        fields = r.action.vmap.fields
+        for e, verdict in zip(s.elements, s.verdicts):
+            kw = {}
+            for f, value in zip(fields, e):
+                if f in ("saddr", "daddr"):
+                    key, have = ("src", m.src) if f == "saddr" else ("dst", m.dst)
+                    kw[key] = Prefix.of(str(value))
+                elif f == "proto":
+                    key, have = "proto", m.proto
+                    kw[key] = str(value)
+                else:
+                    key, have = f, getattr(m, f)
+                    kw[key] = Ports.of(int(value))
+                if have is not None:
+                    raise Unsupported(f"verdict map on {f}, which its rule matches too",
+                                      where)
+            if ("sport" in kw or "dport" in kw) and kw.get("proto", m.proto) not in ("tcp", "udp"):
+                raise Unsupported("verdict map on a port without tcp or udp", where)
+            element = evolve(r, match=evolve(m, kw), action=verdict)
+            out.append(self.rule(head, element, t, inet, ipt, hooks, base_hook,
+                                 tagged=False))
+
     def rule(self, head: str, r: Rule, t: Table, inet: bool, ipt: str,
-             hooks: frozenset[str], base_hook: str | None) -> str | None:
+             hooks: frozenset[str], base_hook: str | None, tagged: bool = True) -> str | None:
         m, a = r.match, r.action
         rid = r.id
         # The IP version this rule is pinned to, if any.
@@ -437,6 +502,10 @@ class _Emitter:
             _u32(mask, rid)
             parts.append(" -m mark ! --mark " if m.mark_negate else " -m mark --mark ")
             parts.append(f"{value:#x}" if mask == 0xFFFFFFFF else f"{value:#x}/{mask:#x}")
+        if m.ct_mark is not None:
+            value, mask = m.ct_mark
+            parts.append(" -m connmark ! --mark " if m.ct_mark_negate else " -m connmark --mark ")
+            parts.append(f"{value:#x}" if mask == 0xFFFFFFFF else f"{value:#x}/{mask:#x}")
         for ref, (text, _) in zip(m.sets, refs):
             parts.append(" -m set ! --match-set " if ref.negate else " -m set --match-set ")
             parts.append(text)
@@ -446,10 +515,18 @@ class _Emitter:
             parts.append(_string(m.string, rid))
         if m.hashlimit is not None:
             parts.append(self._hashlimit(m.hashlimit, rid))
+        if m.random is not None:
+            parts.append(_statistic(m.random, rid))
+        if m.nth is not None:
+            every, phase = m.nth
+            parts.append(f" -m statistic --mode nth --every {every} "
+                         f"--packet {(every - phase) % every}")
         if r.comment is not None:
             parts.append(" -m comment --comment ")
             parts.append(_comment(r.comment, rid))
-        if len(rid) <= _MAX_ID and _SAFE_ID.issuperset(rid):
+        if not tagged:
+            pass
+        elif len(rid) <= _MAX_ID and _SAFE_ID.issuperset(rid):
             parts.append(' -m comment --comment "' + ID_TAG + rid + '"')
         else:
             parts.append(" -m comment --comment " + _comment(ID_TAG + rid, rid))
@@ -576,6 +653,8 @@ class _Emitter:
         if simple is not None:
             if kind == "masquerade" and a.port is not None:
                 raise Unsupported("masquerade to a port", where)
+            if a.random_port:
+                return simple + " --random-fully"
             return simple
         if kind == "jump" or kind == "goto":
             name = self.targets.get(a.chain)
@@ -593,10 +672,14 @@ class _Emitter:
                 raise RuleSetError(f"rule {rid}: mark without a value")
             _u32(value, rid)
             _u32(mask, rid)
-            if value & ~mask:
-                # --set-xmark XORs: bits outside the mask would toggle, not be set.
-                raise Unsupported("mark set outside its mask", where)
             return f" -j MARK --set-xmark {value:#x}/{mask:#x}"
+        if kind == "ctmark":
+            _u32(a.mark or 0, rid)
+            return f" -j CONNMARK --set-xmark {a.mark or 0:#x}/{a.mark_mask:#x}"
+        if kind == "savemark" or kind == "restoremark":
+            nfmask, ctmask = a.ct_masks
+            return (f" -j CONNMARK --{kind[:-4]}-mark --nfmask {nfmask:#x} "
+                    f"--ctmask {ctmask:#x}")
         if kind == "log":
             prefix = a.log_prefix
             if not prefix:
@@ -642,6 +725,40 @@ class _Emitter:
 # Ids of these characters print quoted (the tag's `:` asks for it) and unescaped.
 _SAFE_ID = frozenset(c for c in map(chr, range(32, 127)) if c not in "\"'\\")
 _MAX_ID = MAX_COMMENT - len(ID_TAG)
+
+
+def _statistic(random: int, rid: str) -> str:
+    """A random match as libxt_statistic saves it: the kernel's 31-bit threshold
+    printed with 11 decimals, which iptables reads back to the same threshold."""
+    if random % 2:
+        raise Unsupported("random match finer than the statistic's 2**-31", f"rule {rid}")
+    return f" -m statistic --mode random --probability {random / RANDOM_SCALE:.11f}"
+
+
+def _numgen_shares(numgen: tuple[int, int], s: Set,
+                   where: str) -> list[tuple[int | None, Action]]:
+    """A numgen map's elements as (random match or None, verdict) for rules in a
+    row: each rule's probability the element's share of what the rules before it
+    left, so that each element gets exactly its numgen bucket's probability."""
+    weight = numgen_weights(*numgen)
+    items = [(weight(int(e[0])), v) for e, v in zip(s.elements, s.verdicts)]
+    items = [(w, v) for w, v in items if w]
+    left = RANDOM_SCALE
+    out: list[tuple[int | None, Action]] = []
+    for w, v in items:
+        if v.kind == "jump":
+            raise Unsupported("numgen map with a jump (iptables would draw again after "
+                              "it returns)", where)
+        if w == left:
+            out.append((None, v))
+            break
+        share = Fraction(w, left) * RANDOM_SCALE
+        if share.denominator != 1 or share % 2:
+            raise Unsupported(f"numgen map share {w}/{left} (not a multiple of the "
+                              f"statistic's 2**-31)", where)
+        out.append((int(share), v))
+        left -= w
+    return out
 
 
 def _comment(text: str, rid: str) -> str:

@@ -18,6 +18,14 @@ match) or refuses (Unsupported; RuleSetError for what the kernel itself refuses)
 What only iptables has (a payload string match, hashlimit, `-j CT` without
 options, a set with per-element counters) is refused with Unsupported.
 
+A random match is `numgen random mod 2147483648 < T`: numgen's
+reciprocal_scale(u32, 2**31) is the u32's top 31 bits, so it holds with
+probability T / 2**31 exactly; an odd numerator over 2**32 (nft's own
+`numgen random mod 3 == 1`) takes mod 2**32 - 1 (see _random_match). A
+verdict map keyed by packet fields is a named map (nft lists an anonymous one's
+elements in hash order, on the rule's line); a numgen map is written in its rule,
+where nft lists it sorted by key.
+
 Pure: no root, no subprocess.
 """
 from __future__ import annotations
@@ -27,10 +35,11 @@ import itertools
 import re
 from functools import lru_cache
 
-from fwbench.ruleset.model import (CLIENT, FAMILIES, HOOKS, PROTOCOLS, SET_KEYS, Action,
+from fwbench.ruleset.model import (CLIENT, FAMILIES, HOOKS, PROTOCOLS, RANDOM_SCALE, SET_KEYS,
+                                   Action,
                                    Chain, Iface, Interfaces, Limit, Match, Ports, Prefix,
                                    Rule, RuleSet, RuleSetError, Set, SetRef, Table,
-                                   Unsupported)
+                                   Unsupported, jump_targets)
 from fwbench.ruleset.render import ID_TAG
 
 # Everything the model can say, nft can hold but for iptables' own constructs
@@ -49,7 +58,9 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
        "negation", "ct state", "mark match", "set match", "limit", "counter"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
-       "masquerade", "mark set", "notrack", "log"])
+       "masquerade", "mark set", "notrack", "log"]
+    + ["random match", "verdict map", "numgen map", "random port"]
+    + ["ct mark match", "ct mark set", "ct mark save", "ct mark restore", "nth match"])
 
 # Words nft 1.0.6's parser takes as keywords, so not as a table, chain or set name
 # (measured: `nft -c` of each as a chain, set and table name; quoting a name does
@@ -203,7 +214,7 @@ def comparable(text: str) -> tuple[list[str], dict[str, list[str]]]:
             continue
         if line.startswith("table ") and line.endswith("{"):
             table = " ".join(line.split()[1:3])
-        elif line.startswith("set ") and line.endswith("{"):
+        elif line.startswith(("set ", "map ")) and line.endswith("{"):
             set_name = line.split()[1]
         elif line.startswith(_ELEMENTS):
             body = line[len(_ELEMENTS):]
@@ -328,7 +339,12 @@ class _Renderer:
         self.reach = _reaching_bases(t)
         out.append(f"table {t.family} {_name('table', t.name)} {{")
         for s in t.sets:
-            self.set_block(s, out)
+            if s.verdicts and s.keys == ("number",):
+                continue   # written in its rule
+            if s.verdicts:
+                self.map_block(s, out)
+            else:
+                self.set_block(s, out)
         for c in t.chains:
             out.append(f"\tchain {_name('chain', c.name)} {{")
             if c.base:
@@ -371,6 +387,61 @@ class _Renderer:
             out.append(",\n".join("\t\t\t" + i for i in items))
             out.append("\t\t}")
         out.append("\t}")
+
+    def map_block(self, s: Set, out: list[str]) -> None:
+        """A verdict map keyed by packet fields, named (nft lists it so)."""
+        where = f"map {s.name}"
+        _name("map", s.name)
+        if "port" in s.keys and "proto" in s.keys and any(
+                e[s.keys.index("proto")] not in ("tcp", "udp", 6, 17) for e in s.elements):
+            # th dport reads any transport header; only TCP and UDP have ports.
+            raise Unsupported("verdict map on a port of a protocol without ports", where)
+        types = {"addr": "ipv4_addr" if s.version == 4 else "ipv6_addr",
+                 "proto": "inet_proto", "port": "inet_service"}
+        out.append(f"\tmap {s.name} {{")
+        out.append("\t\ttype " + " . ".join(types[k] for k in s.keys) + " : verdict")
+        if s.elements:
+            items = [" . ".join(self.element_part(s, k, v) for k, v in zip(s.keys, e))
+                     + " : " + self.verdict(v, where)
+                     for e, v in zip(s.elements, s.verdicts)]
+            out.append("\t\telements = {")
+            out.append(",\n".join("\t\t\t" + i for i in items))
+            out.append("\t\t}")
+        out.append("\t}")
+
+    def verdict(self, a: Action, where: str) -> str:
+        if a.kind in ("jump", "goto"):
+            return f"{a.kind} {_name('chain', a.chain or '')}"
+        if a.kind in ("accept", "drop", "return"):
+            return a.kind
+        raise RuleSetError(f"{where}: verdict {a.kind!r} in a verdict map")
+
+    def vmap(self, a: Action, m: Match, version: int | None, where: str) -> str:
+        s = self.sets.get(a.vmap.name)
+        if s is None:
+            raise RuleSetError(f"{where}: no map {a.vmap.name!r}")
+        if a.numgen is not None:
+            mod, offset = a.numgen
+            key = f"numgen random mod {mod}" + (f" offset {offset}" if offset else "")
+            items = sorted((int(e[0]), self.verdict(v, where))
+                           for e, v in zip(s.elements, s.verdicts))
+            return f"{key} vmap {{ " + ", ".join(f"{k} : {v}" for k, v in items) + " }"
+        exprs = []
+        for field, key in zip(a.vmap.fields, s.keys):
+            if key == "addr":
+                if version is not None and version != s.version:
+                    raise RuleSetError(f"{where}: an IPv{version} rule looks up IPv"
+                                       f"{s.version} map {s.name}")
+                exprs.append(f"{'ip' if s.version == 4 else 'ip6'} {field}")
+            elif key == "proto":
+                exprs.append("meta l4proto")
+            elif "proto" in s.keys:
+                exprs.append(f"th {field}")
+            elif m.proto in ("tcp", "udp"):
+                exprs.append(f"{m.proto} {field}")
+            else:
+                raise Unsupported("verdict map on a port without tcp or udp", where)
+        return f"{' . '.join(exprs)} vmap @{_name('map', s.name)}"
 
     def element_part(self, s: Set, key: str, v) -> str:
         where = f"set {s.name}"
@@ -469,8 +540,19 @@ class _Renderer:
             parts.append("ct state " + ",".join(s for s in _CT_ORDER if s in m.ct_state))
         if m.mark:
             parts.append(_mark_match(*m.mark, m.mark_negate, where))
+        if m.ct_mark is not None:
+            if fam == "netdev":
+                raise Unsupported("ct mark in family netdev", where)
+            # nft prints a ct mark as it prints a packet mark.
+            parts.append(_mark_match(*m.ct_mark, m.ct_mark_negate, where)
+                         .replace("meta mark", "ct mark", 1))
         if m.limit:
             parts.append(_limit(m.limit, where))
+        if m.nth is not None:
+            # numgen inc's counter gives the k-th packet k % every.
+            parts.append(f"numgen inc mod {m.nth[0]} {m.nth[1]}")
+        if m.random is not None:
+            parts.append(_random_match(m.random, where))
         if r.counter and a.kind != "counter":
             parts.append("counter")
         parts.append(self.action(a, m, version, where))
@@ -549,6 +631,17 @@ class _Renderer:
             raise Unsupported("ct", where)
         if k == "mark":
             return _mark_set(a.mark or 0, a.mark_mask, where)
+        if k == "vmap":
+            return self.vmap(a, m, version, where)
+        if k in ("ctmark", "savemark", "restoremark"):
+            if self.fam == "netdev":
+                raise Unsupported("ct mark in family netdev", where)
+            if k == "ctmark":
+                return _mark_set(a.mark or 0, a.mark_mask, where).replace("meta mark",
+                                                                          "ct mark")
+            if a.ct_masks != (0xFFFFFFFF, 0xFFFFFFFF):
+                raise Unsupported(f"ct mark {k[:-4]} with masks", where)
+            return "ct mark set meta mark" if k == "savemark" else "meta mark set ct mark"
         if k == "log":
             if a.log_prefix is None:
                 return "log"
@@ -615,7 +708,8 @@ class _Renderer:
         if a.kind == "masquerade":
             if a.addr:
                 raise RuleSetError(f"{where}: masquerade takes no address")
-            return "masquerade" if a.port is None else f"masquerade to :{a.port}"
+            text = "masquerade" if a.port is None else f"masquerade to :{a.port}"
+            return text + (" fully-random" if a.random_port else "")
         addr, v = _addr(a.addr or "", False)
         rv = m.version
         if rv is not None and rv != v or self.fam == "ip" and v == 6 \
@@ -625,7 +719,18 @@ class _Renderer:
         if a.port is not None:
             addr = f"{addr}:{a.port}" if v == 4 else f"[{addr}]:{a.port}"
         fam = f" {'ip' if v == 4 else 'ip6'}" if self.fam == "inet" else ""
-        return f"{a.kind}{fam} to {addr}"
+        return f"{a.kind}{fam} to {addr}" + (" fully-random" if a.random_port else "")
+
+
+def _random_match(random: int, where: str) -> str:
+    """A random match as a numgen bound. numgen gives reciprocal_scale(u32, mod),
+    which is below T for ceil(T * 2**32 / mod) of the 2**32 u32s: mod 2**31 makes
+    that 2T (the even numerators), mod 2**32 - 1 makes it T + 1 (the rest)."""
+    if random % 2 == 0:
+        return f"numgen random mod {RANDOM_SCALE // 2} < {random // 2}"
+    if random < 2:
+        raise Unsupported("random match of 2**-32", where)
+    return f"numgen random mod {RANDOM_SCALE - 1} < {random - 1}"
 
 
 def _mark_match(value: int, mask: int, negate: bool, where: str) -> str:
@@ -643,10 +748,16 @@ def _mark_match(value: int, mask: int, negate: bool, where: str) -> str:
 
 
 def _mark_set(value: int, mask: int, where: str) -> str:
-    """mark = (mark & ~mask) | value, as iptables' --set-mark value/mask; nft
-    prints the AND with the value's bits kept, and drops a no-op AND or OR."""
+    """mark = (mark & ~mask) ^ value, as iptables' --set-xmark value/mask. A value
+    inside its mask sets bits (nft prints the AND with the value's bits kept, and
+    drops a no-op AND or OR); with no mask it toggles them (`^`); other pairs,
+    which nft prints in forms of its own, are refused."""
     if not 0 <= value <= 0xFFFFFFFF or not 0 <= mask <= 0xFFFFFFFF:
         raise RuleSetError(f"{where}: mark 0x{value:x}/0x{mask:x} is not 32 bits")
+    if value & ~mask:
+        if mask:
+            raise Unsupported("mark set that toggles bits outside its mask", where)
+        return f"meta mark set meta mark ^ 0x{value:08x}"
     if mask == 0xFFFFFFFF:
         return f"meta mark set 0x{value:08x}"
     keep = (~mask | value) & 0xFFFFFFFF
@@ -671,8 +782,8 @@ def _no_overlap(where: str, items: list[str]) -> None:
 
 def _reaching_bases(t: Table) -> dict[str, list[Chain]]:
     """Chain name -> the base chains whose packets can reach it by jump or goto."""
-    edges = {c.name: [r.action.chain for r in c.rules if r.action.kind in ("jump", "goto")]
-             for c in t.chains}
+    maps = {s.name: s for s in t.sets if s.verdicts}
+    edges = {c.name: [x for r in c.rules for x in jump_targets(r, maps)] for c in t.chains}
     out: dict[str, list[Chain]] = {}
     for b in t.chains:
         if not b.base:

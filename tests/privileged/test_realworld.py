@@ -1,0 +1,49 @@
+"""Whole rule sets of the kinds users bring (home and office routers, a PBX, a VPN
+and a proxy gateway, a libvirt host, nft servers and routers): each imports whole
+and checks equal against the file itself, or is refused in one line. Never an
+accepted rule that changes meaning, never a traceback."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent.parent / "data" / "realworld"
+# The file's interfaces by role; files without an entry name none the testbed has.
+IFACES = {
+    "home-router.rules": "eth1=client,eth0=server",
+    "vpn-gateway.rules": "wg0=client,ens3=server",
+    "libvirt-host.rules": "virbr0=client",
+    "proxy-gateway.rules": "eth1=client,eth0=server",
+    "nft-router.nft": "enp2s0=client,enp1s0=server",
+}
+# Those that import whole today: one that stops doing so is a regression.
+WHOLE = {"home-router.rules", "vpn-gateway.rules", "pbx-host.rules", "libvirt-host.rules",
+         "proxy-gateway.rules", "nft-server.nft", "nft-router.nft"}
+FILES = sorted(p.name for p in DATA.iterdir())
+
+
+def _fwbench(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fwbench", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_real_rule_set_checks_equal_against_itself_or_is_refused_in_one_line(name):
+    iface = ["--iface", IFACES[name]] if name in IFACES else []
+    cov = _fwbench("check", str(DATA / name), *iface, "--coverage", "--json", timeout=60)
+    assert "Traceback" not in cov.stderr, cov.stderr
+    doc = json.loads(cov.stdout)
+    if not doc["whole"]:
+        assert name not in WHOLE, f"{name} no longer imports whole: {doc['rules']}"
+        refused = [r for r in doc["rules"] if r["status"] == "refused"]
+        assert refused or doc["error"]
+        cp = _fwbench("check", str(DATA / name), *iface)
+        assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+        return
+    assert name in WHOLE, f"{name} imports whole now: add it to WHOLE"
+    cp = _fwbench("check", str(DATA / name), *iface, "--backends",
+                  "iptables-legacy,iptables-nft,nftables", "--corpus", "600")
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    assert "the original and all backends agree with the reference" in cp.stdout
