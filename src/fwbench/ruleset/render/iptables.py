@@ -3,7 +3,8 @@
 `render(rs, ifs, 4)` is the iptables-restore input for the tables of family ip and
 inet, `render(rs, ifs, 6)` the ip6tables-restore input for ip6 and inet (an inet
 rule whose addresses, protocol, sets or NAT address pin the other IP version is
-left out). Every line is what iptables-save (legacy and nft, v1.8.9) prints back
+left out; so is one restricted to the other version, Match.ip_version, which
+needs no option: the table's version says it). Every line is what iptables-save (legacy and nft, v1.8.9) prints back
 for it, so a backend compares kernel state with the rendering line by line: one
 `*table` block per iptables table in use (raw, mangle, nat, filter), every
 built-in chain of that table with its policy, user chains and their rules in
@@ -47,7 +48,7 @@ SUPPORTS: frozenset[str] = frozenset({
     "iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix", "ipv6",
     "proto tcp", "proto udp", "proto icmp", "proto icmpv6",
     "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
-    "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
+    "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct",
 }) | _ipset.SUPPORTS
@@ -89,8 +90,20 @@ _REJECT_4TO6 = {"icmp-net-unreachable": "icmp6-no-route",
                 "icmp-port-unreachable": "icmp6-port-unreachable",
                 "icmp-admin-prohibited": "icmp6-adm-prohibited"}
 _REJECT_6TO4 = {v: k for k, v in _REJECT_4TO6.items()}
-# libxt_limit: rates are periods in units of 1/10000 s; save picks the largest
-# unit that prints the period exactly (so 60/minute reads back as 1/sec).
+# nft's icmpx types (`icmpx-TYPE`), as the kernel sends them per version
+# (nft_reject: icmpx no-route is ICMP net-unreachable, host-unreachable is
+# ICMPv6 address-unreachable).
+_REJECT_ICMPX = {4: {"icmpx-port-unreachable": "icmp-port-unreachable",
+                     "icmpx-host-unreachable": "icmp-host-unreachable",
+                     "icmpx-no-route": "icmp-net-unreachable",
+                     "icmpx-admin-prohibited": "icmp-admin-prohibited"},
+                 6: {"icmpx-port-unreachable": "icmp6-port-unreachable",
+                     "icmpx-host-unreachable": "icmp6-addr-unreachable",
+                     "icmpx-no-route": "icmp6-no-route",
+                     "icmpx-admin-prohibited": "icmp6-adm-prohibited"}}
+# libxt_limit: rates are periods in units of 1/10000 s, an integer (so 1023/second,
+# 10000/1023 units, is no rate it can hold); save picks the largest unit that
+# prints the period exactly (so 60/minute reads back as 1/sec).
 _LIMIT_SCALE = 10000
 _LIMIT_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 _LIMIT_PRINT = (("day", _LIMIT_SCALE * 86400), ("hour", _LIMIT_SCALE * 3600),
@@ -366,9 +379,9 @@ class _Emitter:
                     v6 = True
                 else:
                     v4 = True
-        if proto == "icmp":
+        if proto == "icmp" or m.ip_version == 4:
             v4 = True
-        elif proto == "icmpv6":
+        if proto == "icmpv6" or m.ip_version == 6:
             v6 = True
         refs = []
         for ref in m.sets:
@@ -617,6 +630,7 @@ class _Emitter:
             out = w if w in _REJECT4 else _REJECT_6TO4.get(w)
         else:
             out = w if w in _REJECT6 else _REJECT_4TO6.get(w)
+        out = out or _REJECT_ICMPX[self.version].get(w)
         if out is None:
             raise Unsupported(f"reject with {w}", f"rule {r.id}")
         return out
@@ -680,15 +694,21 @@ def _limit(lim, rid: str) -> str:
 
 def _rate(rate: int, per: str, scale: int, what: str, rid: str) -> str:
     """A rate as limit and hashlimit save it: held as a period in units of 1/scale
-    second, printed in the largest unit that shows the period exactly."""
+    second, printed in the largest unit that shows the period exactly. A rate
+    whose period is not a whole number of units is refused: the kernel would
+    hold a period cut down to one, a faster rate than the rule's."""
     mult = _LIMIT_UNITS.get(per)
     if mult is None:
         raise Unsupported(f"{what} per {per}", f"rule {rid}")
     if rate < 1:
         raise RuleSetError(f"rule {rid}: {what} rate {rate}")
-    period = scale * mult // rate
+    period, rest = divmod(scale * mult, rate)
     if period == 0:
         raise Unsupported(f"{what} faster than {scale}/second", f"rule {rid}")
+    if rest:
+        raise Unsupported(f"{what} rate {rate}/{per} (iptables holds a period of "
+                          f"1/{scale} s units: {scale * mult}/{rate} is not whole)",
+                          f"rule {rid}")
     prints = [(name, unit // _LIMIT_SCALE * scale) for name, unit in _LIMIT_PRINT]
     i = 1
     while i < len(prints):
@@ -697,6 +717,8 @@ def _rate(rate: int, per: str, scale: int, what: str, rid: str) -> str:
             break
         i += 1
     name, unit = prints[i - 1]
+    # The printed rate may be rounded (3125/minute prints as 52/sec), but it reads
+    # back as the same period: restore holds what the rule asked.
     return f"{unit // period}/{name}"
 
 
