@@ -4,12 +4,13 @@
 inet, `render(rs, ifs, 6)` the ip6tables-restore input for ip6 and inet (an inet
 rule whose addresses, protocol, sets or NAT address pin the other IP version is
 left out; so is one restricted to the other version, Match.ip_version, which
-needs no option: the table's version says it). Every line is what iptables-save (legacy and nft, v1.8.9) prints back
-for it, so a backend compares kernel state with the rendering line by line: one
-`*table` block per iptables table in use (raw, mangle, nat, filter), every
-built-in chain of that table with its policy, user chains and their rules in
-save's order (built-in chains first, then user chains sorted by name, as libiptc
-and iptables-nft both list them), options in save's order and spelling.
+needs no option: the table's version says it). Every line is what iptables-save
+(legacy and nft, v1.8.9) prints back for it, so a backend compares kernel state
+with the rendering line by line: one `*table` block per iptables table in use
+(raw, mangle, nat, filter), every built-in chain of that table with its policy,
+user chains and their rules in save's order (built-in chains first, then user
+chains sorted by name, as libiptc and iptables-nft both list them), options in
+save's order and spelling.
 
 The model maps onto iptables so:
 - a base chain goes to the iptables table its type and priority name (filter type
@@ -48,7 +49,8 @@ SUPPORTS: frozenset[str] = frozenset({
     "iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix", "ipv6",
     "proto tcp", "proto udp", "proto icmp", "proto icmpv6",
     "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
-    "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
+    "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match",
+    "hashlimit",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct",
 }) | _ipset.SUPPORTS
