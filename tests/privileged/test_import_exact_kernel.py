@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from fwbench.ruleset.importers import nft_json
-from fwbench.ruleset.model import (Chain, HashLimit, Interfaces, Limit, Match, Rule, RuleSet,
-                                   Table, Unsupported, validate)
+from fwbench.ruleset.model import (DROP, Action, Chain, HashLimit, Interfaces, Limit, Match,
+                                   Ports, Rule, RuleSet, Table, Unsupported, validate)
 from fwbench.ruleset.render import iptables as ipt
 from fwbench.ruleset.render import ipset
 from fwbench.ruleset.render import nft
@@ -114,3 +114,27 @@ def test_rates_come_back_as_the_period_asked(tmp_path):
         saved = _in_netns('"$1" < "$2" && "$3"', f"iptables-{variant}-restore",
                           str(tmp_path / "rules"), f"iptables-{variant}-save")
         assert ipt.by_table(saved) == ipt.by_table(rendered)
+
+
+def test_version_restrictions_list_back_as_rendered(tmp_path):
+    """nft lists `meta nfproto` by itself only where no later expression implies it,
+    and a reject's implied one only when no statement stands before the reject."""
+    rules = (Rule("plain", Match(ip_version=6), Action("reject")),
+             Rule("bare", Match(ip_version=6), Action("reject"), counter=False),
+             Rule("limited", Match(ip_version=4, limit=Limit(5)),
+                  Action("reject", reject_with="icmp-host-prohibited"), counter=False),
+             Rule("icmpx", Match(ip_version=4),
+                  Action("reject", reject_with="icmpx-admin-prohibited")),
+             Rule("reset", Match(ip_version=4, proto="tcp"),
+                  Action("reject", reject_with="tcp-reset")),
+             Rule("port", Match(ip_version=4, proto="udp", dport=Ports.of(5)), DROP))
+    rs = validate(RuleSet("x", (
+        Table("inet", "t", (Chain("c", rules, hook="forward"),)),
+        Table("netdev", "n", (Chain("i", (Rule("v6", Match(ip_version=6)),),
+                                    hook="ingress", device="lo"),)))))
+    rendered = nft.render(rs, IFS)
+    (tmp_path / "r.nft").write_text(rendered)
+    listed = _in_netns('ip link set lo up && nft -f "$1" && nft list ruleset',
+                       str(tmp_path / "r.nft"))
+    assert nft.comparable(listed)[0] == nft.comparable(rendered)[0]
+    assert 'meta protocol ip6 counter' in listed

@@ -525,3 +525,11 @@ def test_nft_l4proto_and_th_ports():
     assert r.match == Match(proto="udp", dport=Ports(((53, 53),)))
     assert nft_refused([match(payload("th", "dport"), 53), ACCEPT]) == \
         f"{WHERE}: unsupported: th port match without meta l4proto tcp or udp"
+
+
+def test_nft_dormant_table_refused():
+    d = doc([ACCEPT])
+    d["nftables"][1]["table"]["flags"] = ["dormant"]
+    with pytest.raises(RuleSetError) as e:
+        nft_json.parse(d, "f.json")
+    assert str(e.value) == 'f.json: table inet t: unsupported: flags ["dormant"]'
