@@ -373,6 +373,8 @@ def test_iptables_counts_noted_once():
     assert rs.notes == ("f.rules: rules' packet and byte counts not kept (a run counts "
                         "from zero)",)
     assert ipt4("[0:0] -A FORWARD -j ACCEPT\n").notes == ()
+    assert iptables_save.parse(HEAD4.replace("FORWARD DROP [0:0]", "FORWARD DROP [9:540]")
+                               + "COMMIT\n", "f.rules").notes == rs.notes
 
 
 def test_nft_counter_kept_its_values_noted():

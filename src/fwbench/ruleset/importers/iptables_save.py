@@ -320,6 +320,8 @@ class _Parser:
         if len(parts) < 2:
             raise _Fail(f"syntax error: {line!r}")
         name, policy = parts[0], parts[1]
+        if parts[2:] and parts[2] != "[0:0]":
+            self.counts = True   # the policy's count, as a rule's
         if name in self.chains:
             raise _Fail(f"chain {name} declared twice")
         builtin = name in BUILTIN[self.table]
