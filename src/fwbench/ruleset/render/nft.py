@@ -15,8 +15,8 @@ comment goes before the id in the same string: nft has one comment per rule).
 Where nft's meaning would differ from the model's, the renderer adds what makes
 them equal (`meta l4proto { tcp, udp }` before a port lookup an ICMP packet could
 match; `meta nfproto ipv6`, in netdev `meta protocol ip6`, for a rule restricted
-to one IP version that nothing else in it pins) or refuses (Unsupported; RuleSetError for what the kernel itself refuses).
-What only iptables has (a payload string match, hashlimit, `-j CT` without
+to one IP version that nothing else in it pins) or refuses (Unsupported;
+RuleSetError for what the kernel itself refuses). What only iptables has (a payload string match, hashlimit, `-j CT` without
 options, a set with per-element counters) is refused with Unsupported.
 
 Pure: no root, no subprocess.
