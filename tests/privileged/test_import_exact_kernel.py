@@ -99,21 +99,28 @@ def test_a_rate_iptables_cannot_hold_is_refused_not_rounded(tmp_path):
     assert "limit rate 1023/second accept" in listed
 
 
-def test_rates_come_back_as_the_period_asked(tmp_path):
-    """3125/minute is a period of 192/10000 s, which save prints as 52/sec: restore
-    must read that back as the same period, so save prints it the same again."""
-    rules = (Rule("a", Match(limit=Limit(3125, "minute"))),
-             Rule("b", Match(limit=Limit(25, "minute", 9))),
+def test_rates_come_back_as_asked(tmp_path):
+    """The renderer's limits load and save back as rendered in both variants (legacy
+    holds a period, iptables-nft the printed rate); a refused one does not load as
+    it was asked: legacy refuses a burst whose credits overflow."""
+    rules = (Rule("a", Match(limit=Limit(25, "minute", 9))),
+             Rule("b", Match(limit=Limit(1, "day", 1))),
              Rule("c", Match(hashlimit=HashLimit("h", 9, "hour"))))
     rs = validate(RuleSet("x", (Table("ip", "t", (
         Chain("c", rules, hook="forward", policy="accept"),)),)))
     rendered = ipt.render(rs, IFS, 4)
-    assert "--limit 52/sec " in rendered
     (tmp_path / "rules").write_text(rendered)
     for variant in ("legacy", "nft"):
         saved = _in_netns('"$1" < "$2" && "$3"', f"iptables-{variant}-restore",
                           str(tmp_path / "rules"), f"iptables-{variant}-save")
         assert ipt.by_table(saved) == ipt.by_table(rendered)
+    with pytest.raises(Unsupported, match="limit burst 2 at 1/day"):
+        ipt.check(validate(RuleSet("x", (Table("ip", "t", (Chain(
+            "c", (Rule("a", Match(limit=Limit(1, "day", 2))),), hook="forward"),)),))))
+    (tmp_path / "rules").write_text(rendered.replace("--limit-burst 1 ", "--limit-burst 2 "))
+    cp = subprocess.run(["unshare", "-n", "iptables-legacy-restore", str(tmp_path / "rules")],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode != 0
 
 
 def test_version_restrictions_list_back_as_rendered(tmp_path):

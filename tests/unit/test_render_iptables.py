@@ -258,10 +258,9 @@ def test_tables_in_restore_order_with_all_builtin_chains():
      '-j ACCEPT'),
     (_r("x", limit=Limit(25, "minute")),
      '-A FORWARD -m limit --limit 25/min -m comment --comment "fwb:x" -j ACCEPT'),
-    # A period of 192/10000 s, which save prints rounded and restore reads back
-    # as the same period.
-    (_r("x", limit=Limit(3125, "minute")),
-     '-A FORWARD -m limit --limit 52/sec -m comment --comment "fwb:x" -j ACCEPT'),
+    (_r("x", limit=Limit(1, "day", 1)),
+     '-A FORWARD -m limit --limit 1/day --limit-burst 1 -m comment --comment "fwb:x" '
+     '-j ACCEPT'),
     (_r("x", Action("counter"), comment="plain_text-1"),
      '-A FORWARD -m comment --comment plain_text-1 -m comment --comment "fwb:x"'),
     (Rule('it\'s "q"\\', Match(), Action("log", log_prefix="a b")),
@@ -373,6 +372,13 @@ def test_user_chain_goes_with_the_base_chains_that_reach_it():
     (_one(Rule("x", Match(limit=Limit(1023)))),
      "limit rate 1023/second (iptables holds a period of 1/10000 s units: 10000/1023 is "
      "not whole)", "rule x"),
+    # A whole period, 192/10000 s, that save prints as 52/sec: iptables-nft holds
+    # that, 52/second.
+    (_one(Rule("x", Match(limit=Limit(3125, "minute")))),
+     "limit rate 3125/minute (iptables-save prints it as 52/sec)", "rule x"),
+    # xt_limit's 32-bit credits: a burst of two packets a day overflows them.
+    (_one(Rule("x", Match(limit=Limit(1, "day", 2)))),
+     "limit burst 2 at 1/day (xt_limit's credits overflow)", "rule x"),
     (_one(Rule("x", Match(limit=Limit(17, "minute")))),
      "limit rate 17/minute (iptables holds a period of 1/10000 s units: 600000/17 is "
      "not whole)", "rule x"),

@@ -111,6 +111,7 @@ _LIMIT_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 _LIMIT_PRINT = (("day", _LIMIT_SCALE * 86400), ("hour", _LIMIT_SCALE * 3600),
                 ("min", _LIMIT_SCALE * 60), ("sec", _LIMIT_SCALE))
 _LIMIT_BURST = 5                  # the default, which save leaves out
+_MAX_CREDITS_A_SECOND = 38400
 # libxt_hashlimit (revisions 2 and 3) keeps a rate as a period in microseconds and
 # prints it as limit does; burst and mode it always prints, the source mask when
 # it is not the whole address, the entries' expiry when it is not the printed
@@ -688,17 +689,28 @@ def _set_flags(s: Set, ref: SetRef, rid: str) -> str:
 
 
 def _limit(lim, rid: str) -> str:
-    text = f" -m limit --limit {_rate(lim.rate, lim.per, _LIMIT_SCALE, 'limit', rid)}"
+    rate = _rate(lim.rate, lim.per, _LIMIT_SCALE, "limit", rid, native=True)
     if not 1 <= lim.burst <= 10000:
         raise Unsupported(f"limit burst {lim.burst}", f"rule {rid}")
+    # xt_limit (legacy) keeps the burst as 32-bit credits, HZ x CREDITS_PER_JIFFY
+    # a second (at most 38,400 for HZ 100, 250, 300 or 1000): past that it keeps a
+    # wrapped, smaller burst, or refuses the rule.
+    seconds = lim.burst * _LIMIT_UNITS[lim.per] // lim.rate
+    if seconds * _MAX_CREDITS_A_SECOND > 0xFFFFFFFF:
+        raise Unsupported(f"limit burst {lim.burst} at {lim.rate}/{lim.per} (xt_limit's "
+                          f"credits overflow)", f"rule {rid}")
+    text = " -m limit --limit " + rate
     return text if lim.burst == _LIMIT_BURST else f"{text} --limit-burst {lim.burst}"
 
 
-def _rate(rate: int, per: str, scale: int, what: str, rid: str) -> str:
+def _rate(rate: int, per: str, scale: int, what: str, rid: str,
+          native: bool = False) -> str:
     """A rate as limit and hashlimit save it: held as a period in units of 1/scale
     second, printed in the largest unit that shows the period exactly. A rate
     whose period is not a whole number of units is refused: the kernel would
-    hold a period cut down to one, a faster rate than the rule's."""
+    hold a period cut down to one, a faster rate than the rule's. `native`:
+    iptables-nft holds the printed rate itself (nft's limit, for -m limit), so
+    that must be the rule's too."""
     mult = _LIMIT_UNITS.get(per)
     if mult is None:
         raise Unsupported(f"{what} per {per}", f"rule {rid}")
@@ -719,8 +731,11 @@ def _rate(rate: int, per: str, scale: int, what: str, rid: str) -> str:
             break
         i += 1
     name, unit = prints[i - 1]
-    # The printed rate may be rounded (3125/minute prints as 52/sec), but it reads
-    # back as the same period: restore holds what the rule asked.
+    if native and unit % period:
+        # 3125/minute prints as 52/sec: legacy reads it back as the same period,
+        # iptables-nft holds 52/second.
+        raise Unsupported(f"{what} rate {rate}/{per} (iptables-save prints it as "
+                          f"{unit // period}/{name})", f"rule {rid}")
     return f"{unit // period}/{name}"
 
 
