@@ -382,10 +382,15 @@ class _Emitter:
                     v6 = True
                 else:
                     v4 = True
-        if proto == "icmp" or m.ip_version == 4:
+        if proto == "icmp":
             v4 = True
-        if proto == "icmpv6" or m.ip_version == 6:
+        elif proto == "icmpv6":
             v6 = True
+        if m.ip_version:
+            if m.ip_version == 4:
+                v4 = True
+            else:
+                v6 = True
         refs = []
         for ref in m.sets:
             flags = self._setref(t, ref, rid)
