@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from fwbench import backends as registry
-from fwbench.backends.base import Backend, as_tracked, describe, disagreements, \
-    evaluator, exchange, rate_limits
+from fwbench.backends.base import Backend, Exchange, as_tracked, describe, \
+    disagreements, evaluator, exchange, rate_limits
+from fwbench.backends.original import NAME as ORIGINAL, OriginalFile
 from fwbench.errors import FwbenchError
 from fwbench.ruleset import corpus as corpora
 from fwbench.ruleset.model import Packet, RuleSet, Unsupported
@@ -66,13 +67,24 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return not self.between and all(r.disagreements == 0 for r in self.results
-                                        if r.refused is None)
+        # A backend that cannot hold the rule set is skipped; an original that does
+        # not load leaves the import unproven.
+        return not self.between and all(
+            r.disagreements == 0 if r.refused is None else r.backend != ORIGINAL
+            for r in self.results)
+
+    @property
+    def original(self) -> BackendResult | None:
+        """The user's file itself, when the rule set came from one."""
+        return next((r for r in self.results if r.backend == ORIGINAL), None)
 
     def as_dict(self) -> dict:
+        orig = self.original
         return {"ruleset": self.ruleset, "corpus": self.corpus, "ok": self.ok,
                 "not_judged_rate_limited": self.limited, "limit_rules": self.limit_rules,
-                "backends": [r.as_dict() for r in self.results], "between": self.between}
+                "original": orig.as_dict() if orig else None,
+                "backends": [r.as_dict() for r in self.results if r is not orig],
+                "between": self.between}
 
 
 def with_counters(rs: RuleSet) -> RuleSet:
@@ -110,12 +122,17 @@ def resolve(rs: RuleSet, names: list[str] | None) -> tuple[list[Backend], dict[s
 
 def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: int = 0,
           progress: Callable[[str], None] = lambda _: None,
-          topo: Topology | None = None) -> CheckReport:
+          topo: Topology | None = None, original: OriginalFile | None = None) -> CheckReport:
+    """Every backend against the reference; with `original`, the user's file itself
+    too (its `original` row): the proof that the import kept its meaning."""
     rs = with_counters(rs)
     pkts = [as_tracked(p) for p in corpora.build(rs, size=corpus_size, seed=seed)]
     evaluator(rs)  # compile once, before any testbed exists
     results = []
     with NetnsTestbed(topo or Topology.new()) as tb:
+        if original is not None:
+            progress(f"original: loading {original.orig.path} with {original.command}")
+            results.append(against_original(original, tb, rs, pkts))
         for b in backends:
             progress(f"{b.name}: loading {rs.rule_count:,} rules")
             t0 = time.perf_counter()
@@ -136,6 +153,98 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
                        sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)))
 
 
+def against_original(orig: OriginalFile, tb, rs: RuleSet,
+                     pkts: list[Packet]) -> BackendResult:
+    """The user's file itself in the firewall, sent `pkts`: each packet's verdict and
+    translation against the reference's. A disagreement names the packet and the
+    file's rule the import says decides it."""
+    t0 = time.perf_counter()
+    res = BackendResult(ORIGINAL, len(pkts))
+    try:
+        orig.apply(tb, rs)
+    except FwbenchError as e:
+        res.refused = str(e)
+        res.seconds = time.perf_counter() - t0
+        return res
+    ex = exchange(orig, tb, rs, pkts)
+    res.per_packet = original_disagreements(rs, ex)
+    res.outcomes = [None if s is None else (s.saddr, s.daddr, s.sport, s.dport)
+                    for s in ex.seen]
+    res.forwarded = sum(1 for s in ex.seen if s is not None)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+# Runs: (file, rule-set digest) -> the record of its comparison with the original.
+_confirmed: dict[tuple[str, str], dict] = {}
+
+
+def confirm_original(rs: RuleSet, path: str, ipsets: str | None = None,
+                     corpus_size: int = 5000, seed: int = 0,
+                     progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Before a run measures a user's rule set: its original, in a firewall of a
+    testbed of its own on this machine (the run's may be real hosts, which a
+    rule set can cut off), sent `check`'s corpus, must give the reference's
+    verdict and translation for every packet. Once per file and import in a
+    process. Returns the record for run.json; raises FwbenchError (one line)
+    when the original contradicts the import or does not load."""
+    key = (path, rs.digest())
+    if key not in _confirmed:
+        orig = original_of(path, ipsets)
+        pkts = [as_tracked(p) for p in corpora.build(rs, size=corpus_size, seed=seed)]
+        evaluator(rs)
+        progress(f"comparing {path} itself with its import: {len(pkts):,} packets "
+                 f"(as fwbench check does)")
+        with NetnsTestbed(Topology.new()) as tb:
+            res = against_original(orig, tb, rs, pkts)
+        if res.refused is not None:
+            raise FwbenchError(f"{res.refused}; fwbench measures only a rule set whose "
+                               f"import is proven against its original")
+        if res.per_packet:
+            raise FwbenchError(f"{path}: the import does not mean what the file means: "
+                               f"{len(res.per_packet)} of {len(pkts)} packets differ, "
+                               f"first: {res.per_packet[0]}; not measured (fwbench "
+                               f"check {path} lists them)")
+        _confirmed[key] = {"tool": orig.command, "packets": len(pkts),
+                           "forwarded": res.forwarded, "disagreements": 0,
+                           "not_judged_rate_limited":
+                               sum(1 for p in pkts if rate_limits(rs).reached(p)),
+                           "seconds": round(res.seconds, 3)}
+    return _confirmed[key]
+
+
+def original_disagreements(rs: RuleSet, ex: Exchange) -> list[str]:
+    """Where the original's verdicts and translations differ from the reference's,
+    one line per packet, naming where the file has the rule that should decide."""
+    ev, limits = evaluator(rs), rate_limits(rs)
+    out = []
+    for p, got in zip(ex.sent, ex.seen):
+        if limits.reached(p):
+            continue   # a spent limit may decide it, in each kernel at its own time
+        v = ev.evaluate(p)
+        want = v.translated if v.forward else None
+        if (want is None) == (got is None) and (
+                want is None or (want.saddr, want.daddr, want.sport, want.dport)
+                == (got.saddr, got.daddr, got.sport, got.dport)):
+            continue
+        what = ("dropped" if got is None else "forwarded") if (want is None) != (got is None) \
+            else f"left as {describe(got, iif=False)}"
+        expected = "forwarded" if want is not None else "dropped"
+        if want is not None and got is not None:
+            expected = f"as {describe(want, iif=False)}"
+        out.append(f"{describe(p)}: the original {what}, the import says {expected} "
+                   f"({_decider(rs, v)})")
+    return out
+
+
+def _decider(rs: RuleSet, v) -> str:
+    """The imported rule (and where the file has it), or the policy, that decides."""
+    if v.decided_by is None:
+        return f"chain {v.policy_of}'s policy" if v.policy_of else v.reason
+    where = rs.origin(v.decided_by)
+    return f"rule {v.decided_by}" + (f" at {where}" if where else "")
+
+
 def _attributed(rs: RuleSet, pkts: list[Packet], line: str) -> str:
     """The packets the reference gives a rule whose count differs (the first few)."""
     rid = line.split()[1]
@@ -152,12 +261,26 @@ def _between(rs: RuleSet, pkts: list[Packet], results: list[BackendResult]) -> l
     for i, p in enumerate(pkts):
         if limits.reached(p):
             continue   # a spent limit may decide it, in each kernel at its own time
-        seen = {r.backend: r.outcomes[i] for r in results}
+        seen = {r.backend: r.outcomes[i] for r in results if r.refused is None}
         if len(set(seen.values())) > 1:
             parts = [f"{name} {'dropped' if o is None else 'forwarded'}"
                      for name, o in seen.items()]
             out.append(f"{describe(p)}: {', '.join(parts)}")
     return out
+
+
+def original_of(path: str | None, ipsets: str | None = None) -> OriginalFile | None:
+    """The file a rule set was imported from, ready to load as it is (None for a
+    template); refused in one line where it cannot be loaded here."""
+    if path is None:
+        return None
+    from fwbench.ruleset import original
+    orig = OriginalFile(original.read(path, ipsets))
+    why = orig.unavailable()
+    if why:
+        raise FwbenchError(f"the original {path} cannot be loaded here to compare with "
+                           f"its import: {why}")
+    return orig
 
 
 def template_params(items: list[str]) -> dict[str, int | str]:

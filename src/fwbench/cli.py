@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fwbench import __version__
@@ -136,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--ipsets", help="`ipset save` output the imported rules' sets come from")
     ck.add_argument("--corpus", type=int, default=5000, help="packets in the corpus")
     ck.add_argument("--seed", type=int, default=0, help="seed of the corpus's random part")
+    ck.add_argument("--coverage", action="store_true",
+                    help="list, rule by rule, what the import holds of the file (imported "
+                         "exactly, dropped with no effect on a verdict, refused, and why) "
+                         "and the totals; no testbed. Exit 1 when a rule is refused")
     ck.add_argument("--json", nargs="?", const=jsonout.STDOUT, metavar="FILE",
                     help="every result as JSON: on stdout with no FILE (the human text "
                          "then goes to stderr), else into FILE. `--json RULESET` with "
@@ -271,6 +276,8 @@ def cmd_check(args, out: Console) -> int:
     check_json_target(args)
     if jsonout.to_stdout(args.json):   # stdout holds the JSON document alone
         out = Console(stderr=True)
+    if args.coverage:
+        return _coverage(args, out)
     rs = check.ruleset_from(path=args.ruleset, template=args.template,
                             params=check.template_params(args.param), iface=args.iface,
                             ipsets=args.ipsets)
@@ -283,9 +290,13 @@ def cmd_check(args, out: Console) -> int:
         out.print(f"  address {orig} -> {mapped}")
     for name, why in skipped.items():
         out.print(f"[yellow]skipping {name}: {why}[/]")
+    original = check.original_of(args.ruleset, args.ipsets)
     report = check.check(rs, chosen, args.corpus, args.seed,
-                         progress=lambda m: out.print(f"  {m}"))
+                         progress=lambda m: out.print(f"  {m}"), original=original)
     for r in report.results:
+        if r.refused is not None:
+            out.print(f"[red]{r.backend}: NOT LOADED[/]: {escape(r.refused)}")
+            continue
         mark = "[green]ok[/]" if r.disagreements == 0 else "[red]DISAGREES[/]"
         out.print(f"{r.backend}: {r.packets:,} packets, {r.forwarded:,} forwarded, "
                   f"{r.disagreements} disagreements, {r.seconds:.1f} s  {mark}")
@@ -301,9 +312,39 @@ def cmd_check(args, out: Console) -> int:
         out.print(f"  between backends: {line}", markup=False, soft_wrap=True)
     if args.json:
         jsonout.emit({**report.as_dict(), "skipped": skipped}, args.json)
-    out.print("all backends agree with the reference" if report.ok
-              else "[red]disagreements found[/]")
+    agree = "the original and all backends agree" if original else "all backends agree"
+    out.print(f"{agree} with the reference" if report.ok else "[red]disagreements found[/]")
     return 0 if report.ok else 1
+
+
+def _coverage(args, out: Console) -> int:
+    """`check FILE --coverage`: the import's listing, rule by rule."""
+    from fwbench.ruleset.coverage import REFUSED, coverage
+    from fwbench.ruleset.importers.load import parse_iface_map
+    if args.ruleset is None:
+        raise FwbenchError("--coverage lists what the import holds of a rule-set file: "
+                           "give one (a template is the model already)")
+    cov = coverage(args.ruleset, parse_iface_map(args.iface) if args.iface else None,
+                   args.ipsets)
+    totals = cov.totals()
+    out.print(f"coverage of {cov.path}: {sum(totals.values()):,} rules: "
+              f"{totals['imported']:,} imported exactly, {totals['dropped']:,} with parts "
+              f"that decide no verdict dropped, {totals['refused']:,} refused",
+              highlight=False)
+    for e in cov.entries:
+        why = f": {e.why}" if e.why else ""
+        colour = {"imported": "green", "dropped": "yellow", REFUSED: "red"}[e.status]
+        out.print(f"  [{colour}]{e.status:8}[/] {escape(e.where)}{escape(why)}",
+                  soft_wrap=True, highlight=False)
+    for note in cov.notes:
+        out.print(f"  note: {escape(note)}", soft_wrap=True, highlight=False)
+    if cov.error:
+        out.print(f"[red]not read past: {escape(cov.error)}[/]", soft_wrap=True)
+    if args.json:
+        jsonout.emit(cov.as_dict(), args.json)
+    out.print("the file imports whole" if cov.whole else "[red]the file does not import "
+              "whole[/]")
+    return 0 if cov.whole else 1
 
 
 def cmd_backends(args, out: Console) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fwbench import backends, check
+from fwbench.errors import FwbenchError
 from fwbench.backends.iptables import IptablesLegacy
 from fwbench.ruleset.templates.seed000 import seed000
 
@@ -80,3 +81,76 @@ def test_check_json_on_stdout_is_the_document_alone(argv):
     # the human text went to stderr
     assert "all backends agree with the reference" in cp.stderr
     assert rep["ruleset"] in cp.stderr
+
+
+# --- the original file itself as the reference -------------------------------------
+
+ORIGINALS = Path(__file__).parent.parent / "data" / "original"
+
+
+@pytest.mark.parametrize("name, iface", [("gw.rules", "eth0=client,eth1=server"),
+                                         ("gw.nft", "wan0=client,lan0=server"),
+                                         ("gw.json", "wan0=client,lan0=server")])
+def test_check_of_a_file_loads_the_file_itself_and_agrees_with_it(tmp_path, name, iface):
+    out = tmp_path / "check.json"
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(ORIGINALS / name),
+                         "--iface", iface, "--backends", "iptables-legacy,nftables",
+                         "--corpus", "300", "--json", str(out)],
+                        capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "the original and all backends agree with the reference" in cp.stdout
+    rep = json.loads(out.read_text())
+    orig = rep["original"]
+    assert orig["backend"] == "original" and orig["refused"] is None
+    assert orig["disagreements"] == 0 and 0 < orig["forwarded"] < orig["packets"]
+    assert [b["backend"] for b in rep["backends"]] == ["iptables-legacy", "nftables"]
+
+
+def _wrong(rs, rule_id: str, **match):
+    """The import with one rule's match changed: what a wrong importer mapping gives."""
+    from dataclasses import replace
+    from fwbench.ruleset.model import evolve
+    tables = tuple(replace(t, chains=tuple(replace(c, rules=tuple(
+        evolve(r, match=evolve(r.match, match)) if r.id == rule_id else r
+        for r in c.rules)) for c in t.chains)) for t in rs.tables)
+    return rs.with_tables(tables)
+
+
+@pytest.mark.parametrize("rule_id, change", [
+    ("filter-2", {"dport": "swapped"}),     # --dport 443 read as another rule's 53
+    ("filter-4", {"src": None}),            # the DROP rule's -s 10.1.2.0/24 dropped
+])
+def test_a_wrong_import_is_caught_by_the_original_and_by_nothing_else(rule_id, change):
+    from fwbench.ruleset.model import Ports
+    path = str(ORIGINALS / "gw.rules")
+    rs = check.ruleset_from(path=path, iface="eth0=client,eth1=server")
+    if change.get("dport") == "swapped":
+        change = {"dport": Ports.of(53)}
+    bad = _wrong(rs, rule_id, **change)
+    rep = check.check(bad, [backends.get("iptables-legacy"), backends.get("nftables")],
+                      corpus_size=300, original=check.original_of(path))
+    orig = rep.original
+    assert not rep.ok and orig.refused is None
+    assert orig.per_packet, "the original gives other verdicts than the wrong import"
+    # Every backend follows the (wrong) model: only the original tells.
+    assert all(r.disagreements == 0 for r in rep.results if r is not orig)
+    line = {"filter-2": 7, "filter-4": 9}[rule_id]
+    assert any(f"gw.rules:{line}" in d or "policy" in d for d in orig.per_packet), \
+        orig.per_packet[:5]
+    # A run measures nothing of it: it stops before its first trial, in one line.
+    with pytest.raises(FwbenchError, match="the import does not mean what the file means"):
+        check.confirm_original(bad, path, corpus_size=300)
+
+
+def test_an_original_that_does_not_load_leaves_the_check_failed(tmp_path):
+    f = tmp_path / "odd.rules"
+    # The import reads it; iptables' own tool refuses it (a chain name over the 28
+    # characters x_tables holds).
+    long = "c" * 40
+    f.write_text(f"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                 f":{long} - [0:0]\n-A FORWARD -p udp -j {long}\n-A {long} -j ACCEPT\nCOMMIT\n")
+    rs = check.ruleset_from(path=str(f))
+    rep = check.check(rs, [backends.get("nftables")], corpus_size=100,
+                      original=check.original_of(str(f)))
+    assert rep.original.refused and "does not load here" in rep.original.refused
+    assert not rep.ok

@@ -1,5 +1,6 @@
 """The netns testbed: names, addresses, settings, and that it always goes away."""
 import subprocess
+import time
 
 import pytest
 
@@ -46,6 +47,28 @@ def test_ipv6_forwards_through_the_firewall(testbed):
     cp = testbed.run("client", ["ping", "-6", "-c", "2", "-i", "0.01", "-W", "1",
                                 testbed.topo.server.ip6], check=False)
     assert cp.returncode == 0, cp.stdout
+
+
+def _link_change_and_sent(tb, wait_s: float) -> dict[str, int]:
+    """Change every test link (`xdp off`, with no program attached), then how many
+    frames each port sent within wait_s: a link change makes IPv6 report its
+    multicast groups at once and again within a second."""
+    before = {p.ifname: tb.stats(p).tx_packets for p in tb.topo.ports}
+    for p in tb.topo.ports:
+        tb.ip(p.host, "link", "set", "dev", p.ifname, "xdp", "off")
+    time.sleep(wait_s)
+    return {p.ifname: tb.stats(p).tx_packets - before[p.ifname] for p in tb.topo.ports}
+
+
+def test_a_hushed_testbed_sends_nothing_of_its_own(testbed):
+    # The kernel's reports, without the hush: what the hush has to stop.
+    assert all(_link_change_and_sent(testbed, 0.3).values())
+    testbed.hush(True)
+    try:
+        # Both reports' time, and the ones still due from the change above.
+        assert _link_change_and_sent(testbed, 1.5) == {p.ifname: 0 for p in testbed.topo.ports}
+    finally:
+        testbed.hush(False)
 
 
 def test_failed_build_leaves_nothing(netns_of):

@@ -448,7 +448,7 @@ def test_ipset_flags_in_key_order_size_and_counters_kept_tuning_noted():
                           (("198.18.0.1", "tcp", 80), ("198.18.0.2", "udp", 53)), 4, False,
                           size=10, counters=True),)
     assert rs.notes == (
-        "ipsets:1: set s: hashsize 1024 not kept (hash tuning; no verdict depends on it)",
+        "ipsets: set s: hashsize 1024 not kept (hash tuning; no verdict depends on it)",
         "ipsets: set s: element comments not kept (no verdict depends on them)",
         "ipsets: set s: element packet and byte counts not kept (no verdict depends on "
         "them)")

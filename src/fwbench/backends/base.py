@@ -166,6 +166,9 @@ class Backend(abc.ABC):
     def apply(self, tb: Testbed, rs: RuleSet, room: int = 0) -> LoadStats:
         self.check(rs)
         files = self.rendering(rs, interfaces(tb))
+        # Quiet until the verification's exchange ends: a fresh load's counters are
+        # taken as zero until then (fresh), and the flush below changes links.
+        tb.hush(True)
         with tb.firewall_change():
             kernel.flush_all(tb)
             t0 = time.perf_counter()
@@ -493,6 +496,7 @@ def verify(backend: Backend, tb: Testbed, rs: RuleSet, sample: int = SAMPLE_PACK
            seed: int = 0) -> Verification:
     problems: list[str] = []
     details: dict = {}
+    tb.hush(True)   # before the counters are first read; the exchange ends it
 
     # The probes, as many distinct flows each, and a sample of the corpus: forwarded
     # or dropped, counted and translated as the probe and the reference say.

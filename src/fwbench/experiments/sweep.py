@@ -18,6 +18,7 @@ from fwbench import backends as registry
 from fwbench import proc, summary
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
+from fwbench.check import confirm_original
 from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.experiments.base import Experiment, Planned, Trial, disturbed_of
 from fwbench.frames import min_frame
@@ -87,7 +88,8 @@ class Sweep(Experiment):
                 "flow": {"proto": rs.flow.proto, "src": rs.flow.saddr,
                          "dst": rs.flow.daddr, "dport": rs.flow.dport,
                          "rule": rs.flow_rule},
-                "notes": list(rs.notes)}
+                "notes": list(rs.notes),
+                "original": confirm_original(rs, sc.policy.file, sc.policy.ipsets)}
         self.sc = resolved
         return Planned(resolved, sweep_cells(names, resolved.rules, resolved.frame_sizes),
                        meta, [f"skipping backend {n}: {why}" for n, why in skipped.items()])

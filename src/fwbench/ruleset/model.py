@@ -386,6 +386,9 @@ class RuleSet:
     address_map: tuple[tuple[str, str], ...] = ()
     iface_map: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
+    # Imported rule sets: rule id -> where the file has it ("rules.v4:12", or an
+    # nft rule's table, chain and place), for messages that name the user's rule.
+    origins: tuple[tuple[str, str], ...] = ()
 
     # --- walking -----------------------------------------------------------
 
@@ -394,6 +397,16 @@ class RuleSet:
             for c in t.chains:
                 for r in c.rules:
                     yield t, c, r
+
+    def origin(self, rule_id: str) -> str | None:
+        """Where the imported file has rule `rule_id`; None for a template's."""
+        if not self.origins:
+            return None
+        table = self.__dict__.get("_origins")
+        if table is None:
+            table = dict(self.origins)
+            object.__setattr__(self, "_origins", table)
+        return table.get(rule_id)
 
     def rule(self, rule_id: str) -> Rule:
         for _, _, r in self.rules():

@@ -131,6 +131,15 @@ class Testbed(ABC):
         `role` runs on."""
         return self.exec(role, ["cat", path])
 
+    def hush(self, on: bool) -> None:
+        """Stop (`on`) or allow again the IP traffic the hosts send of their own
+        accord on the test links, so that rule counters count fwbench's packets
+        alone. On from the start of a rule-set load (Backend.apply) or of a
+        verification until the end of the packet exchange that follows
+        (testbed.packets.restore); off while traffic is measured, where stopping it
+        may cost. Here nothing: a provider that cannot stop it says so in
+        `own_traffic`, and the counters that traffic may reach are not judged."""
+
     def firewall_change(self) -> contextlib.AbstractContextManager:
         """Around a change of the firewall's rules: on a real host, a guard against
         a rule set that cuts fwbench off it (hosts.SshTestbed); here nothing."""

@@ -30,6 +30,7 @@ class NetnsTestbed(Testbed):
         super().__init__(topo, NetnsExecutor(topo))
         self._created: list[str] = []
         self._lock = None
+        self._hushed = False
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -48,6 +49,8 @@ class NetnsTestbed(Testbed):
             self.sysctl(role, "net.ipv6.conf.default.addr_gen_mode=1",
                         "net.ipv6.conf.default.accept_dad=0",
                         "net.ipv6.conf.all.accept_dad=0")
+        # The links' reports of coming up (see hush) stay off the wire.
+        self.hush(True)
         for a, b in t.links:
             self.ip(a.host, "link", "add", a.ifname, "address", a.mac, "mtu", str(t.settings.mtu),
                     "type", "veth", "peer", "name", b.ifname, "address", b.mac,
@@ -77,6 +80,7 @@ class NetnsTestbed(Testbed):
                 self.sysctl(h.role, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
         self.settle_latency("every host is a namespace of this machine's kernel")
         self.configure()
+        self.hush(False)
 
     def destroy(self) -> None:
         """Stop every process we started, then remove every namespace we created.
@@ -94,6 +98,32 @@ class NetnsTestbed(Testbed):
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+
+    def hush(self, on: bool) -> None:
+        """Block (`on`) or let through again every ICMPv6 message the hosts send to
+        a multicast group, by an IPsec policy in each namespace: the route lookup
+        drops them, before any netfilter hook sees them.
+
+        With no link-local addresses, no duplicate detection and static neighbours,
+        what the hosts still send of their own is multicast listener reports (MLD,
+        measured on 6.18): each group an address or forwarding joins, reported
+        twice, the second up to a second later, whenever a link comes up or changes
+        (an XDP program attached or detached, even `ip link set xdp off` with none).
+        A firewall's reports pass its output and postrouting hooks, an end host's
+        its ingress and prerouting: a catch-all rule counted one more packet than
+        was sent. No setting of 6.18 stops them (`multicast off` does not,
+        mld_qrv is the whole machine's). fwbench itself sends only to the
+        benchmarking ranges, never to a multicast group. Off while traffic is
+        measured: with any outbound policy the kernel looks up every forwarded
+        packet in the policy table."""
+        if on == self._hushed:
+            return
+        verb = ["add"] if on else ["delete"]
+        for role in self.topo.roles:
+            self.ip(role, "xfrm", "policy", *verb, "dir", "out", "src", "::/0",
+                    "dst", "ff00::/8", "proto", "ipv6-icmp",
+                    *(["action", "block"] if on else []))
+        self._hushed = on
 
     def health(self) -> str | None:
         """Why this is no longer the testbed that was built, or None: a namespace

@@ -233,8 +233,10 @@ def prepare(tb: "Testbed") -> None:
     """Make the firewall forward whatever arrives from one side out of the other,
     whatever its destination or (spoofed) source: policy routing by input interface,
     a default route per side to the far end host (whose neighbour entry is static),
-    no reverse-path filter, and local addresses accepted as sources.
-    Only the firewall namespace changes; `restore` undoes it. Idempotent."""
+    no reverse-path filter, and local addresses accepted as sources; and no host
+    sends anything of its own meanwhile (Testbed.hush), so rule counters count
+    the exchange alone. Only the firewall namespace's routing and settings change;
+    `restore` undoes it all. Idempotent."""
     t = tb.topo
     sides = {"client": (t.fw_client_side, t.fw_server_side, t.server),
              "server": (t.fw_server_side, t.fw_client_side, t.client)}
@@ -247,11 +249,13 @@ def prepare(tb: "Testbed") -> None:
                    check=False)
             tb.ip("fw", fam, "rule", "add", "pref", table, "iif", iif.ifname, "table", table)
     tb.sysctl("fw", *_sysctls(tb, rp_filter=0, accept_local=1))
+    tb.hush(True)
 
 
 def restore(tb: "Testbed") -> None:
-    """Undo `prepare`: the rules and tables go, and the sysctls return to a new
-    namespace's defaults (rp_filter 0, accept_local 0), which the testbed keeps."""
+    """Undo `prepare`: the rules and tables go, the sysctls return to a new
+    namespace's defaults (rp_filter 0, accept_local 0), which the testbed keeps,
+    and the hosts may talk again."""
     for side in ("client", "server"):
         table = str(tb.probe_tables[side])
         for fam in ("-4", "-6"):
@@ -259,6 +263,7 @@ def restore(tb: "Testbed") -> None:
                    check=False)
             tb.run("fw", ["ip", fam, "route", "flush", "table", table], check=False)
     tb.sysctl("fw", *_sysctls(tb, rp_filter=0, accept_local=0))
+    tb.hush(False)
 
 
 def _sysctls(tb: "Testbed", rp_filter: int, accept_local: int) -> list[str]:

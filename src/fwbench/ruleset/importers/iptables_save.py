@@ -187,12 +187,17 @@ class Mover(Protocol):
 
 
 def parse(text: str, source: str, version: int = 4, ipsets: str | None = None,
-          ipsets_source: str = "ipsets", mover: Mover | None = None) -> RuleSet:
+          ipsets_source: str = "ipsets", mover: Mover | None = None,
+          refused: list[tuple[str, str]] | None = None) -> RuleSet:
     """The rule set `text` (iptables-save output for IPv4, or ip6tables-save's
     with version=6) holds. `ipsets` is `ipset save` text defining the sets that
     `-m set` names (errors in it name `ipsets_source`). With a `mover`, every
-    address and interface is what the mover says it becomes."""
-    return _Parser(source, version, ipsets, ipsets_source, mover).run(text)
+    address and interface is what the mover says it becomes. With `refused` (a
+    list: coverage), a rule the model cannot hold is left out and its refusal
+    appended there as (where, why), instead of refusing the file."""
+    parser = _Parser(source, version, ipsets, ipsets_source, mover)
+    parser.refused = refused
+    return parser.run(text)
 
 
 # An address option and its value (a NAT target's may carry a port), as
@@ -238,6 +243,8 @@ class _Parser:
         # Saved by iptables-nft, which holds -m limit as nft's limit, the rate as
         # printed; legacy holds a period (see _rate).
         self.native = False
+        # Coverage: refused rules as (where, why), the rest of the file read on.
+        self.refused: list[tuple[str, str]] | None = None
         self._prefix_cache: dict[str, Prefix] = {}
         self._ports_cache: dict[tuple[str, bool, bool], Ports] = {}
         self._iface_cache: dict[str, Iface] = {}
@@ -274,7 +281,10 @@ class _Parser:
                     continue
                 c = line[0]
                 if c == "-" or c == "[":
-                    self._rule(line, lineno)
+                    if self.refused is None:
+                        self._rule(line, lineno)
+                    else:
+                        self._rule_or_refusal(line, lineno)
                 elif c == ":":
                     self._chain(line)
                 elif c == "*":
@@ -300,8 +310,19 @@ class _Parser:
         # No validate() here: every rule was checked as it was read (ids, jumps,
         # loops, sets), with its line, and validate() alone takes 0.7 s per
         # 100,000 rules; load_file() validates the finished rule set once.
-        return RuleSet(self.source, tuple(self.tables), size=rules, ipt_prefix="",
-                       notes=tuple(self.notes))
+        src = self.source
+        return RuleSet(src, tuple(self.tables), size=rules, ipt_prefix="",
+                       notes=tuple(self.notes),
+                       origins=tuple((rid, f"{src}:{ln}") for rid, ln in self.ids.items()))
+
+    def _rule_or_refusal(self, line: str, lineno: int) -> None:
+        """A rule, or (coverage) its refusal recorded and the rule left out."""
+        try:
+            self._rule(line, lineno)
+        except _Fail as e:
+            self.refused.append((f"{self.source}:{e.line or lineno}", str(e)))
+        except RuleSetError as e:
+            self.refused.append((f"{self.source}:{lineno}", str(e)))
 
     def _not_rules(self, line: str) -> str:
         if self.table is None and not self.done:
@@ -948,8 +969,9 @@ class _IpsetDefs:
             else:
                 self._fail(lineno, f"unsupported option {o} (set {name})")
         if tuning:
-            self.notes.append(f"{self.source}:{lineno}: set {name}: {', '.join(tuning)} "
-                              f"not kept (hash tuning; no verdict depends on it)")
+            # Not `source:line`, which names a rule (coverage attaches it there).
+            self.notes.append(f"{self.source}: set {name}: {', '.join(tuning)} not kept "
+                              f"(hash tuning; no verdict depends on it)")
         if family not in ("inet", "inet6"):
             self._fail(lineno, f"unsupported family {family} (set {name})")
         version = 4 if family == "inet" else 6

@@ -26,10 +26,13 @@ _IPSET_HINT = re.compile(r"^\s*create\s+\S+\s+(?:hash|bitmap|list):", re.M)
 
 
 def load_file(path: str, iface_map: dict[str, str] | None = None,
-              ipsets: str | None = None) -> RuleSet:
+              ipsets: str | None = None,
+              refused: list[tuple[str, str]] | None = None) -> RuleSet:
     """The rule set in `path`, remapped onto the testbed and validated.
     `iface_map` names the file's interfaces by role ({"eth0": "client"});
-    `ipsets` is the path of an `ipset save` file that `-m set` rules need."""
+    `ipsets` is the path of an `ipset save` file that `-m set` rules need.
+    With `refused` (coverage), rules the model cannot hold are left out and
+    listed there as (where, why) instead of refusing the file."""
     text = _read(path)
     kind = detect(text)
     if kind[0] == "ipset":
@@ -46,11 +49,12 @@ def load_file(path: str, iface_map: dict[str, str] | None = None,
     try:
         if kind[0] == "iptables":
             rs = _iptables(text, path, kind[1],
-                           _read(ipsets) if ipsets is not None else None, ipsets, iface_map)
+                           _read(ipsets) if ipsets is not None else None, ipsets, iface_map,
+                           refused)
         elif kind[0] == "nft JSON":
-            rs = remap(nft_json.parse(text, path), iface_map)
+            rs = remap(nft_json.parse(text, path, refused), iface_map)
         elif kind[0] == "nft text":
-            rs = remap(nft_json.parse_text(text, path), iface_map)
+            rs = remap(nft_json.parse_text(text, path, refused), iface_map)
         else:
             raise RuleSetError(f"{path}: not a rule set (expected iptables-save output, "
                                f"`nft -j list ruleset` JSON or nft text)")
@@ -69,15 +73,18 @@ def load_file(path: str, iface_map: dict[str, str] | None = None,
 
 
 def _iptables(text: str, path: str, version: int, ipsets_text: str | None,
-              ipsets: str | None, iface_map: dict[str, str]) -> RuleSet:
+              ipsets: str | None, iface_map: dict[str, str],
+              refused: list[tuple[str, str]] | None = None) -> RuleSet:
     """An iptables-save file, remapped as it is parsed: the plan is made from the
     networks read by pattern first, and the parser builds each rule where it
     goes. Where that guess was not exactly the networks the rules name (a quoted
     comment that reads as an address, say), the file is parsed again and
     remapped afterwards, as the other formats are: the result is the same."""
     def parse(mover=None) -> RuleSet:
+        if refused is not None:
+            refused.clear()   # a second reading lists them again
         return iptables_save.parse(text, path, version, ipsets_text, ipsets or "ipsets",
-                                   mover)
+                                   mover, refused)
     try:
         mover = Remapper(iface_map, iptables_save.networks(text, version, ipsets_text))
     except RuleSetError:

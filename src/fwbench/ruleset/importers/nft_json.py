@@ -42,6 +42,7 @@ import ipaddress
 import itertools
 import json
 import os
+import re
 
 from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBERS, Action,
                                    Chain, Iface, Limit, Match, Ports, Prefix, Rule, RuleSet,
@@ -104,8 +105,11 @@ class _Fail(Exception):
     """A problem in the current rule or set; the caller adds where it is."""
 
 
-def parse(doc: dict | str, source: str) -> RuleSet:
-    """The rule set of `nft -j list ruleset` output, as text or already loaded."""
+def parse(doc: dict | str, source: str,
+          refused: list[tuple[str, str]] | None = None) -> RuleSet:
+    """The rule set of `nft -j list ruleset` output, as text or already loaded.
+    With `refused` (a list: coverage), a rule the model cannot hold is left out
+    and its refusal appended there as (where, why), instead of refusing the file."""
     if isinstance(doc, str):
         try:
             doc = json.loads(doc)
@@ -118,13 +122,16 @@ def parse(doc: dict | str, source: str) -> RuleSet:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _Importer(source).run(doc["nftables"])
+        importer = _Importer(source)
+        importer.refused = refused
+        return importer.run(doc["nftables"])
     finally:
         if was_enabled:
             gc.enable()
 
 
-def parse_text(text: str, source: str) -> RuleSet:
+def parse_text(text: str, source: str,
+               refused: list[tuple[str, str]] | None = None) -> RuleSet:
     """nft text: nft loads it into a new, empty network namespace and lists it
     as JSON (root only; the namespace goes when nft exits)."""
     from fwbench import proc
@@ -132,8 +139,17 @@ def parse_text(text: str, source: str) -> RuleSet:
     if os.geteuid() != 0:
         raise RuleSetError(f"{source}: reading nft text needs root (nft loads it into a "
                            f"namespace of its own); or give `nft -j list ruleset` JSON")
+    # The devices the text names must exist where nft reads it: `iif`/`oif` resolve
+    # a name when loaded, and an ingress chain keeps only a device that exists.
+    # Stand-ins of those names (veth: this kernel has no dummy links) in nft's
+    # namespace.
+    devices = sorted({n for n in _DEVICE_NAMES.findall(text) for n in _names(n)
+                      if n and "*" not in n and "$" not in n and len(n) < 16})
+    script = ('i=0; for d in "$@"; do i=$((i+1)); '
+              'ip link add "$d" type veth peer name "fwbstand$i" 2>/dev/null; done; '
+              f'nft -f - && nft -j list ruleset && echo "{_LISTING}" && nft list ruleset')
     try:
-        out = proc.output(["unshare", "-n", "sh", "-c", "nft -f - && nft -j list ruleset"],
+        out = proc.output(["unshare", "-n", "sh", "-c", script, "sh", *devices],
                           input=text)
     except CommandError as e:
         lines = e.stderr.splitlines()
@@ -150,7 +166,47 @@ def parse_text(text: str, source: str) -> RuleSet:
         raise RuleSetError(first.replace("/dev/stdin:", f"{source}:", 1).strip()) from None
     except FwbenchError as e:
         raise RuleSetError(f"{source}: {e}") from None
-    return parse(out, source)
+    doc, _, listing = out.partition(f"{_LISTING}\n")
+    return parse(_with_devices(doc, listing), source, refused)
+
+
+# Between nft's JSON listing and its text listing in parse_text's output.
+_LISTING = "--- fwbench: nft list ruleset ---"
+_TABLE = re.compile(r"^table (\S+) (\S+) \{")
+_CHAIN = re.compile(r"^\s*chain (\S+) \{")
+_HOOK_DEVICES = re.compile(r"hook ingress (?:device \"?([^\"\s;]+)\"?|devices = \{([^}]*)\})")
+
+
+def _with_devices(doc: str, listing: str) -> dict:
+    """nft's JSON listing with every ingress chain's devices, which nft 1.0.6 lists
+    in text only (its JSON leaves `dev` out)."""
+    devices: dict[tuple, list[str]] = {}
+    table = chain = None
+    for line in listing.splitlines():
+        if m := _TABLE.match(line):
+            table = (m.group(1), m.group(2))
+        elif m := _CHAIN.match(line):
+            chain = m.group(1)
+        elif (m := _HOOK_DEVICES.search(line)) and table and chain:
+            names = [m.group(1)] if m.group(1) else _names(m.group(2))
+            devices[(*table, chain)] = [n for n in names if n]
+    parsed = json.loads(doc)
+    for item in parsed.get("nftables", []):
+        c = item.get("chain") if isinstance(item, dict) else None
+        if isinstance(c, dict) and c.get("hook") == "ingress" and "dev" not in c:
+            found = devices.get((c.get("family"), c.get("table"), c.get("name")))
+            if found:
+                c["dev"] = found[0] if len(found) == 1 else found
+    return parsed
+
+
+_DEVICE_NAMES = re.compile(r"\b(?:iif|oif|device|devices)\s*(?:=\s*)?(?:!=\s*|==\s*)?"
+                           r"(\{[^}]*\}|\"[^\"]*\"|[^\s;{}]+)")
+
+
+def _names(value: str) -> list[str]:
+    """The interface names in one value of _DEVICE_NAMES: a name, or a braced list."""
+    return [x.strip().strip('"') for x in value.strip("{}").split(",")]
 
 
 def parse_file(path: str) -> RuleSet:
@@ -175,9 +231,11 @@ class _Importer:
         self.set_names: set[str] = set()
         self.where = ""   # the rule being read, for notes
         self.counts = False   # a counter held packets or bytes (not kept)
+        self.refused: list[tuple[str, str]] | None = None   # see parse()
 
     def run(self, items: list) -> RuleSet:
         rules: list[dict] = []
+        origins: list[tuple[str, str]] = []
         for item in items:
             if not isinstance(item, dict) or len(item) != 1:
                 raise RuleSetError(f"{self.source}: not an nft JSON rule set "
@@ -210,6 +268,10 @@ class _Importer:
             elif kind in _NAMED_OBJECTS:
                 self.notes.append(f"{self.source}: named {kind} {obj.get('name')} in table "
                                   f"{obj.get('family')} {obj.get('table')} not imported")
+            elif kind in ("map", "flowtable") and self.refused is not None:
+                self.refused.append((f"{self.source}: table {obj.get('family')} "
+                                     f"{obj.get('table')} {kind} {obj.get('name')}",
+                                     f"unsupported {kind}"))
             elif kind in ("map", "flowtable"):
                 raise RuleSetError(f"{self.source}: table {obj.get('family')} "
                                    f"{obj.get('table')}: unsupported {kind} "
@@ -223,7 +285,13 @@ class _Importer:
         for t in self.tables.values():
             t["sets"] = {}
             for raw in t["raw_sets"]:
-                t["sets"][raw.get("name")] = self._set(t, raw)
+                try:
+                    t["sets"][raw.get("name")] = self._set(t, raw)
+                except RuleSetError as e:
+                    if self.refused is None:
+                        raise
+                    self.refused.append((f"{self.source}: table {t['family']} "
+                                         f"{t['name']} set {raw.get('name')}", str(e)))
             fam, name = t["family"], t["name"]
             t["id_prefix"] = f"{fam}-{name}" if names.count(name) > 1 else name
             t["rules"] = {c: [] for c in t["chains"]}
@@ -242,10 +310,18 @@ class _Importer:
             try:
                 new = self._rule(t, r)
             except (_Fail, RuleSetError) as e:
-                raise RuleSetError(f"{self.source}: {where}: {e}") from None
+                why = str(e)
             except (TypeError, KeyError, ValueError, AttributeError, IndexError):
-                raise RuleSetError(f"{self.source}: {where}: malformed expression") from None
+                why = "malformed expression"
+            else:
+                why = None
+            if why is not None:
+                if self.refused is None:
+                    raise RuleSetError(f"{self.source}: {where}: {why}")
+                self.refused.append((f"{self.source}: {where}", why))
+                new = []    # keeps the places of the chain's later rules
             t["rules"][chain].append(new)
+            origins.extend((x.id, f"{self.source}: {where}") for x in new)
         tables = []
         for t in self.tables.values():
             chains = []
@@ -259,7 +335,7 @@ class _Importer:
             self.notes.append(f"{self.source}: counters' packets and bytes not kept (a "
                               f"run counts from zero)")
         rs = RuleSet(self.source, tuple(tables), size=size, ipt_prefix="",
-                     notes=tuple(self.notes))
+                     notes=tuple(self.notes), origins=tuple(origins))
         try:
             return validate(rs)
         except RuleSetError as e:
@@ -293,15 +369,18 @@ class _Importer:
         if "hook" not in c:
             return Chain(name, rules)
         dev = c.get("dev")
+        where = f"{self.source}: chain {t['family']} {t['name']} {name}"
         if isinstance(dev, list):
             if len(dev) != 1:
-                self.notes.append(f"{self.source}: chain {t['family']} {t['name']} {name}: "
-                                  f"devices {', '.join(map(str, dev))} not kept (the model "
-                                  f"holds one)")
-            dev = dev[0] if len(dev) == 1 else None
+                # Another device, or none, would show the chain other packets.
+                raise RuleSetError(f"{where}: unsupported: a chain on "
+                                   f"{len(dev)} devices ({', '.join(map(str, dev))}); the "
+                                   f"model holds one")
+            dev = dev[0]
         if dev is not None and not isinstance(dev, str):
-            raise RuleSetError(f"{self.source}: chain {t['family']} {t['name']} {name}: "
-                               f"device {dev!r} is not a name")
+            raise RuleSetError(f"{where}: device {dev!r} is not a name")
+        if c["hook"] == "ingress" and not dev:
+            raise RuleSetError(f"{where}: unsupported: an ingress chain on no device")
         prio = c.get("prio", 0)
         if isinstance(prio, str):   # hand-written JSON may name it
             prio = PRIORITIES.get(prio, prio)

@@ -240,6 +240,8 @@ def _collect(rs: RuleSet) -> set[str]:
             for i, k in enumerate(s.keys):
                 if k == "addr":
                     texts.update(str(e[i]) for e in s.elements)
+            if s.interval and s.keys == ("addr",):
+                texts.update(_hulls(str(e[0]) for e in s.elements))
         for c in t.chains:
             for r in c.rules:
                 m = r.match
@@ -252,6 +254,25 @@ def _collect(rs: RuleSet) -> set[str]:
     for p in _packets(rs):
         texts.update((p.saddr, p.daddr))
     return texts
+
+
+def _hulls(texts: Iterable[str]) -> list[str]:
+    """The smallest network holding each run of adjacent networks among `texts`
+    (an address range the importer wrote as the prefixes covering it). In the
+    plan, it moves such a run as one block, by one offset: the range stays a
+    range, as the file's own `a-b` moved address by address says it is."""
+    nets = sorted(_parse(x) for x in texts)
+    out, run = [], []
+    for n in nets + [None]:
+        if n is not None and run and run[-1][0] == n[0] and _span(run[-1])[1] + 1 == n[1]:
+            run.append(n)
+            continue
+        if len(run) > 1:
+            v, lo, hi = run[0][0], run[0][1], _span(run[-1])[1]
+            plen = _WIDTH[v] - (lo ^ hi).bit_length()
+            out.append(_text((v, lo >> (_WIDTH[v] - plen) << (_WIDTH[v] - plen), plen)))
+        run = [n] if n is not None else []
+    return out
 
 
 def _packets(rs: RuleSet) -> list[Packet]:
@@ -494,7 +515,8 @@ def _apply(rs: RuleSet, mover: Remapper) -> RuleSet:
                 a = action(r.action)
                 rules.append(r if m is r.match and a is r.action
                              else evolve(r, match=m, action=a))
-            chains.append(replace(c, rules=tuple(rules)))
+            device = mover.iface(c.device) if c.device else None
+            chains.append(replace(c, rules=tuple(rules), device=device))
         sets = []
         for s in t.sets:
             idx = [i for i, k in enumerate(s.keys) if k == "addr"]
