@@ -544,3 +544,22 @@ def test_nft_dormant_table_refused():
     with pytest.raises(RuleSetError) as e:
         nft_json.parse(d, "f.json")
     assert str(e.value) == 'f.json: table inet t: unsupported: flags ["dormant"]'
+
+
+def test_coverage_lists_dropped_and_refused_constructs(tmp_path):
+    """`check FILE --coverage` takes the notes and refusals above rule by rule."""
+    from fwbench.ruleset.coverage import coverage
+    f = tmp_path / "f.rules"
+    f.write_text(HEAD4 + "-A FORWARD -p udp -j NFLOG --nflog-group 3\n"
+                 "-A FORWARD -m limit --limit 3/sec -j ACCEPT\n"
+                 "-A FORWARD -p tcp -j REJECT --reject-with icmp6-no-route\n"
+                 "-A FORWARD -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n")
+    got = [(e.where[len(str(tmp_path)) + 1:], e.status, e.why) for e in coverage(str(f)).entries]
+    assert got == [
+        ("f.rules:5", "dropped", "-j NFLOG left out (the rule only counts; no verdict "
+                                 "depends on it)"),
+        ("f.rules:6", "refused", "unsupported: --limit 3/sec (iptables-legacy holds it as one "
+                                 "packet per 3333/10000 s, not exactly 3/second)"),
+        ("f.rules:7", "refused", "unsupported: -j REJECT --reject-with icmp6-no-route in an "
+                                 "IPv4 rule set"),
+        ("f.rules:8", "imported", "")]
