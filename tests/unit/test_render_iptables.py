@@ -256,8 +256,11 @@ def test_tables_in_restore_order_with_all_builtin_chains():
     (_r("x", limit=Limit(24, "day", 8)),
      '-A FORWARD -m limit --limit 1/hour --limit-burst 8 -m comment --comment "fwb:x" '
      '-j ACCEPT'),
-    (_r("x", limit=Limit(17, "minute")),
-     '-A FORWARD -m limit --limit 17/min -m comment --comment "fwb:x" -j ACCEPT'),
+    (_r("x", limit=Limit(25, "minute")),
+     '-A FORWARD -m limit --limit 25/min -m comment --comment "fwb:x" -j ACCEPT'),
+    (_r("x", limit=Limit(1, "day", 1)),
+     '-A FORWARD -m limit --limit 1/day --limit-burst 1 -m comment --comment "fwb:x" '
+     '-j ACCEPT'),
     (_r("x", Action("counter"), comment="plain_text-1"),
      '-A FORWARD -m comment --comment plain_text-1 -m comment --comment "fwb:x"'),
     (Rule('it\'s "q"\\', Match(), Action("log", log_prefix="a b")),
@@ -364,6 +367,24 @@ def test_user_chain_goes_with_the_base_chains_that_reach_it():
     (_one(Rule("x", Match(proto="icmp", icmp_type=255))), "icmp type 255", "rule x"),
     (_one(Rule("x", Match(limit=Limit(10001)))), "limit faster than 10000/second",
      "rule x"),
+    # xt_limit holds a whole period of 1/10000 s: 10000/1023 is none (nft holds
+    # 1023/second as it is).
+    (_one(Rule("x", Match(limit=Limit(1023)))),
+     "limit rate 1023/second (iptables holds a period of 1/10000 s units: 10000/1023 is "
+     "not whole)", "rule x"),
+    # A whole period, 192/10000 s, that save prints as 52/sec: iptables-nft holds
+    # that, 52/second.
+    (_one(Rule("x", Match(limit=Limit(3125, "minute")))),
+     "limit rate 3125/minute (iptables-save prints it as 52/sec)", "rule x"),
+    # xt_limit's 32-bit credits: a burst of two packets a day overflows them.
+    (_one(Rule("x", Match(limit=Limit(1, "day", 2)))),
+     "limit burst 2 at 1/day (xt_limit's credits overflow)", "rule x"),
+    (_one(Rule("x", Match(limit=Limit(17, "minute")))),
+     "limit rate 17/minute (iptables holds a period of 1/10000 s units: 600000/17 is "
+     "not whole)", "rule x"),
+    (_one(Rule("x", Match(hashlimit=HashLimit("h", 7, "hour")))),
+     "hashlimit rate 7/hour (iptables holds a period of 1/1000000 s units: 3600000000/7 "
+     "is not whole)", "rule x"),
     (_one(Rule("x", action=Action("log", log_prefix="x" * 30))),
      "log prefix longer than 29 characters", "rule x"),
     (_one(Rule("x", comment="c" * 256)), "comment longer than 255 characters", "rule x"),
@@ -451,7 +472,7 @@ def test_hashlimit_rates_in_the_unit_save_prints():
     # rendering said /min.
     assert "--hashlimit-above 1/sec --hashlimit-burst 2 " in line(rate=60, per="minute",
                                                                    burst=2)
-    assert "--hashlimit-above 7/hour " in line(rate=7, per="hour")
+    assert "--hashlimit-above 9/hour " in line(rate=9, per="hour")
     # The source mask only when it is not the whole address.
     assert "--hashlimit-srcmask 16 " in line(rate=1, src_prefix=16)
     assert "srcmask" not in line(rate=1, src_prefix=32)

@@ -392,10 +392,12 @@ def _all(tests: list[Callable]) -> Callable | None:
 
 def rule_version(r: Rule, sets: Mapping[str, Set]) -> int | None:
     """The IP version a rule can match, pinned by its addresses, protocol, sets of
-    addresses or NAT address; None if nothing pins it. RuleSetError if they disagree
-    (such a rule matches no packet)."""
+    addresses, NAT address or its own restriction (Match.ip_version); None if
+    nothing pins it. RuleSetError if they disagree (such a rule matches no packet)."""
     m = r.match
     versions = {address_interval(p.net)[0] for p in (m.src, m.dst) if p is not None}
+    if m.ip_version is not None:
+        versions.add(m.ip_version)
     if m.proto == "icmp":
         versions.add(4)
     elif m.proto == "icmpv6":

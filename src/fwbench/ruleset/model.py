@@ -10,7 +10,8 @@ Conventions the renderers, importers, templates and the evaluator share:
   (`{client}`, `{server}`), which a renderer resolves to the testbed's names.
   A trailing `+` is a wildcard, as in iptables.
 - Addresses are IPv4 or IPv6 networks in their canonical text ("198.18.0.0/24",
-  "2001:2::1/128"); a rule's family follows from them.
+  "2001:2::1/128"); a rule's family follows from them, from an ICMP protocol,
+  or from Match.ip_version where nothing else says it.
 - Protocols are names: tcp, udp, icmp, icmpv6.
 - A rule has one action. `counter` on a rule means it counts packets; iptables
   always counts, nft only when asked.
@@ -208,6 +209,10 @@ class Match:
     limit: Limit | None = None
     string: StringMatch | None = field(default=None, metadata=_LATER)
     hashlimit: HashLimit | None = field(default=None, metadata=_LATER)
+    # 4 or 6: only packets of that IP version match, where nothing else of the
+    # rule says so (nft's `meta nfproto ipv6`, or `reject with icmpv6 ...`, in an
+    # inet table); None: packets of either version, as the rest of the match says.
+    ip_version: int | None = field(default=None, metadata=_LATER)
     # Holds at random, each time a packet reaches it, with probability
     # random / RANDOM_SCALE (iptables' statistic --mode random, nft's numgen random
     # compared with a bound): 0 < random < RANDOM_SCALE.
@@ -224,8 +229,11 @@ class Match:
 
     @property
     def version(self) -> int | None:
-        """4 or 6 when an address or protocol pins the IP version, else None."""
+        """4 or 6 when an address, the protocol or ip_version pins the IP version,
+        else None."""
         versions = {p.version for p in (self.src, self.dst) if p}
+        if self.ip_version is not None:
+            versions.add(self.ip_version)
         if self.proto == "icmp":
             versions.add(4)
         elif self.proto == "icmpv6":
@@ -546,6 +554,10 @@ def rule_features(r: Rule) -> list[str]:
                 out.append(f"{what} prefix")
     if m.proto:
         out.append(f"proto {m.proto}")
+    if m.ip_version is not None:
+        out.append("ip version")
+        if m.ip_version == 6:
+            out.append("ipv6")
     for what, p in (("sport", m.sport), ("dport", m.dport)):
         if p:
             out.append(what)
@@ -685,6 +697,8 @@ def validate(rs: RuleSet) -> RuleSet:
                         m.version  # raises on a mixed rule
                 if m.src is not None and m.dst is not None:
                     m.version  # raises on a mixed rule
+                if m.ip_version is not None:
+                    _check_ip_version(r.id, m, t.family)
                 if (m.sport or m.dport) and m.proto not in ("tcp", "udp"):
                     raise RuleSetError(f"rule {r.id}: a port match needs tcp or udp")
                 if m.icmp_type is not None and m.proto not in ("icmp", "icmpv6"):
@@ -720,6 +734,15 @@ def validate(rs: RuleSet) -> RuleSet:
     if rs.flow_rule is not None and rs.flow_rule not in seen:
         raise RuleSetError(f"measured flow: no rule {rs.flow_rule!r}")
     return rs
+
+
+def _check_ip_version(rid: str, m: Match, family: str) -> None:
+    if m.ip_version not in (4, 6):
+        raise RuleSetError(f"rule {rid}: IP version {m.ip_version!r}, expected 4 or 6")
+    m.version  # raises on a mixed rule
+    if family == ("ip6" if m.ip_version == 4 else "ip"):
+        raise RuleSetError(f"rule {rid}: an IPv{m.ip_version} rule in a table of "
+                           f"family {family}")
 
 
 def _check_string(rid: str, s: StringMatch) -> None:

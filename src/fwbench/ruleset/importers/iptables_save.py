@@ -14,10 +14,14 @@ rule is `<table>-<n>`, n counting every rule of that table in file order from 1
 Rule.comment.
 
 Nothing is dropped silently: an option, match module or target the model cannot
-hold is a RuleSetError of one line, `<source>:<line>: <what>`. Two things that
-change no verdict are recorded in RuleSet.notes instead: LOG options other than
-the prefix, and empty built-in chains with policy ACCEPT, which are left out
-(they would only add hooks that some backends cannot hold).
+hold exactly is a RuleSetError of one line, `<source>:<line>: <what>` (a
+`--limit` whose period iptables cannot hold whole, a REJECT type of the other
+IP version, an ipset whose elements expire). What changes no verdict is
+recorded in RuleSet.notes instead: LOG options other than the prefix, NFLOG
+(its rule stays, counting), packet and byte counts, ipset hash tuning and
+element comments and counts, and empty built-in chains with policy ACCEPT,
+which are left out (they would only add hooks that some backends cannot
+hold). An ip6tables-save file is IPv6 throughout: its tables are of family ip6.
 
 Speed matters (a 100,000-rule file parses in about 1.3 s of CPU on a 2-core VM):
 lines are split with str.split, shlex only when a quote is present, and the
@@ -57,18 +61,41 @@ _PROTOS = {"tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "icmp": "icmp", 
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment", "statistic", "connmark"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
-                      "DNAT", "SNAT", "MASQUERADE", "LOG", "CONNMARK"})
+                      "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG", "CONNMARK"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
 # as such and not as a jump to a missing chain.
 _OTHER_TARGETS = frozenset({
     "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNSECMARK", "DNPT",
-    "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFLOG", "NFQUEUE",
+    "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFQUEUE",
     "QUEUE", "RATEEST", "REDIRECT", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
     "TCPOPTSTRIP", "TEE", "TOS", "TPROXY", "TRACE", "TTL", "ULOG"})
-_LIMIT_UNITS = {"s": "second", "sec": "second", "second": "second",
-                "m": "minute", "min": "minute", "minute": "minute",
-                "h": "hour", "hour": "hour", "d": "day", "day": "day"}
+# libxt_limit: a unit is any start of these words; the rate is held as a whole
+# period in units of 1/10000 s.
+_LIMIT_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+_LIMIT_SCALE = 10000
+_LIMIT_BURST_MAX = 10000
 _REJECT_DEFAULT = {4: "icmp-port-unreachable", 6: "icmp6-port-unreachable"}
+# REJECT's --reject-with per IP version: the names save prints, and the short
+# ones iptables takes for them (libipt_REJECT, libip6t_REJECT).
+_REJECT_NAMES = {
+    4: {"icmp-net-unreachable": "net-unreach", "icmp-host-unreachable": "host-unreach",
+        "icmp-proto-unreachable": "proto-unreach", "icmp-port-unreachable": "port-unreach",
+        "icmp-net-prohibited": "net-prohib", "icmp-host-prohibited": "host-prohib",
+        "icmp-admin-prohibited": "admin-prohib", "tcp-reset": "tcp-rst"},
+    6: {"icmp6-no-route": "no-route", "icmp6-adm-prohibited": "adm-prohibited",
+        "icmp6-addr-unreachable": "addr-unreach", "icmp6-port-unreachable": "port-unreach",
+        "icmp6-policy-fail": "policy-fail", "icmp6-reject-route": "reject-route",
+        "tcp-reset": "tcp-reset"},
+}
+_REJECT_WITH = {v: {**{n: n for n in names}, **{s: n for n, s in names.items()}}
+                for v, names in _REJECT_NAMES.items()}
+# LOG's options: only the prefix is kept, the rest change what is logged.
+_LOG_OPTS = frozenset({"--log-prefix", "--log-level", "--log-tcp-sequence",
+                       "--log-tcp-options", "--log-ip-options", "--log-uid",
+                       "--log-macdecode"})
+# NFLOG's: all of them change only what goes to the log.
+_NFLOG_OPTS = frozenset({"--nflog-group", "--nflog-prefix", "--nflog-range",
+                         "--nflog-size", "--nflog-threshold"})
 
 # name -> (type, code or None). The model matches a type, not a code: a code is
 # accepted only where the type has that one code (SINGLE_CODE), where the two mean
@@ -218,6 +245,10 @@ class _Parser:
         self.tables: list[Table] = []
         self.ids: dict[str, int] = {}   # rule id -> line
         self.notes: list[str] = []
+        self.counts = False   # a rule's packet or byte count was not 0 (not kept)
+        # Saved by iptables-nft, which holds -m limit as nft's limit, the rate as
+        # printed; legacy holds a period (see _rate).
+        self.native = False
         # Coverage: refused rules as (where, why), the rest of the file read on.
         self.refused: list[tuple[str, str]] | None = None
         self._prefix_cache: dict[str, Prefix] = {}
@@ -251,6 +282,8 @@ class _Parser:
             for lineno, line in enumerate(text.splitlines(), 1):
                 line = line.strip()
                 if not line or line[0] == "#":
+                    if "(nf_tables)" in line:   # "# Generated by iptables-nft-save ..."
+                        self.native = True
                     continue
                 c = line[0]
                 if c == "-" or c == "[":
@@ -275,6 +308,11 @@ class _Parser:
         if not self.done:
             raise RuleSetError(f"{self.source}: not an iptables-save rule set (no *table)")
         rules = sum(len(c.rules) for t in self.tables for c in t.chains)
+        if self.counts:
+            self.notes.append(f"{self.source}: rules' packet and byte counts not kept (a "
+                              f"run counts from zero)")
+        if self.ipsets is not None:
+            self.notes += self.ipsets.notes
         # No validate() here: every rule was checked as it was read (ids, jumps,
         # loops, sets), with its line, and validate() alone takes 0.7 s per
         # 100,000 rules; load_file() validates the finished rule set once.
@@ -314,6 +352,8 @@ class _Parser:
         if len(parts) < 2:
             raise _Fail(f"syntax error: {line!r}")
         name, policy = parts[0], parts[1]
+        if parts[2:] and parts[2] != "[0:0]":
+            self.counts = True   # the policy's count, as a rule's
         if name in self.chains:
             raise _Fail(f"chain {name} declared twice")
         builtin = name in BUILTIN[self.table]
@@ -390,6 +430,8 @@ class _Parser:
             end = line.find("]")
             if end < 0:
                 raise _Fail("syntax error: unclosed counters")
+            if line[1:end] != "0:0":
+                self.counts = True   # the old kernel's counts, not policy
             line = line[end + 1:]
         toks = _split(line) if '"' in line or "'" in line else line.split()
         if len(toks) < 2 or toks[0] not in ("-A", "--append"):
@@ -509,9 +551,11 @@ class _Parser:
                 if neg:
                     raise _Fail(f"unsupported: negated {t}")
                 if code == "limit":
-                    limit_rate = _rate(v)
+                    limit_rate = _rate(v, self.native)
                 else:
                     limit_burst = _int(v, t)
+                    if not 0 < limit_burst <= _LIMIT_BURST_MAX:
+                        raise _Fail(f"{t} {v}: iptables takes 1 to {_LIMIT_BURST_MAX}")
             elif code == "icmp" or code == "icmpv6":
                 want = code
                 if not (("icmp6" if code == "icmpv6" else "icmp") in mods or proto == want):
@@ -537,6 +581,8 @@ class _Parser:
                     nth[code] = _int(v, t)
             elif code == "counters":
                 i += 1  # -c PACKETS BYTES: the old kernel's counts, not policy
+                if v != "0" or toks[i - 1] != "0":
+                    self.counts = True
             elif code == "fragment":
                 raise _Fail("unsupported match -f (fragments)")
             neg = False
@@ -663,11 +709,22 @@ class _Parser:
             else:
                 raise _Fail(f"-j {target}: unexpected {o!r} after the target")
         if target == "LOG":
+            for o in opts:
+                if o not in _LOG_OPTS:
+                    raise _Fail(f"unsupported option {o} of -j LOG")
             prefix = opts.pop("--log-prefix", None)
             if opts:
                 self.notes.append(f"{self.source}:{lineno}: LOG {' '.join(sorted(opts))} "
                                   f"ignored (only the prefix is kept)")
             return Action("log", log_prefix=prefix)
+        if target == "NFLOG":
+            # Decides no verdict: the rule stays, counting the packets it logged.
+            for o in opts:
+                if o not in _NFLOG_OPTS:
+                    raise _Fail(f"unsupported option {o} of -j NFLOG")
+            self.notes.append(f"{self.source}:{lineno}: -j NFLOG left out (the rule "
+                              f"only counts; no verdict depends on it)")
+            return _COUNTER
         if target == "MARK":
             return _mark_target(opts)
         if target == "CONNMARK":
@@ -677,8 +734,13 @@ class _Parser:
             if o not in allowed:
                 raise _Fail(f"unsupported option {o} of -j {target}")
         if target == "REJECT":
-            return Action("reject", reject_with=opts.get("--reject-with")
-                          or _REJECT_DEFAULT[self.version])
+            given = opts.get("--reject-with")
+            with_ = _REJECT_WITH[self.version].get(given) if given else \
+                _REJECT_DEFAULT[self.version]
+            if with_ is None:
+                raise _Fail(f"unsupported: -j REJECT --reject-with {given} in an "
+                            f"IPv{self.version} rule set")
+            return Action("reject", reject_with=with_)
         if target == "CT":
             if "--notrack" not in opts:
                 raise _Fail("unsupported: -j CT without --notrack")
@@ -819,7 +881,10 @@ def _probability(v: str, neg: bool) -> int:
 def _mark(v: str) -> tuple[int, int]:
     val, _, mask = v.partition("/")
     m = _int(mask, "mark mask") if mask else 0xFFFFFFFF
-    return _int(val, "mark"), m
+    value = _int(val, "mark")
+    if not (0 <= value <= 0xFFFFFFFF and 0 <= m <= 0xFFFFFFFF):
+        raise _Fail(f"mark {v}: not 32 bits")
+    return value, m
 
 
 def _mark_target(opts: dict) -> Action:
@@ -880,12 +945,24 @@ def _ct_states(v: str, neg: bool) -> frozenset[str]:
     return frozenset(CT_STATES) - states if neg else frozenset(states)
 
 
-def _rate(v: str) -> tuple[int, str]:
+def _rate(v: str, native: bool) -> tuple[int, str]:
+    """`--limit N[/unit]` as the model's rate. iptables-nft (`native`) holds it
+    as written; legacy as a whole period of 1/10000 s, so there a rate whose
+    period is not whole (3/second: 3333 units, 3.0003 a second) is not the rate
+    written, and is refused (as it is from a file that does not say which)."""
     num, _, unit = v.partition("/")
-    per = _LIMIT_UNITS.get(unit or "second")
+    unit = unit.lower() or "second"
+    per = next((u for u in _LIMIT_UNITS if u.startswith(unit)), None)
     if per is None:
         raise _Fail(f"--limit {v}: unknown unit {unit!r}")
-    return _int(num, "--limit"), per
+    rate = _int(num, "--limit")
+    whole = _LIMIT_SCALE * _LIMIT_UNITS[per]
+    if not 0 < rate <= whole:
+        raise _Fail(f"--limit {v}: iptables takes 1/day to {_LIMIT_SCALE}/second")
+    if whole % rate and not native:
+        raise _Fail(f"unsupported: --limit {v} (iptables-legacy holds it as one packet "
+                    f"per {whole // rate}/{_LIMIT_SCALE} s, not exactly {rate}/{per})")
+    return rate, per
 
 
 def _icmp_type(v: str, version: int) -> int | None:
@@ -920,6 +997,7 @@ class _IpsetDefs:
         self.creates: dict[str, tuple[int, list[str]]] = {}
         self.adds: dict[str, list[tuple[int, list[str]]]] = {}
         self.done: dict[str, Set] = {}
+        self.notes: list[str] = []   # of the sets the rules use
         for lineno, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if not line or line[0] == "#":
@@ -950,19 +1028,33 @@ class _IpsetDefs:
         if kind not in self._KEYS:
             self._fail(lineno, f"unsupported set type {kind} (set {name})")
         family = "inet"
+        size, counters, tuning = None, False, []
         j = 0
         while j < len(opts):
             o = opts[j]
             if o == "family":
                 family = opts[j + 1] if j + 1 < len(opts) else ""
                 j += 2
-            elif o in ("hashsize", "maxelem", "bucketsize", "initval", "timeout",
-                       "markmask"):
+            elif o == "maxelem":
+                size = self._number(lineno, opts[j + 1] if j + 1 < len(opts) else "", o)
                 j += 2
-            elif o in ("counters", "comment", "forceadd"):
+            elif o in ("hashsize", "bucketsize", "initval"):
+                tuning.append(" ".join(opts[j:j + 2]))
+                j += 2
+            elif o == "timeout":
+                self._fail(lineno, f"unsupported: timeout (set {name}: its elements "
+                                   f"expire)")
+            elif o == "counters":
+                counters = True
                 j += 1
+            elif o in ("comment", "forceadd"):
+                j += 1   # elements may have comments; a full set takes more adds
             else:
                 self._fail(lineno, f"unsupported option {o} (set {name})")
+        if tuning:
+            # Not `source:line`, which names a rule (coverage attaches it there).
+            self.notes.append(f"{self.source}: set {name}: {', '.join(tuning)} not kept "
+                              f"(hash tuning; no verdict depends on it)")
         if family not in ("inet", "inet6"):
             self._fail(lineno, f"unsupported family {family} (set {name})")
         version = 4 if family == "inet" else 6
@@ -970,20 +1062,35 @@ class _IpsetDefs:
             self._fail(lineno, f"set {name} is IPv{version}, the rule set IPv{self.version}")
         keys = self._KEYS[kind]
         interval = kind.startswith("hash:net")
-        elements = []
+        elements, dropped = [], set()
         for eline, etoks in self.adds.get(name, ()):
-            elements.append(self._element(eline, etoks, keys, interval, version, name))
-        s = self.done[name] = Set(name, keys, tuple(elements), version, interval)
+            elements.append(self._element(eline, etoks, keys, interval, version, name,
+                                          dropped))
+        for what in sorted(dropped):
+            self.notes.append(f"{self.source}: set {name}: element {what} not kept (no "
+                              f"verdict depends on them)")
+        if size is not None and size < len(elements):
+            self._fail(lineno, f"set {name}: maxelem {size} below its {len(elements)} "
+                               f"elements")
+        s = self.done[name] = Set(name, keys, tuple(elements), version, interval,
+                                  size=size, counters=counters)
         return s
 
+    def _number(self, lineno: int, v: str, what: str) -> int:
+        if not v.isdigit():
+            self._fail(lineno, f"{what} {v!r}: not a number")
+        return int(v)
+
     def _element(self, lineno: int, toks: list[str], keys: tuple[str, ...],
-                 interval: bool, version: int, name: str) -> tuple:
+                 interval: bool, version: int, name: str, dropped: set[str]) -> tuple:
         j = 1
         while j < len(toks):
             o = toks[j]
-            if o in ("timeout", "packets", "bytes", "comment"):
-                j += 2   # expiry, counters, comments: no effect on a lookup
+            if o in ("packets", "bytes", "comment"):
+                dropped.add("comments" if o == "comment" else "packet and byte counts")
+                j += 2
             else:
+                # timeout: the element expires; nomatch: an exception to a prefix
                 self._fail(lineno, f"unsupported element option {o} (set {name})")
         parts = toks[0].split(",")
         if len(parts) != (2 if len(keys) == 3 else 1):

@@ -18,6 +18,15 @@ becomes one model rule per action, in order, the last keeping the id and the
 others `<id>.1`, `<id>.2`, ... with the same matches: the same packets reach each
 of them, so the verdicts do not change.
 
+Exact or refused: what the model cannot hold exactly is refused (an element
+timeout, `ip6 nexthdr`, a reject type no renderer sends, a dormant table). A
+rule an inet table restricts to one IP version, where its addresses and
+protocol do not say so (`meta nfproto ipv6`, `ip protocol`, `reject with icmpv6
+...`, whose `meta nfproto` nft adds and lists as part of it) keeps the
+restriction as Match.ip_version. What decides no verdict is left out with a note
+in RuleSet.notes: log options but the prefix, counters' values, set policies,
+comments and per-element counters.
+
 nft JSON has no line numbers: an error names the rule as
 `<source>: table <family> <name> chain <chain> rule <n> (handle <h>): <what>`,
 n counting within the chain from 1.
@@ -63,15 +72,33 @@ _PROTO_NAMES = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "ipv6-icmp": "icmpv6
                 "icmpv6": "icmpv6", **{str(v): k for k, v in PROTO_NUMBERS.items()}}
 _SET_KEYS = {"ipv4_addr": ("addr", 4), "ipv6_addr": ("addr", 6),
              "inet_proto": ("proto", None), "inet_service": ("port", None)}
-# nft reject codes -> the iptables --reject-with names the model uses.
-_REJECT_ICMP = {"prot-unreachable": "icmp-proto-unreachable"}
-_REJECT_ICMPV6 = {"no-route": "icmp6-no-route", "admin-prohibited": "icmp6-adm-prohibited",
-                  "addr-unreachable": "icmp6-addr-unreachable",
-                  "port-unreachable": "icmp6-port-unreachable",
-                  "policy-fail": "icmp6-policy-fail", "reject-route": "icmp6-reject-route"}
+# nft reject types -> the iptables --reject-with names the model uses; nft's
+# others (icmp frag-needed, a number) no renderer can send, so they are refused.
+_REJECT_TYPES = {
+    "icmp": {"net-unreachable": "icmp-net-unreachable",
+             "host-unreachable": "icmp-host-unreachable",
+             "prot-unreachable": "icmp-proto-unreachable",
+             "port-unreachable": "icmp-port-unreachable",
+             "net-prohibited": "icmp-net-prohibited",
+             "host-prohibited": "icmp-host-prohibited",
+             "admin-prohibited": "icmp-admin-prohibited"},
+    "icmpv6": {"no-route": "icmp6-no-route", "admin-prohibited": "icmp6-adm-prohibited",
+               "addr-unreachable": "icmp6-addr-unreachable",
+               "port-unreachable": "icmp6-port-unreachable",
+               "policy-fail": "icmp6-policy-fail", "reject-route": "icmp6-reject-route"},
+    "icmpx": {t: f"icmpx-{t}" for t in ("port-unreachable", "admin-prohibited",
+                                        "no-route", "host-unreachable")},
+}
 _LIMIT_PER = ("second", "minute", "hour", "day")
 _NAMED_OBJECTS = ("counter", "quota", "limit", "ct helper", "ct timeout",
                   "ct expectation", "secmark", "synproxy")
+# A named set's keys: kept (auto-merge only merges what the elements list shows
+# merged already), or left out with a note, being hints or comments.
+_SET_KEPT = frozenset({"family", "name", "table", "type", "handle", "flags", "elem",
+                       "size", "auto-merge"})
+_SET_NOTED = {"policy": "a hint for nft's choice of set type",
+              "gc-interval": "how often expired elements are collected",
+              "comment": "a comment"}
 _MAX_EXPANDED = 65536   # elements one set element may spell out into
 MASK32 = 0xFFFFFFFF
 
@@ -205,6 +232,7 @@ class _Importer:
         self.anon = itertools.count(1)
         self.set_names: set[str] = set()
         self.where = ""   # the rule being read, for notes
+        self.counts = False   # a counter held packets or bytes (not kept)
         self.refused: list[tuple[str, str]] | None = None   # see parse()
 
     def run(self, items: list) -> RuleSet:
@@ -313,6 +341,9 @@ class _Importer:
             tables.append(Table(t["family"], t["name"], tuple(chains),
                                 tuple(t["sets"].values())))
         size = sum(len(c.rules) for t in tables for c in t.chains)
+        if self.counts:
+            self.notes.append(f"{self.source}: counters' packets and bytes not kept (a "
+                              f"run counts from zero)")
         rs = RuleSet(self.source, tuple(tables), size=size, ipt_prefix="",
                      notes=tuple(self.notes), origins=tuple(origins))
         try:
@@ -328,6 +359,10 @@ class _Importer:
             raise RuleSetError(f"{self.source}: table {fam} {name}: unsupported family {fam}")
         if (fam, name) in self.tables:
             raise RuleSetError(f"{self.source}: table {fam} {name} appears twice")
+        if obj.get("flags"):
+            # dormant: a table that filters nothing (nft 1.0.6 lists it garbled)
+            raise RuleSetError(f"{self.source}: table {fam} {name}: unsupported: flags "
+                               f"{json.dumps(obj['flags'])}")
         self.tables[(fam, name)] = {"family": fam, "name": name, "chains": {},
                                     "raw_sets": [], "anon": []}
 
@@ -383,10 +418,19 @@ class _Importer:
         for flag in [flags] if isinstance(flags, str) else flags:
             if flag not in ("interval", "constant", "timeout", "dynamic"):
                 raise RuleSetError(f"{where}: unsupported flag {flag}")
-        if raw.get("map") == "verdict":
+        is_map = raw.get("map") == "verdict"
+        for key in raw:
+            if key in _SET_NOTED or key == "stmt" and all(
+                    isinstance(x, dict) and list(x) == ["counter"] for x in raw[key]):
+                self.notes.append(f"{where}: {key} not kept ({_SET_NOTED.get(key, 'counters')}"
+                                  f", no verdict depends on it)")
+            elif key not in _SET_KEPT and not (is_map and key == "map"):
+                # timeout: elements that expire during a run
+                raise RuleSetError(f"{where}: unsupported: {key}")
+        if is_map:
             return self._vmap_set(t, raw, tuple(keys), version, where)
         try:
-            elements = self._elements(tuple(keys), version, raw.get("elem", ()))
+            elements = self._elements(tuple(keys), version, raw.get("elem", ()), where)
         except (_Fail, RuleSetError) as e:
             raise RuleSetError(f"{where}: {e}") from None
         except (TypeError, KeyError, ValueError, AttributeError, IndexError):
@@ -518,10 +562,18 @@ class _Importer:
                         f"never holds")
         ctx.set("random", share)
 
-    def _elements(self, keys: tuple[str, ...], version: int, elems) -> list[tuple]:
+    def _elements(self, keys: tuple[str, ...], version: int, elems,
+                  where: str) -> list[tuple]:
         out: list[tuple] = []
+        noted: set[str] = set()
         for e in elems:
             if isinstance(e, dict) and "elem" in e:
+                for key in e["elem"]:
+                    if key in ("comment", "counter"):
+                        noted.add(key)
+                    elif key != "val":
+                        # timeout, expires: an element that goes during a run
+                        raise _Fail(f"unsupported: element {key}")
                 e = e["elem"].get("val")
             parts = e["concat"] if isinstance(e, dict) and "concat" in e else [e]
             if len(parts) != len(keys):
@@ -534,6 +586,9 @@ class _Importer:
                 raise _Fail(f"unsupported: element {json.dumps(e)} spells out to "
                             f"{count} elements")
             out.extend(itertools.product(*choices))
+        for key in sorted(noted):
+            self.notes.append(f"{where}: element {key}s not kept (no verdict depends on "
+                              f"them)")
         return out
 
     def _element_part(self, key: str, version: int, v) -> list:
@@ -560,6 +615,8 @@ class _Importer:
                 if val is not None and not isinstance(val, dict):
                     raise _Fail(f"unsupported expression counter (named counter {val})")
                 ctx.counter = True
+                if val and (val.get("packets") or val.get("bytes")):
+                    self.counts = True
             elif key == "limit":
                 if ctx.actions:
                     raise _Fail("unsupported: a limit after a statement")
@@ -567,13 +624,13 @@ class _Importer:
             elif key == "vmap":
                 ctx.actions.append(self._vmap(t, ctx, val))
             else:
-                ctx.actions.append(self._action(t, key, val))
+                ctx.actions.append(self._action(t, ctx, key, val))
         kw = ctx.kw
         if ctx.sets:
             kw["sets"] = tuple(ctx.sets)
         if ctx.th and kw.get("proto") not in ("tcp", "udp"):
             raise _Fail("unsupported: th port match without meta l4proto tcp or udp")
-        if ctx.nfproto:
+        if ctx.pins:
             self._pin_version(t, ctx)
         match = Match(**kw)
         comment = r.get("comment")
@@ -609,7 +666,7 @@ class _Importer:
         if lk == "payload":
             self._payload(t, ctx, lv, right, neg)
         elif lk == "meta":
-            self._meta(ctx, lv.get("key"), right, neg)
+            self._meta(ctx, lv.get("key"), right, neg, t["family"])
         elif lk == "ct" and lv == {"key": "mark"}:
             ctx.set("ct_mark", (_int(right), MASK32))
             ctx.kw["ct_mark_negate"] = neg
@@ -657,10 +714,16 @@ class _Importer:
             else:
                 name = self._anon_set(t, nets, version)
                 ctx.sets.append(SetRef(name, (field,), neg))
-        elif (proto, field) in (("ip", "protocol"), ("ip6", "nexthdr")):
+        elif (proto, field) == ("ip", "protocol"):
             if neg:
                 raise _Fail(f"unsupported: {proto} {field} !=")
+            # An IPv4 header's field: in inet and netdev only IPv4 packets match.
             ctx.proto(_proto(right))
+            ctx.pin(4, "ip protocol")
+        elif (proto, field) == ("ip6", "nexthdr"):
+            raise _Fail("unsupported: ip6 nexthdr (the header after IPv6's own, an "
+                        "extension header as likely as the transport: meta l4proto "
+                        "is that)")
         elif proto in ("tcp", "udp", "th") and field in ("sport", "dport"):
             if proto == "th":
                 ctx.th = True
@@ -687,7 +750,7 @@ class _Importer:
         else:
             raise _Fail(f"unsupported expression payload {proto} {field}")
 
-    def _meta(self, ctx: "_Rule", key, right, neg: bool) -> None:
+    def _meta(self, ctx: "_Rule", key, right, neg: bool, family: str) -> None:
         if key in ("iifname", "oifname", "iif", "oif"):
             if not isinstance(right, str):
                 raise _Fail(f"unsupported: meta {key} against {json.dumps(right)}")
@@ -701,14 +764,19 @@ class _Importer:
         elif key == "mark":
             ctx.set("mark", (_int(right), MASK32))
             ctx.kw["mark_negate"] = neg
-        elif key == "nfproto" and right in ("ipv4", "ipv6") and not neg:
-            ctx.nfproto = 4 if right == "ipv4" else 6
+        elif key == "nfproto" and right in ("ipv4", "ipv6") and family != "netdev":
+            # inet and the ip families see IPv4 and IPv6 only: `!=` is the other.
+            ctx.pin(4 if (right == "ipv4") != neg else 6, f"meta nfproto {right}")
+        elif key == "protocol" and right in ("ip", "ip6") and not neg:
+            ctx.pin(4 if right == "ip" else 6, f"meta protocol {right}")
         else:
             raise _Fail(f"unsupported expression meta {key}")
 
     def _concat_field(self, ctx: "_Rule", x: dict) -> str:
-        if x in ({"meta": {"key": "l4proto"}}, {"payload": {"protocol": "ip", "field": "protocol"}},
-                 {"payload": {"protocol": "ip6", "field": "nexthdr"}}):
+        if x == {"meta": {"key": "l4proto"}}:
+            return "proto"
+        if x == {"payload": {"protocol": "ip", "field": "protocol"}}:
+            ctx.pin(4, "ip protocol")
             return "proto"
         p = x.get("payload") if isinstance(x, dict) else None
         if p and p.get("protocol") in ("ip", "ip6") and p.get("field") in ("saddr", "daddr"):
@@ -721,20 +789,27 @@ class _Importer:
         raise _Fail(f"unsupported expression {json.dumps(x)} in a concatenation")
 
     def _pin_version(self, t: dict, ctx: "_Rule") -> None:
-        """`meta nfproto ipv4` (nft adds it to inet rules such as `reject with
-        icmp type ...`): the model has no such match, but `ip saddr 0.0.0.0/0`
-        matches exactly the IPv4 packets, and pins the rule to IPv4 as well."""
-        kw, v = ctx.kw, ctx.nfproto
+        """What restricted the rule to one IP version (`meta nfproto ipv6`, `ip
+        protocol`, `reject with icmpv6 ...`) as Match.ip_version, where nothing
+        else of the rule (addresses, ICMP, address sets) says it already; a rule
+        restricted to both versions, or to the other one, matches nothing and is
+        refused."""
+        kw = ctx.kw
+        (v, what), *other = ctx.pins.items()
+        if other:
+            raise _Fail(f"unsupported: {what} with {other[0][1]} (a rule that never "
+                        f"matches)")
         pinned = {p.version for p in (kw.get("src"), kw.get("dst")) if p}
+        pinned |= {"ip": {4}, "ip6": {6}}.get(t["family"], set())
         pinned |= {t["sets"][r.name].version for r in ctx.sets
                    if {"saddr", "daddr"} & set(r.fields)}
         if kw.get("proto") in ("icmp", "icmpv6"):
             pinned.add(4 if kw["proto"] == "icmp" else 6)
         if pinned - {v}:
-            raise _Fail(f"unsupported: meta nfproto ipv{v} with IPv{(pinned - {v}).pop()} "
-                        f"matches (a rule that never matches)")
-        if not pinned:
-            kw["src"] = Prefix("0.0.0.0/0" if v == 4 else "::/0")
+            raise _Fail(f"unsupported: {what} with IPv{(pinned - {v}).pop()} matches (a "
+                        f"rule that never matches)")
+        if not pinned and t["family"] in ("inet", "netdev"):
+            kw["ip_version"] = v
 
     def _need_set(self, t: dict, name: str) -> None:
         if name not in t["sets"]:
@@ -752,7 +827,7 @@ class _Importer:
                           f"address set became set {name}")
         return name
 
-    def _action(self, t: dict, key: str, val) -> Action:
+    def _action(self, t: dict, ctx: "_Rule", key: str, val) -> Action:
         if key in ("accept", "drop", "return", "notrack"):
             return Action(key)
         if key in ("jump", "goto"):
@@ -761,7 +836,16 @@ class _Importer:
                 raise _Fail(f"{key} to a missing chain {target!r}")
             return Action(key, chain=target)
         if key == "reject":
-            return Action("reject", reject_with=_reject(val))
+            with_, version = _reject(val)
+            if with_ == "tcp-reset":
+                # nft gives `reject with tcp reset` a `meta l4proto tcp` of its
+                # own, which it lists as part of the reject.
+                ctx.proto("tcp")
+            elif version:
+                # ... and one of the ICMP types of one IP version a `meta nfproto`
+                # (inet) or `meta protocol` (netdev), listed as part of it too.
+                ctx.pin(version, f"reject with {val['type']}")
+            return Action("reject", reject_with=with_)
         if key == "mangle":
             return _mangle(val)
         if key in ("dnat", "snat"):
@@ -806,7 +890,10 @@ class _Rule:
         self.actions: list[Action] = []
         self.counter = False
         self.th = False
-        self.nfproto = 0   # 4 or 6 after `meta nfproto ipv4` / `ipv6`
+        self.pins: dict[int, str] = {}   # IP version -> the expression that said it
+
+    def pin(self, version: int, what: str) -> None:
+        self.pins.setdefault(version, what)
 
     def set(self, field: str, value) -> None:
         if field in self.kw:
@@ -906,19 +993,18 @@ def _limit(v: dict) -> Limit:
     return Limit(rate, per, burst)
 
 
-def _reject(v) -> str | None:
+def _reject(v) -> tuple[str | None, int | None]:
+    """A reject's type as the model names it (iptables' --reject-with names, and
+    `icmpx-TYPE`), and the IP version it belongs to (None: either)."""
     if not v:
-        return None
+        return None, None
     kind, code = v.get("type"), v.get("expr")
-    if kind == "tcp reset":
-        return "tcp-reset"
-    if kind == "icmp" and code:
-        return _REJECT_ICMP.get(code, f"icmp-{code}")
-    if kind == "icmpv6" and code:
-        return _REJECT_ICMPV6.get(code, f"icmp6-{code}")
-    if kind == "icmpx" and code:
-        return f"icmpx-{code}"
-    raise _Fail(f"unsupported: reject {json.dumps(v)}")
+    if kind == "tcp reset" and code is None:
+        return "tcp-reset", None
+    names = _REJECT_TYPES.get(kind)
+    if names is None or code not in names:
+        raise _Fail(f"unsupported: reject {json.dumps(v)}")
+    return names[code], {"icmp": 4, "icmpv6": 6}.get(kind)
 
 
 def _fully_random(val: dict) -> bool:

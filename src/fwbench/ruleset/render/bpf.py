@@ -34,7 +34,7 @@ from fwbench.ruleset.model import (CLIENT, PROTO_NUMBERS, SERVER, Chain, Match, 
 SUPPORTS: frozenset[str] = frozenset({
     "family ip", "set addr . proto . port", "hook forward", "chain type filter",
     "policy drop", "user chain", "iif", "daddr", "proto tcp", "proto udp", "proto icmp",
-    "dport", "icmp type", "set match", "accept", "jump", "goto", "counter"})
+    "dport", "icmp type", "ip version", "set match", "accept", "jump", "goto", "counter"})
 
 _ACTIONS = ("accept", "jump", "goto")
 _SET_FIELDS = ("daddr", "proto", "dport")
@@ -119,7 +119,7 @@ def _plain(r: Rule) -> bool:
     m = r.match
     return (m.src is None and m.oif is None and m.sport is None and m.ct_state is None
             and m.mark is None and m.limit is None and m.string is None
-            and m.hashlimit is None
+            and m.hashlimit is None and m.ip_version in (None, 4)
             and (m.iif is None or not m.iif.negate)
             and (m.dst is None or (not m.dst.negate and m.dst.net.endswith("/32")
                                    and "." in m.dst.net))

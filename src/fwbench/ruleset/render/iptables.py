@@ -3,12 +3,14 @@
 `render(rs, ifs, 4)` is the iptables-restore input for the tables of family ip and
 inet, `render(rs, ifs, 6)` the ip6tables-restore input for ip6 and inet (an inet
 rule whose addresses, protocol, sets or NAT address pin the other IP version is
-left out). Every line is what iptables-save (legacy and nft, v1.8.9) prints back
-for it, so a backend compares kernel state with the rendering line by line: one
-`*table` block per iptables table in use (raw, mangle, nat, filter), every
-built-in chain of that table with its policy, user chains and their rules in
-save's order (built-in chains first, then user chains sorted by name, as libiptc
-and iptables-nft both list them), options in save's order and spelling.
+left out; so is one restricted to the other version, Match.ip_version, which
+needs no option: the table's version says it). Every line is what iptables-save
+(legacy and nft, v1.8.9) prints back for it, so a backend compares kernel state
+with the rendering line by line: one `*table` block per iptables table in use
+(raw, mangle, nat, filter), every built-in chain of that table with its policy,
+user chains and their rules in save's order (built-in chains first, then user
+chains sorted by name, as libiptc and iptables-nft both list them), options in
+save's order and spelling.
 
 The model maps onto iptables so:
 - a base chain goes to the iptables table its type and priority name (filter type
@@ -58,7 +60,8 @@ SUPPORTS: frozenset[str] = frozenset({
     "iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix", "ipv6",
     "proto tcp", "proto udp", "proto icmp", "proto icmpv6",
     "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
-    "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
+    "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match",
+    "hashlimit",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct",
     "random match", "verdict map", "numgen map", "random port",
@@ -102,13 +105,26 @@ _REJECT_4TO6 = {"icmp-net-unreachable": "icmp6-no-route",
                 "icmp-port-unreachable": "icmp6-port-unreachable",
                 "icmp-admin-prohibited": "icmp6-adm-prohibited"}
 _REJECT_6TO4 = {v: k for k, v in _REJECT_4TO6.items()}
-# libxt_limit: rates are periods in units of 1/10000 s; save picks the largest
-# unit that prints the period exactly (so 60/minute reads back as 1/sec).
+# nft's icmpx types (`icmpx-TYPE`), as the kernel sends them per version
+# (nft_reject: icmpx no-route is ICMP net-unreachable, host-unreachable is
+# ICMPv6 address-unreachable).
+_REJECT_ICMPX = {4: {"icmpx-port-unreachable": "icmp-port-unreachable",
+                     "icmpx-host-unreachable": "icmp-host-unreachable",
+                     "icmpx-no-route": "icmp-net-unreachable",
+                     "icmpx-admin-prohibited": "icmp-admin-prohibited"},
+                 6: {"icmpx-port-unreachable": "icmp6-port-unreachable",
+                     "icmpx-host-unreachable": "icmp6-addr-unreachable",
+                     "icmpx-no-route": "icmp6-no-route",
+                     "icmpx-admin-prohibited": "icmp6-adm-prohibited"}}
+# libxt_limit: rates are periods in units of 1/10000 s, an integer (so 1023/second,
+# 10000/1023 units, is no rate it can hold); save picks the largest unit that
+# prints the period exactly (so 60/minute reads back as 1/sec).
 _LIMIT_SCALE = 10000
 _LIMIT_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 _LIMIT_PRINT = (("day", _LIMIT_SCALE * 86400), ("hour", _LIMIT_SCALE * 3600),
                 ("min", _LIMIT_SCALE * 60), ("sec", _LIMIT_SCALE))
 _LIMIT_BURST = 5                  # the default, which save leaves out
+_MAX_CREDITS_A_SECOND = 38400
 # libxt_hashlimit (revisions 2 and 3) keeps a rate as a period in microseconds and
 # prints it as limit does; burst and mode it always prints, the source mask when
 # it is not the whole address, the entries' expiry when it is not the printed
@@ -435,6 +451,11 @@ class _Emitter:
             v4 = True
         elif proto == "icmpv6":
             v6 = True
+        if m.ip_version:
+            if m.ip_version == 4:
+                v4 = True
+            else:
+                v6 = True
         refs = []
         for ref in m.sets:
             flags = self._setref(t, ref, rid)
@@ -700,6 +721,7 @@ class _Emitter:
             out = w if w in _REJECT4 else _REJECT_6TO4.get(w)
         else:
             out = w if w in _REJECT6 else _REJECT_4TO6.get(w)
+        out = out or _REJECT_ICMPX[self.version].get(w)
         if out is None:
             raise Unsupported(f"reject with {w}", f"rule {r.id}")
         return out
@@ -789,23 +811,40 @@ def _set_flags(s: Set, ref: SetRef, rid: str) -> str:
 
 
 def _limit(lim, rid: str) -> str:
-    text = f" -m limit --limit {_rate(lim.rate, lim.per, _LIMIT_SCALE, 'limit', rid)}"
+    rate = _rate(lim.rate, lim.per, _LIMIT_SCALE, "limit", rid, native=True)
     if not 1 <= lim.burst <= 10000:
         raise Unsupported(f"limit burst {lim.burst}", f"rule {rid}")
+    # xt_limit (legacy) keeps the burst as 32-bit credits, HZ x CREDITS_PER_JIFFY
+    # a second (at most 38,400 for HZ 100, 250, 300 or 1000): past that it keeps a
+    # wrapped, smaller burst, or refuses the rule.
+    seconds = lim.burst * _LIMIT_UNITS[lim.per] // lim.rate
+    if seconds * _MAX_CREDITS_A_SECOND > 0xFFFFFFFF:
+        raise Unsupported(f"limit burst {lim.burst} at {lim.rate}/{lim.per} (xt_limit's "
+                          f"credits overflow)", f"rule {rid}")
+    text = " -m limit --limit " + rate
     return text if lim.burst == _LIMIT_BURST else f"{text} --limit-burst {lim.burst}"
 
 
-def _rate(rate: int, per: str, scale: int, what: str, rid: str) -> str:
+def _rate(rate: int, per: str, scale: int, what: str, rid: str,
+          native: bool = False) -> str:
     """A rate as limit and hashlimit save it: held as a period in units of 1/scale
-    second, printed in the largest unit that shows the period exactly."""
+    second, printed in the largest unit that shows the period exactly. A rate
+    whose period is not a whole number of units is refused: the kernel would
+    hold a period cut down to one, a faster rate than the rule's. `native`:
+    iptables-nft holds the printed rate itself (nft's limit, for -m limit), so
+    that must be the rule's too."""
     mult = _LIMIT_UNITS.get(per)
     if mult is None:
         raise Unsupported(f"{what} per {per}", f"rule {rid}")
     if rate < 1:
         raise RuleSetError(f"rule {rid}: {what} rate {rate}")
-    period = scale * mult // rate
+    period, rest = divmod(scale * mult, rate)
     if period == 0:
         raise Unsupported(f"{what} faster than {scale}/second", f"rule {rid}")
+    if rest:
+        raise Unsupported(f"{what} rate {rate}/{per} (iptables holds a period of "
+                          f"1/{scale} s units: {scale * mult}/{rate} is not whole)",
+                          f"rule {rid}")
     prints = [(name, unit // _LIMIT_SCALE * scale) for name, unit in _LIMIT_PRINT]
     i = 1
     while i < len(prints):
@@ -814,6 +853,11 @@ def _rate(rate: int, per: str, scale: int, what: str, rid: str) -> str:
             break
         i += 1
     name, unit = prints[i - 1]
+    if native and unit % period:
+        # 3125/minute prints as 52/sec: legacy reads it back as the same period,
+        # iptables-nft holds 52/second.
+        raise Unsupported(f"{what} rate {rate}/{per} (iptables-save prints it as "
+                          f"{unit // period}/{name})", f"rule {rid}")
     return f"{unit // period}/{name}"
 
 

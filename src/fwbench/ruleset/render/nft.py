@@ -14,8 +14,9 @@ comment goes before the id in the same string: nft has one comment per rule).
 
 Where nft's meaning would differ from the model's, the renderer adds what makes
 them equal (`meta l4proto { tcp, udp }` before a port lookup an ICMP packet could
-match) or refuses (Unsupported; RuleSetError for what the kernel itself refuses).
-What only iptables has (a payload string match, hashlimit, `-j CT` without
+match; `meta nfproto ipv6`, in netdev `meta protocol ip6`, for a rule restricted
+to one IP version that nothing else in it pins) or refuses (Unsupported;
+RuleSetError for what the kernel itself refuses). What only iptables has (a payload string match, hashlimit, `-j CT` without
 options, a set with per-element counters) is refused with Unsupported.
 
 A random match is `numgen random mod 2147483648 < T`: numgen's
@@ -56,7 +57,7 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix"]
     + [f"proto {p}" for p in PROTOCOLS]
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
-       "negation", "ct state", "mark match", "set match", "limit", "counter"]
+       "ip version", "negation", "ct state", "mark match", "set match", "limit", "counter"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log"]
     + ["random match", "verdict map", "numgen map", "random port"]
@@ -272,6 +273,8 @@ def _version(m: Match, where: str) -> int | None:
     """Match.version, from the cached address parse (a rule set of 100k rules
     renders in well under a second)."""
     versions = {_addr(p.net, True)[1] for p in (m.src, m.dst) if p}
+    if m.ip_version is not None:
+        versions.add(m.ip_version)
     if m.proto == "icmp":
         versions.add(4)
     elif m.proto == "icmpv6":
@@ -500,6 +503,12 @@ class _Renderer:
         if version is None:
             version = {"ip": 4, "ip6": 6}.get(fam)
         parts: list[str] = []
+        if m.ip_version is not None and fam in ("inet", "netdev") and \
+                not self.pins_version(m, a, bool(r.counter or m.limit)):
+            # In ip and ip6 the table says it; nft lists the restriction only
+            # where no later expression implies it (measured).
+            parts.append(("meta nfproto ipv" if fam == "inet" else "meta protocol ip")
+                         + ("4" if m.ip_version == 4 else "6"))
         if m.iif:
             self.iface(parts, "iifname", m.iif, where)
         if m.oif:
@@ -607,6 +616,19 @@ class _Renderer:
                 # no port, so matches neither the set nor its negation.
                 raise Unsupported(f"set port lookup with protocol {m.proto}", where)
         return f"{' . '.join(exprs)} {'!= ' if ref.negate else ''}@{_name('set', s.name)}"
+
+    def pins_version(self, m: Match, a: Action, statements: bool) -> bool:
+        """Whether the rule holds an expression nft gives a dependency on the IP
+        version and lists without it: an address match or lookup, ICMP, or a
+        reject with an ICMP type of one version (in a rule of one version every
+        reject but icmpx and tcp reset is rendered so), but for the latter only
+        when no statement (counter, limit) stands before it (measured)."""
+        return (m.src is not None or m.dst is not None
+                or m.proto in ("icmp", "icmpv6")
+                or any("addr" in self.sets[ref.name].keys for ref in m.sets
+                       if ref.name in self.sets)
+                or a.kind == "reject" and not statements and not (
+                    a.reject_with or "").startswith(("icmpx-", "tcp-reset")))
 
     def guarded(self, ref: SetRef) -> bool:
         """Whether a port lookup of a rule without a protocol needs `meta l4proto
