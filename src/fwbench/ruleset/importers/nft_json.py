@@ -34,9 +34,10 @@ import itertools
 import json
 import os
 
-from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBERS, Action,
-                                   Chain, Iface, Limit, Match, Ports, Prefix, Rule, RuleSet,
-                                   RuleSetError, Set, SetRef, Table, validate)
+from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, FAMILIES, PKT_TYPES, PRIORITIES,
+                                   PROTO_NUMBERS, TCP_FLAGS, Action, AddrType, Chain, Iface,
+                                   Limit, Match, Ports, Prefix, Range, Rule, RuleSet,
+                                   RuleSetError, Set, SetRef, Table, TcpFlags, validate)
 from fwbench.ruleset.importers.iptables_save import canonical4
 from fwbench.ruleset.render import ID_TAG
 
@@ -356,14 +357,9 @@ class _Importer:
                 ctx.kw["limit"] = _limit(val)
             else:
                 ctx.actions.append(self._action(t, key, val))
-        kw = ctx.kw
         if ctx.sets:
-            kw["sets"] = tuple(ctx.sets)
-        if ctx.th and kw.get("proto") not in ("tcp", "udp"):
-            raise _Fail("unsupported: th port match without meta l4proto tcp or udp")
-        if ctx.nfproto:
-            self._pin_version(t, ctx)
-        match = Match(**kw)
+            ctx.kw["sets"] = tuple(ctx.sets)
+        matches = [self._one_match(t, ctx, kw) for kw in _variants(ctx)]
         comment = r.get("comment")
         rid = None
         if comment:
@@ -375,19 +371,43 @@ class _Importer:
         actions = ctx.actions or [Action("counter")]
         if any(a.terminal for a in actions[:-1]):
             raise _Fail("unsupported: a statement after a verdict")
-        out = [Rule(f"{rid}.{k}", match, a, False, comment)
-               for k, a in enumerate(actions[:-1], 1)]
-        out.append(Rule(rid, match, actions[-1], ctx.counter, comment))
+        out = []
+        for j, match in enumerate(matches, 1):
+            vid = rid if j == 1 else f"{rid}:{j}"
+            out += [Rule(f"{vid}.{k}", match, a, False, comment)
+                    for k, a in enumerate(actions[:-1], 1)]
+            out.append(Rule(vid, match, actions[-1], ctx.counter, comment))
         return out
+
+    def _one_match(self, t: dict, ctx: "_Rule", kw: dict) -> Match:
+        if ctx.th and kw.get("proto") not in ("tcp", "udp"):
+            raise _Fail("unsupported: th port match without meta l4proto tcp or udp")
+        if ctx.nfproto:
+            ctx.kw = kw
+            self._pin_version(t, ctx)
+        if ctx.fib and t["family"] != "ip" and not (
+                ctx.nfproto == 4 or kw.get("proto") == "icmp" or any(
+                    p.version == 4 for p in (kw.get("src"), kw.get("dst")) if p)):
+            raise _Fail("unsupported: fib address type of IPv6 packets (a fib match in "
+                        "an ip6 or inet rule not pinned to IPv4)")
+        return Match(**kw)
 
     def _match(self, t: dict, ctx: "_Rule", m: dict) -> None:
         op, left, right = m.get("op"), m.get("left"), m.get("right")
+        if not isinstance(left, dict) or len(left) != 1:
+            raise _Fail(f"unsupported match on {json.dumps(left)}")
+        if _everyday(t, ctx, op, left, right):
+            return
         if op not in ("==", "!=", "in"):
             raise _Fail(f"unsupported match operator {op!r}")
         neg = op == "!="
-        if not isinstance(left, dict) or len(left) != 1:
-            raise _Fail(f"unsupported match on {json.dumps(left)}")
         (lk, lv), = left.items()
+        if isinstance(right, dict) and "set" in right and not neg and (
+                lk == "meta" and lv.get("key") in _SPLIT_META):
+            # One rule per element: the elements are disjoint (a packet has one
+            # protocol, one interface), so the verdicts are the same.
+            ctx.splits.append((lv["key"], list(right["set"])))
+            return
         if lk == "payload":
             self._payload(t, ctx, lv, right, neg)
         elif lk == "meta":
@@ -453,13 +473,14 @@ class _Importer:
                 raise _Fail(f"unsupported: {proto} type !=")
             ctx.proto(proto)
             names = ICMP_TYPES if proto == "icmp" else ICMPV6_TYPES
-            if isinstance(right, int) and 0 <= right <= 255:
-                typ = right
-            elif isinstance(right, str) and right in names:
-                typ = names[right]
-            else:
-                raise _Fail(f"unsupported {proto} type {json.dumps(right)}")
-            ctx.set("icmp_type", typ)
+            if isinstance(right, dict) and "set" in right:
+                types = frozenset(_icmp(proto, x, names) for x in right["set"])
+                if len(types) == 1:
+                    ctx.set("icmp_type", next(iter(types)))
+                else:
+                    ctx.set("icmp_types", types)
+                return
+            ctx.set("icmp_type", _icmp(proto, right, names))
         else:
             raise _Fail(f"unsupported expression payload {proto} {field}")
 
@@ -467,9 +488,7 @@ class _Importer:
         if key in ("iifname", "oifname", "iif", "oif"):
             if not isinstance(right, str):
                 raise _Fail(f"unsupported: meta {key} against {json.dumps(right)}")
-            name = right[:-1] + "+" if right.endswith("*") and not right.endswith("\\*") \
-                else right.replace("\\*", "*")
-            ctx.set("iif" if key.startswith("i") else "oif", Iface(name, neg))
+            ctx.set("iif" if key.startswith("i") else "oif", Iface(_iface_name(right), neg))
         elif key == "l4proto":
             if neg:
                 raise _Fail("unsupported: meta l4proto !=")
@@ -580,6 +599,10 @@ class _Rule:
         self.counter = False
         self.th = False
         self.nfproto = 0   # 4 or 6 after `meta nfproto ipv4` / `ipv6`
+        self.fib = False   # an address type match (IPv4 only)
+        # Anonymous sets of protocols or interfaces: (meta key, elements); the
+        # rule becomes one rule per element.
+        self.splits: list[tuple[str, list]] = []
 
     def set(self, field: str, value) -> None:
         if field in self.kw:
@@ -591,6 +614,173 @@ class _Rule:
         if have is not None and have != proto:
             raise _Fail(f"unsupported: protocol {have} and {proto} in one rule")
         self.kw["proto"] = proto
+
+
+# --- the everyday matches ---------------------------------------------------------
+
+_SPLIT_META = {"l4proto": "proto", "iifname": "iif", "oifname": "oif"}
+_TCP_FLAGS_PAYLOAD = {"payload": {"protocol": "tcp", "field": "flags"}}
+# nft's ICMP and ICMPv6 code names.
+ICMP_CODES = {"net-unreachable": 0, "host-unreachable": 1, "prot-unreachable": 2,
+              "port-unreachable": 3, "frag-needed": 4, "net-prohibited": 9,
+              "host-prohibited": 10, "admin-prohibited": 13}
+ICMPV6_CODES = {"no-route": 0, "admin-prohibited": 1, "addr-unreachable": 3,
+                "port-unreachable": 4, "policy-fail": 5, "reject-route": 6}
+_BOUNDS = {"<": (None, -1), "<=": (None, 0), ">": (1, None), ">=": (0, None)}
+
+
+def _everyday(t: dict, ctx: "_Rule", op, left: dict, right) -> bool:
+    """TCP flags, ICMP codes, TTL / hop limit, length, packet type and fib address
+    type; False when `left` is none of them."""
+    (lk, lv), = left.items()
+    if lk == "&" and lv[0] == _TCP_FLAGS_PAYLOAD:
+        ctx.proto("tcp")
+        mask = _tcp_flags(lv[1])
+        if op not in ("==", "!="):
+            raise _Fail(f"unsupported: tcp flags & ... {op}")
+        values = right["set"] if isinstance(right, dict) and "set" in right else [right]
+        ctx.set("tcp_flags", TcpFlags(mask, frozenset(_tcp_flags(v) & mask for v in values),
+                                      op == "!="))
+        return True
+    if left == _TCP_FLAGS_PAYLOAD:
+        ctx.proto("tcp")
+        if isinstance(right, dict) and "set" in right:
+            if op not in ("==", "!="):
+                raise _Fail(f"unsupported: tcp flags {op} a set")
+            f = TcpFlags(0xFF, frozenset(_tcp_flags(v) for v in right["set"]), op == "!=")
+        elif op in ("==", "!="):
+            f = TcpFlags(0xFF, frozenset({_tcp_flags(right)}), op == "!=")
+        elif op == "in":        # any of the flags set
+            f = TcpFlags(_tcp_flags(right), frozenset({0}), True)
+        elif op == "!":         # none of them set
+            f = TcpFlags(_tcp_flags(right), frozenset({0}))
+        else:
+            raise _Fail(f"unsupported: tcp flags {op}")
+        ctx.set("tcp_flags", f)
+        return True
+    if lk == "payload" and lv.get("protocol") in ("icmp", "icmpv6") and             lv.get("field") == "code":
+        proto = lv["protocol"]
+        ctx.proto(proto)
+        if op != "==":
+            raise _Fail(f"unsupported: {proto} code {op}")
+        names = ICMP_CODES if proto == "icmp" else ICMPV6_CODES
+        ctx.set("icmp_code", _icmp(f"{proto} code", right, names))
+        return True
+    what = None
+    if lk == "payload" and (lv.get("protocol"), lv.get("field")) in (("ip", "ttl"),
+                                                                    ("ip6", "hoplimit")):
+        version = 4 if lv["protocol"] == "ip" else 6
+        if ctx.nfproto and ctx.nfproto != version:
+            raise _Fail(f"unsupported: {lv['protocol']} {lv['field']} in an "
+                        f"IPv{ctx.nfproto} rule")
+        if t["family"] == "inet":
+            ctx.nfproto = version
+        what, top = "ttl", 255
+    elif left in ({"meta": {"key": "length"}},
+                  {"payload": {"protocol": "ip", "field": "length"}}):
+        if "payload" in left and t["family"] == "inet":
+            ctx.nfproto = ctx.nfproto or 4
+        what, top = "length", 65535
+    if what is not None:
+        ctx.set(what, _relation(op, right, top))
+        return True
+    if left == {"meta": {"key": "pkttype"}}:
+        if op not in ("==", "!="):
+            raise _Fail(f"unsupported: meta pkttype {op}")
+        items = right["set"] if isinstance(right, dict) and "set" in right else [right]
+        if any(x not in PKT_TYPES for x in items):
+            raise _Fail(f"unsupported: meta pkttype {json.dumps(right)}")
+        ctx.set("pkttype", frozenset(items))
+        ctx.kw["pkttype_negate"] = op == "!="
+        return True
+    if lk == "fib":
+        flags = lv.get("flags") or []
+        if lv.get("result") != "type" or flags not in (["saddr"], ["daddr"]) \
+                or op not in ("==", "!="):
+            raise _Fail(f"unsupported: fib {json.dumps(lv)}")
+        items = right["set"] if isinstance(right, dict) and "set" in right else [right]
+        if any(x not in ADDR_TYPES for x in items):
+            raise _Fail(f"unsupported: fib type {json.dumps(right)}")
+        side = "src" if flags == ["saddr"] else "dst"
+        have = ctx.kw.get("addrtype") or AddrType()
+        if getattr(have, side) is not None:
+            raise _Fail(f"unsupported: two fib {flags[0]} type matches")
+        ctx.kw["addrtype"] = AddrType(**{**have.__dict__, side: frozenset(items),
+                                         f"{side}_negate": op == "!="})
+        ctx.fib = True
+        return True
+    return False
+
+
+def _tcp_flags(v) -> int:
+    """A flag name, a list of them (ORed), an `|` expression or a number."""
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        if v not in TCP_FLAGS:
+            raise _Fail(f"unsupported tcp flag {json.dumps(v)}")
+        return TCP_FLAGS[v]
+    if isinstance(v, dict) and "|" in v:
+        v = v["|"]
+    if isinstance(v, list):
+        out = 0
+        for x in v:
+            out |= _tcp_flags(x)
+        return out
+    raise _Fail(f"unsupported tcp flags {json.dumps(v)}")
+
+
+def _icmp(what: str, v, names: dict) -> int:
+    if isinstance(v, int) and 0 <= v <= 255:
+        return v
+    if isinstance(v, str) and v in names:
+        return names[v]
+    raise _Fail(f"unsupported {what} {json.dumps(v)}")
+
+
+def _relation(op, right, top: int) -> Range:
+    """`== n`, `!= n`, `== a-b`, `!= a-b`, `< n`, `<= n`, `> n`, `>= n` as a Range."""
+    if isinstance(right, dict) and "range" in right:
+        lo, hi = (_int(x) for x in right["range"])
+    else:
+        lo = hi = _int(right)
+    if op in _BOUNDS and lo == hi:
+        low, high = _BOUNDS[op]
+        lo, hi = (0, lo + high) if low is None else (lo + low, top)
+        op = "=="
+    if op not in ("==", "!="):
+        raise _Fail(f"unsupported match operator {op!r}")
+    if not 0 <= lo <= hi <= top:
+        raise _Fail(f"unsupported: a range {lo}-{hi} that matches no packet")
+    return Range(lo, hi, op == "!=")
+
+
+def _variants(ctx: "_Rule") -> list[dict]:
+    """The rule's matches, one per combination of its split sets' elements."""
+    out = [dict(ctx.kw)]
+    for key, items in ctx.splits:
+        field = _SPLIT_META[key]
+        new = []
+        for kw in out:
+            for x in items:
+                if field == "proto":
+                    p = _proto(x)
+                    if kw.get("proto") not in (None, p):
+                        continue    # cannot match: another protocol is required
+                    new.append({**kw, "proto": p})
+                else:
+                    if field in kw or not isinstance(x, str):
+                        raise _Fail(f"unsupported: meta {key} set {json.dumps(items)}")
+                    new.append({**kw, field: Iface(_iface_name(x))})
+        out = new
+    if not out:
+        raise _Fail("unsupported: a protocol set no element of which fits the rule")
+    return out
+
+
+def _iface_name(name: str) -> str:
+    return name[:-1] + "+" if name.endswith("*") and not name.endswith("\\*") \
+        else name.replace("\\*", "*")
 
 
 # --- values ------------------------------------------------------------------------
