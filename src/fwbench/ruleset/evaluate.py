@@ -367,7 +367,7 @@ def nat_address(addr: str) -> str:
 
 
 def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[str, Set],
-                   ifnames: Mapping[str, str] | None):
+                   ifnames: Mapping[str, str] | None, family: str | None = None):
     """A rule's match as one function of the state, or None (matches all) or _NEVER."""
     m: Match = r.match
     if m.string is not None or m.hashlimit is not None:
@@ -411,7 +411,7 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
             tests.append(lambda s: s.mark & mask == value)
     for ref in m.sets:
         tests.append(_set_test(ref, sets[ref.name]))
-    tests += _everyday_tests(r, version)
+    tests += _everyday_tests(r, version or {"ip": 4, "ip6": 6}.get(family or ""))
     # m.limit: always matches (see the module docstring).
     return _all(tests)
 
@@ -731,7 +731,7 @@ class Evaluator:
                     cc.sides = iface_sides(Iface(c.device), ifnames)
                 rules, kept, versions, sides = [], [], [], []
                 for r in c.rules:
-                    test = _compile_match(r, csets, raw_sets, ifnames)
+                    test = _compile_match(r, csets, raw_sets, ifnames, t.family)
                     if test is _NEVER:
                         continue
                     a = r.action

@@ -443,7 +443,7 @@ class _Renderer:
         # nft folds a protocol match into a later match that implies it (a port,
         # an ICMP type, a port in a set lookup) and prints only the latter.
         implied = bool(m.sport or m.dport or m.icmp_type is not None or m.tcp_flags
-                       or m.icmp_types) or any(
+                       or m.icmp_types or m.icmp_code is not None) or any(
             f in ("sport", "dport") for ref in m.sets for f in ref.fields)
         # In ip and ip6, `reject with tcp reset` brings its own `meta l4proto tcp`,
         # which nft then lists as part of the reject, unless a statement (counter,
