@@ -750,8 +750,8 @@ class Evaluator:
                         # After conntrack attached, notrack does nothing (nft checks
                         # for an existing entry; iptables allows it in raw only).
                         code = _NOP
-                    if code in (_DNAT, _SNAT, _MASQ) and not cc.nat:
-                        code = _ACCEPT
+                    if code in (_DNAT, _SNAT, _MASQ) and c.base and not cc.nat:
+                        code = _ACCEPT      # a user chain's: decided by its base, in _walk
                     rules.append((r.id, test, code, arg))
                     kept.append(r)
                     versions.append(rule_version(r, raw_sets))
@@ -917,7 +917,11 @@ class Evaluator:
                 s.untracked = True
                 s.ct = "untracked"
                 continue
+            elif not base.nat:
+                return _ACCEPT, rid     # NAT in a user chain that a filter chain reached
             else:
+                # A user chain jumped to from a nat chain translates as the nat
+                # chain would (nft's user chains take their base chain's type).
                 self._translate(code, arg, s)
                 return code, rid
             rules = chain.rules

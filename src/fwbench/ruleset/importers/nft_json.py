@@ -422,6 +422,8 @@ class _Importer:
                 raise _Fail(f"unsupported expression & on {json.dumps(what)}")
             ctx.set("mark", (_int(right), mask & MASK32))
             ctx.kw["mark_negate"] = neg
+        elif lk == "concat" and _icmp_pairs(ctx, lv, right, neg):
+            return
         elif lk == "concat":
             if not (isinstance(right, str) and right.startswith("@")):
                 raise _Fail("unsupported: a concatenation matched against anything but "
@@ -712,6 +714,26 @@ def _everyday(t: dict, ctx: "_Rule", op, left: dict, right) -> bool:
     return False
 
 
+def _icmp_pairs(ctx: "_Rule", parts: list, right, neg: bool) -> bool:
+    """`icmp type . icmp code { t . c, ... }` (fw4 writes it): one rule per pair,
+    as the pairs are disjoint. False when `parts` is no ICMP type and code."""
+    proto = parts[0].get("payload", {}).get("protocol") if isinstance(parts[0], dict) else None
+    if proto not in ("icmp", "icmpv6") or parts != [
+            {"payload": {"protocol": proto, "field": "type"}},
+            {"payload": {"protocol": proto, "field": "code"}}]:
+        return False
+    if neg or not (isinstance(right, dict) and "set" in right):
+        raise _Fail(f"unsupported: {proto} type . code other than == a set of pairs")
+    types, codes = (ICMP_TYPES, ICMP_CODES) if proto == "icmp" else (ICMPV6_TYPES, ICMPV6_CODES)
+    pairs = []
+    for e in right["set"]:
+        t, c = e["concat"]
+        pairs.append((_icmp(f"{proto} type", t, types), _icmp(f"{proto} code", c, codes)))
+    ctx.proto(proto)
+    ctx.splits.append(("icmp type . code", pairs))
+    return True
+
+
 def _tcp_flags(v) -> int:
     """A flag name, a list of them (ORed), an `|` expression or a number."""
     if isinstance(v, int):
@@ -759,11 +781,15 @@ def _variants(ctx: "_Rule") -> list[dict]:
     """The rule's matches, one per combination of its split sets' elements."""
     out = [dict(ctx.kw)]
     for key, items in ctx.splits:
-        field = _SPLIT_META[key]
+        field = _SPLIT_META.get(key, key)
         new = []
         for kw in out:
             for x in items:
-                if field == "proto":
+                if field == "icmp type . code":
+                    if "icmp_type" in kw or "icmp_code" in kw or "icmp_types" in kw:
+                        raise _Fail("unsupported: two ICMP type matches in one rule")
+                    new.append({**kw, "icmp_type": x[0], "icmp_code": x[1]})
+                elif field == "proto":
                     p = _proto(x)
                     if kw.get("proto") not in (None, p):
                         continue    # cannot match: another protocol is required
