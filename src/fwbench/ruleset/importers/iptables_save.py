@@ -470,7 +470,7 @@ class _Parser:
                 continue
             if code in _NO_VALUE:
                 i += 1
-                self._flag_option(code, neg, mods, proto, kw)
+                self._flag_option(code, neg, proto, kw)
                 neg = False
                 continue
             v = toks[i + 1]
@@ -597,8 +597,7 @@ class _Parser:
                              "action": action if action is not None else _COUNTER,
                              "comment": comment})
 
-    def _flag_option(self, code: str, neg: bool, mods: set[str], proto: str | None,
-                     kw: dict) -> None:
+    def _flag_option(self, code: str, neg: bool, proto: str | None, kw: dict) -> None:
         """An option without a value: --syn, -4, -6, -f, --limit-iface-in/out."""
         if code == "limit-iface":
             raise _Fail("unsupported: -m addrtype --limit-iface-in/out (address types "
@@ -613,7 +612,7 @@ class _Parser:
                 raise _Fail("unsupported match ! -f (every packet but non-first fragments)")
             raise _Aside("-f matches only non-first fragments, which the testbed never sends")
         else:   # --syn: SYN set, ACK, RST and FIN clear
-            if not ("tcp" in mods or proto == "tcp"):
+            if proto != "tcp":
                 raise _Fail("--syn needs -p tcp")
             if "tcp_flags" in kw:
                 raise _Fail("--syn and --tcp-flags in one rule")
@@ -624,7 +623,7 @@ class _Parser:
         """The options of tcp's flags, addrtype, pkttype, ttl, hl and length;
         returns where the next option starts."""
         if code == "tcp-flags":
-            if not ("tcp" in mods or proto == "tcp"):
+            if proto != "tcp":
                 raise _Fail("--tcp-flags needs -p tcp")
             if "tcp_flags" in kw:
                 raise _Fail("--syn and --tcp-flags in one rule")
