@@ -393,3 +393,13 @@ def test_frames_carry_flags_code_ttl_and_padding():
                        4, nonce, "02:00:00:00:00:01", "02:00:00:00:00:02")
     assert icmp[14 + 20:14 + 22] == bytes([3, 13])
     assert parse_frame(icmp, nonce).icmp_type == 3
+
+
+def test_corpus_sends_to_the_firewall_where_an_address_type_asks_for_a_local_one():
+    rs = load_file(str(EXAMPLES / "docker.rules"), {"eth0": "client", "docker0": "server"})
+    ev = Evaluator(rs)
+    published = [p for p in corpus.build(rs, 300) if p.daddr == "198.19.0.1"
+                 and p.dport == 8080 and p.proto == "tcp"]
+    assert published, "no packet to the firewall's own address on the published port"
+    v = ev.evaluate(published[0])
+    assert "nat-6" in v.counted and v.translated.dport == 80

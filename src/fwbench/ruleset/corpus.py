@@ -25,8 +25,8 @@ from fwbench.ruleset.evaluate import (FORWARD_HOOKS, CompiledSet, Evaluator,
                                       address_interval, address_text,
                                       complement_ranges, iface_sides, merge_ranges,
                                       nat_address, packet_length, rule_version)
-from fwbench.ruleset.model import (Chain, Match, Packet, Ports, Range, Rule, RuleSet,
-                                   RuleSetError, Table, TcpFlags)
+from fwbench.ruleset.model import (AddrType, Chain, Match, Packet, Ports, Range, Rule,
+                                   RuleSet, RuleSetError, Table, TcpFlags)
 
 __all__ = ["build", "sample", "RANGES", "RESERVED"]
 
@@ -123,6 +123,7 @@ class _Need:
     # as sent minus that must lie in the range.
     ttls: list[tuple[Range, int]] = field(default_factory=list)
     lengths: list[Range] = field(default_factory=list)
+    addrtypes: list[AddrType] = field(default_factory=list)
 
     def only_protos(self, protos: Iterable[str]) -> None:
         self.protos = set(protos) if self.protos is None else self.protos & set(protos)
@@ -175,8 +176,27 @@ class _Need:
             self.ttls.append((m.ttl, int(hook in ("forward", "postrouting"))))
         if m.length is not None:
             self.lengths.append(m.length)
+        if m.addrtype is not None:
+            self.addrtypes.append(m.addrtype)
         if m.pkttype is not None and ("host" in m.pkttype) == m.pkttype_negate:
             self.possible = False   # every injected frame is addressed to the firewall
+
+
+def _own_addresses(need: _Need, v: int, iif: str, saddr: int, daddr: int) -> tuple[int, int]:
+    """The firewall's own address as the destination (on the far side) or the
+    source (on the near side) where an address type condition asks for a local
+    one and not a unicast one: its only local addresses the testbed can send."""
+    def wants_local(types, negate) -> bool:
+        return types is not None and ("local" in types) != negate and \
+            ("unicast" in types) == negate
+    for a in need.addrtypes:
+        if v == 4 and wants_local(a.dst, a.dst_negate):
+            daddr = int(ipaddress.ip_address(addresses.FW_SERVER_SIDE[4] if iif == "client"
+                                             else addresses.FW_CLIENT_SIDE[4]))
+        if v == 4 and wants_local(a.src, a.src_negate):
+            saddr = int(ipaddress.ip_address(addresses.FW_CLIENT_SIDE[4] if iif == "client"
+                                             else addresses.FW_SERVER_SIDE[4]))
+    return saddr, daddr
 
 
 # TCP flags tried first: a SYN (a new connection), a bare ACK (picked up), then
@@ -340,6 +360,7 @@ class _Solver:
                               avoid=saddr)
         if saddr is None or daddr is None:
             return None
+        saddr, daddr = _own_addresses(need, v, iif, saddr, daddr)
         sport = dport = icmp = None
         if proto in ("tcp", "udp"):
             sport = self._port(ports["sport"], attempt, default=(1024, 65535))
@@ -589,6 +610,15 @@ def _everyday_edges(m: Match, base: Packet) -> list[Packet | None]:
         out += [replace(base, ttl=t) for t in
                 {m.ttl.lo - 1, m.ttl.lo, m.ttl.hi, m.ttl.hi + 1,
                  m.ttl.lo, m.ttl.lo + 1, m.ttl.hi + 1, m.ttl.hi + 2} if 0 <= t <= 255]
+    if m.addrtype is not None and base.version == 4:
+        # The firewall's own addresses are its only local ones: the packet sent to
+        # them (delivered to the firewall, or translated by a DNAT there), and from
+        # them (prepare() lets the firewall accept its own address as a source).
+        own = addresses.FW_SERVER_SIDE[4] if base.iif == "client" else \
+            addresses.FW_CLIENT_SIDE[4]
+        out += [replace(base, daddr=own),
+                replace(base, saddr=addresses.FW_CLIENT_SIDE[4] if base.iif == "client"
+                        else addresses.FW_SERVER_SIDE[4])]
     if m.length is not None:
         have = packet_length(base) - base.pad
         out += [replace(base, pad=n - have) for n in
