@@ -403,3 +403,28 @@ def test_corpus_sends_to_the_firewall_where_an_address_type_asks_for_a_local_one
     assert published, "no packet to the firewall's own address on the published port"
     v = ev.evaluate(published[0])
     assert "nat-6" in v.counted and v.translated.dport == 80
+
+
+def test_nft_rules_only_output_reaches_are_set_aside_and_others_refused():
+    skuid = m({"meta": {"key": "skuid"}}, 0)
+    items = [{"table": {"family": "inet", "name": "t", "handle": 1}},
+             {"chain": {"family": "inet", "table": "t", "name": "out", "handle": 2,
+                        "type": "filter", "hook": "output", "prio": 0, "policy": "accept"}},
+             {"chain": {"family": "inet", "table": "t", "name": "mine", "handle": 3}},
+             {"rule": {"family": "inet", "table": "t", "chain": "out", "handle": 10,
+                       "expr": [skuid, {"accept": None}]}},
+             {"rule": {"family": "inet", "table": "t", "chain": "out", "handle": 11,
+                       "expr": [{"jump": {"target": "mine"}}]}},
+             {"rule": {"family": "inet", "table": "t", "chain": "mine", "handle": 12,
+                       "expr": [skuid, {"drop": None}]}}]
+    rs = nft_json.parse({"nftables": items}, "o.json")
+    assert [r.id for _, _, r in rs.rules()] == ["t-2"]
+    assert rs.notes == (
+        "o.json: table inet t chain out rule 1 (handle 10): unsupported expression meta "
+        "skuid: set aside, only the firewall's own packets reach chain out",
+        "o.json: table inet t chain mine rule 1 (handle 12): unsupported expression meta "
+        "skuid: set aside, only the firewall's own packets reach chain mine")
+    items[1]["chain"]["hook"] = "input"
+    with pytest.raises(RuleSetError, match=r"^o.json: table inet t chain out rule 1 \(handle "
+                                           r"10\): unsupported expression meta skuid$"):
+        nft_json.parse({"nftables": items}, "o.json")

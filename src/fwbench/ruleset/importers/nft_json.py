@@ -152,6 +152,7 @@ class _Importer:
     def run(self, items: list) -> RuleSet:
         rules: list[dict] = []
         origins: list[tuple[str, str]] = []
+        pending: list[tuple[dict, str, str]] = []   # (table, chain, refusal)
         for item in items:
             if not isinstance(item, dict) or len(item) != 1:
                 raise RuleSetError(f"{self.source}: not an nft JSON rule set "
@@ -216,11 +217,17 @@ class _Importer:
             try:
                 new = self._rule(t, r)
             except (_Fail, RuleSetError) as e:
-                raise RuleSetError(f"{self.source}: {where}: {e}") from None
+                if not str(e).startswith("unsupported"):
+                    raise RuleSetError(f"{self.source}: {where}: {e}") from None
+                # Decided once every jump is known: refused, or set aside when
+                # only the firewall's own packets reach the chain.
+                pending.append((t, chain, f"{self.source}: {where}: {e}"))
+                new = []
             except (TypeError, KeyError, ValueError, AttributeError, IndexError):
                 raise RuleSetError(f"{self.source}: {where}: malformed expression") from None
             t["rules"][chain].append(new)
             origins.extend((x.id, f"{self.source}: {where}") for x in new)
+        self._set_aside_output(pending)
         tables = []
         for t in self.tables.values():
             chains = []
@@ -236,6 +243,30 @@ class _Importer:
             return validate(rs)
         except RuleSetError as e:
             raise RuleSetError(f"{self.source}: {e}") from None
+
+    def _set_aside_output(self, pending: list[tuple[dict, str, str]]) -> None:
+        """Rules the model cannot hold are refused where a packet the firewall
+        forwards or receives can reach them; where only chains at the output hook
+        lead (the firewall's own packets, which the testbed never judges), they are
+        set aside with a note."""
+        reach: dict[int, set[str]] = {}
+        for t, chain, refusal in pending:
+            seen = reach.get(id(t))
+            if seen is None:
+                seen = reach[id(t)] = {name for name, c in t["chains"].items()
+                                       if c.get("hook") not in (None, "output")}
+                todo = list(seen)
+                while todo:
+                    for group in t["rules"][todo.pop()]:
+                        for x in group:
+                            nxt = x.action.chain
+                            if nxt is not None and nxt not in seen:
+                                seen.add(nxt)
+                                todo.append(nxt)
+            if chain in seen:
+                raise RuleSetError(refusal)
+            self.notes.append(f"{refusal}: set aside, only the firewall's own packets "
+                              f"reach chain {chain}")
 
     # --- objects ---------------------------------------------------------------
 
