@@ -504,7 +504,23 @@ def describe(p: Packet, iif: bool = True) -> str:
     else:
         kind = f" type {p.icmp_type}" if p.icmp_type is not None else ""
         text = f"{p.proto}{kind} {p.saddr} -> {p.daddr}"
+    text += _everyday_text(p)
     return f"{text} from the {p.iif} side" if iif else text
+
+
+def _everyday_text(p: Packet) -> str:
+    """What sets the packet apart from the injector's defaults: TCP flags other
+    than a SYN, an ICMP code, a TTL other than 64, padding."""
+    out = ""
+    if p.proto == "tcp" and p.tcp_flags != 0x02:
+        out += f" flags {p.tcp_flags:#04x}"
+    if p.proto in ("icmp", "icmpv6") and p.icmp_code:
+        out += f" code {p.icmp_code}"
+    if p.ttl != 64:
+        out += f" ttl {p.ttl}"
+    if p.pad:
+        out += f" +{p.pad} bytes"
+    return out
 
 
 def verify(backend: Backend, tb: Testbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,
