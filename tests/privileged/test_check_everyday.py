@@ -39,7 +39,8 @@ BOTH = "iptables-legacy,nftables"
     ("pkttype.rules", BOTH), ("pkttype.nft", "nftables"),
     ("ttl.rules", BOTH), ("ttl.nft", "nftables"),
     ("length.rules", BOTH), ("length.nft", BOTH),
-    ("ipv6headers.rules", BOTH), ("dualstack.rules", BOTH), ("sets.nft", "nftables"),
+    ("ipv6headers.rules", BOTH), ("ipv6headers.nft", BOTH), ("dualstack.rules", BOTH),
+    ("sets.nft", "nftables"),
 ])
 def test_construct_checks_equal_with_its_original(tmp_path, name, backends):
     cp, rep = check(name, backends, tmp=tmp_path)

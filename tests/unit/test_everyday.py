@@ -428,3 +428,17 @@ def test_nft_rules_only_output_reaches_are_set_aside_and_others_refused():
     with pytest.raises(RuleSetError, match=r"^o.json: table inet t chain out rule 1 \(handle "
                                            r"10\): unsupported expression meta skuid$"):
         nft_json.parse({"nftables": items}, "o.json")
+
+
+def test_nft_extension_header_rules_are_set_aside_and_missing_is_refused():
+    rt = {"exthdr": {"name": "rt", "field": "type"}}
+    frag = {"exthdr": {"name": "frag"}}
+    rs = nft_rs([m(rt, 0)], [m(frag, True)], [m({"meta": {"key": "l4proto"}}, "tcp")],
+                family="ip6")
+    assert [r.id for _, _, r in rs.rules()] == ["t-3"]
+    assert rs.notes[0] == ("t.json: table ip6 t chain c rule 1 (handle 10): rule set aside: "
+                           "exthdr rt matches only packets with that IPv6 extension header, "
+                           "which the testbed never sends")
+    with pytest.raises(RuleSetError, match=r"rule 1 \(handle 10\): unsupported expression "
+                                           r"exthdr$"):
+        nft_rs([m(frag, False)], family="ip6")

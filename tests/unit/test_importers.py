@@ -383,10 +383,11 @@ def test_nft_errors_name_table_chain_rule_handle():
         nft_json.parse(nft_doc([{"accept": None}], vmap), "gw.json")
     assert str(e.value) == ("gw.json: table inet t chain c rule 2 (handle 11): "
                             "unsupported expression vmap")
-    option = [{"match": {"op": "==", "left": {"exthdr": {"name": "mss", "field": "size"}},
+    option = [{"match": {"op": "==", "left": {"tcp option": {"name": "maxseg",
+                                                             "field": "size"}},
                          "right": 1460}}, {"drop": None}]
     with pytest.raises(RuleSetError, match=r"^gw.json: table inet t chain c rule 1 \(handle "
-                                           r"10\): unsupported expression exthdr$"):
+                                           r"10\): unsupported expression tcp option$"):
         nft_json.parse(nft_doc(option), "gw.json")
     with pytest.raises(RuleSetError, match=r"jump to a missing chain 'x'$"):
         nft_json.parse(nft_doc([{"jump": {"target": "x"}}]), "gw.json")
