@@ -442,3 +442,11 @@ def test_nft_extension_header_rules_are_set_aside_and_missing_is_refused():
     with pytest.raises(RuleSetError, match=r"rule 1 \(handle 10\): unsupported expression "
                                            r"exthdr$"):
         nft_rs([m(frag, False)], family="ip6")
+
+
+def test_nft_set_split_refused_where_a_limit_would_be_split_too():
+    with pytest.raises(RuleSetError, match=r"unsupported: a limit in a rule with an "
+                                           r"anonymous set of l4proto \(one budget for "
+                                           r"every element\)$"):
+        nft_rs([m({"meta": {"key": "l4proto"}}, {"set": ["tcp", "udp"]}),
+                {"limit": {"rate": 10, "per": "second"}}])

@@ -399,6 +399,10 @@ class _Importer:
         if ctx.sets:
             ctx.kw["sets"] = tuple(ctx.sets)
         matches = [self._one_match(t, ctx, kw) for kw in _variants(ctx)]
+        if len(matches) > 1 and "limit" in ctx.kw:
+            # One rule per element would give each element a budget of its own.
+            raise _Fail(f"unsupported: a limit in a rule with an anonymous set of "
+                        f"{ctx.splits[0][0]} (one budget for every element)")
         comment = r.get("comment")
         rid = None
         if comment:
