@@ -17,7 +17,15 @@ Nothing is dropped silently: an option, match module or target the model cannot
 hold is a RuleSetError of one line, `<source>:<line>: <what>`. Two things that
 change no verdict are recorded in RuleSet.notes instead: LOG options other than
 the prefix, and empty built-in chains with policy ACCEPT, which are left out
-(they would only add hooks that some backends cannot hold).
+(they would only add hooks that some backends cannot hold). Rules no packet of
+the testbed can match are set aside with a note too: those that need an IPv6
+extension header (-m rt, -m frag) or a non-first fragment (-f), and rules the
+model cannot hold in chains only OUTPUT reaches (the firewall's own packets,
+which the testbed never judges); `check` proves against the file itself that
+leaving them out changed no verdict.
+
+A dual-stack restore file (rules marked -4 or -6) is read once per IP version,
+as iptables-restore and ip6tables-restore would, each skipping the other's.
 
 Speed matters (a 100,000-rule file parses in about 1.3 s of CPU on a 2-core VM):
 lines are split with str.split, shlex only when a quote is present, and the

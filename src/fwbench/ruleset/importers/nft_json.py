@@ -7,7 +7,11 @@ size and elements (address ranges become the prefixes that cover them
 exactly; port ranges inside set elements are spelled out). An anonymous set of
 addresses in a rule (`ip saddr { a, b/24 }`, or a range that is not one prefix)
 becomes a named set `anonN` of its table, which the model can hold and every
-backend can render.
+backend can render. An anonymous set of protocols, interface names or ICMP
+type . code pairs makes one rule per element (ids `<id>`, `<id>:2`, ...): the
+elements are disjoint, so the verdicts are the same. A rule needing an IPv6
+extension header, and a rule the model cannot hold that only output-hook chains
+reach, is set aside with a note (see iptables_save).
 
 Rule ids: a comment `fwb:ID` (or `<user text> fwb:ID`, the form the nft renderer
 writes) gives the rule its id and leaves the user text in Rule.comment; any
