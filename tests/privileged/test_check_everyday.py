@@ -40,7 +40,7 @@ BOTH = "iptables-legacy,nftables"
     ("ttl.rules", BOTH), ("ttl.nft", "nftables"),
     ("length.rules", BOTH), ("length.nft", BOTH),
     ("ipv6headers.rules", BOTH), ("ipv6headers.nft", BOTH), ("dualstack.rules", BOTH),
-    ("sets.nft", "nftables"),
+    ("sets.nft", "nftables"), ("conntrack6.rules", BOTH),
 ])
 def test_construct_checks_equal_with_its_original(tmp_path, name, backends):
     cp, rep = check(name, backends, tmp=tmp_path)
