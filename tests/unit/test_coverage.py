@@ -43,5 +43,5 @@ def test_the_cli_lists_it_and_exits_1_when_a_rule_is_refused():
     doc = json.loads(cp.stdout)
     assert doc["totals"] == {"imported": 3, "dropped": 1, "refused": 2}
     assert doc["rules"][2] == {"where": f"{DATA / 'mixed.rules'}:7", "status": "refused",
-                               "why": "unsupported option --tcp-flags"}
+                               "why": "unsupported match -m recent"}
     assert "the file does not import whole" in cp.stderr

@@ -151,8 +151,8 @@ def ipt(body: str, **kw) -> RuleSet:
 @pytest.mark.parametrize("body, message", [
     ("-A FORWARD -m recent --name x --rcheck -j DROP\n",
      "gw.rules:8: unsupported match -m recent"),
-    ("-A FORWARD -p tcp -m tcp --tcp-flags SYN,RST SYN -j DROP\n",
-     "gw.rules:8: unsupported option --tcp-flags"),
+    ("-A FORWARD -p tcp -m tcp --tcp-option 2 -j DROP\n",
+     "gw.rules:8: unsupported: --tcp-option 2 (TCP options are not modelled)"),
     ("-A FORWARD -j TCPMSS --clamp-mss-to-pmtu\n", "gw.rules:8: unsupported target -j TCPMSS"),
     ("-A FORWARD -j nowhere\n", "gw.rules:8: -j nowhere: jump to a missing chain"),
     ("-A FORWARD -j ACCEPT\n-A a -j b\n-A b -j a\n", "gw.rules:10: jump loop a -> b -> a"),
@@ -166,8 +166,9 @@ def ipt(body: str, **kw) -> RuleSet:
     ("-A FORWARD -s 10.0.0.300 -j DROP\n", "gw.rules:8: not an address or prefix: '10.0.0.300'"),
     ("-A FORWARD -s 2001:db8::1 -j DROP\n",
      "gw.rules:8: IPv6 address 2001:db8::1 in an IPv4 rule set"),
-    ("-A FORWARD -p icmp -m icmp --icmp-type 3/4 -j DROP\n",
-     "gw.rules:8: unsupported: ICMP code match (3/4)"),
+    ("-A FORWARD -m addrtype --dst-type LOCAL --limit-iface-in -j DROP\n",
+     "gw.rules:8: unsupported: -m addrtype --limit-iface-in/out (address types on one "
+     "interface)"),
     ("-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT\n",
      "gw.rules:8: unsupported: ct state DNAT"),
     ("-A FORWARD -m multiport --dports 1,2 -j DROP\n",
@@ -244,7 +245,7 @@ def test_iptables_forms_iptables_save_does_not_print():
     assert r[2].match.dst == Prefix("10.1.2.3/32")
     assert r[3].match.ct_state == {"new", "established", "related", "untracked"}
     assert (r[4].id, r[4].comment) == ("q", 'a "quoted" word')
-    assert r[5].match.icmp_type == 8
+    assert (r[5].match.icmp_type, r[5].match.icmp_code) == (8, 0)
     assert r[6].match.limit == Limit(3, "minute", 5) and r[6].action.log_prefix == "x: "
     assert any("--log-level ignored" in n for n in rs.notes)
     assert r[7].action.kind == "counter" and r[7].counter
@@ -383,11 +384,12 @@ def test_nft_errors_name_table_chain_rule_handle():
     assert str(e.value) == ("gw.json: table inet t chain c rule 2 (handle 11): "
                             'unsupported expression {"meta": {"key": "mark"}} in a '
                             "concatenation")
-    flags = [{"match": {"op": "in", "left": {"payload": {"protocol": "tcp", "field": "flags"}},
-                        "right": "syn"}}, {"drop": None}]
+    option = [{"match": {"op": "==", "left": {"tcp option": {"name": "maxseg",
+                                                             "field": "size"}},
+                         "right": 1460}}, {"drop": None}]
     with pytest.raises(RuleSetError, match=r"^gw.json: table inet t chain c rule 1 \(handle "
-                                           r"10\): unsupported expression payload tcp flags$"):
-        nft_json.parse(nft_doc(flags), "gw.json")
+                                           r"10\): unsupported expression tcp option$"):
+        nft_json.parse(nft_doc(option), "gw.json")
     with pytest.raises(RuleSetError, match=r"jump to a missing chain 'x'$"):
         nft_json.parse(nft_doc([{"jump": {"target": "x"}}]), "gw.json")
 

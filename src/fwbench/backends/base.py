@@ -255,12 +255,30 @@ def unordered_differences(what: str, want: Iterable[str], got: Iterable[str],
 _ICMP_REQUESTS = {"icmp": {8, 13, 15, 17}, "icmpv6": {128, 139}}
 
 
+# ICMPv6 types conntrack leaves untracked (MLD and neighbour discovery:
+# nf_conntrack_proto_icmpv6.c's noct_valid_new).
+_ICMPV6_UNTRACKED = frozenset({130, 131, 132, 133, 134, 135, 136, 143})
+# TCP flags (FIN, SYN, RST, ACK, URG; PSH, ECE and CWR are ignored) that conntrack
+# takes as a new connection when the packet arrives alone: a SYN, and with
+# nf_conntrack_tcp_loose=1 (a new namespace's default, measured in the testbed's
+# firewall namespace) a bare ACK, picked up mid-stream. Every other combination,
+# valid (SYN+ACK, FIN+ACK, RST) or not, opens nothing: ct state invalid
+# (nf_conntrack_proto_tcp.c: tcp_valid_flags, then tcp_conntracks from sNO).
+_TCP_NEW = frozenset({0x02, 0x22, 0x10, 0x30})
+_TCP_IGNORED = 0x08 | 0x40 | 0x80
+
+
 def as_tracked(p: Packet) -> Packet:
     """The packet as injected, with the conntrack state the kernel gives it when it
     arrives alone: every injected flow is new and unmarked, but for ICMP types that
-    open no connection."""
+    open no connection, ICMPv6 neighbour discovery and MLD (untracked), and TCP
+    flags that open no connection."""
+    if p.proto == "icmpv6" and p.icmp_type in _ICMPV6_UNTRACKED:
+        return replace(p, ct_state="untracked", mark=0)
     if p.proto in _ICMP_REQUESTS and p.icmp_type is not None \
             and p.icmp_type not in _ICMP_REQUESTS[p.proto]:
+        return replace(p, ct_state="invalid", mark=0)
+    if p.proto == "tcp" and p.tcp_flags & ~_TCP_IGNORED not in _TCP_NEW:
         return replace(p, ct_state="invalid", mark=0)
     return replace(p, ct_state="new", mark=0)
 
@@ -622,7 +640,23 @@ def describe(p: Packet, iif: bool = True) -> str:
     else:
         kind = f" type {p.icmp_type}" if p.icmp_type is not None else ""
         text = f"{p.proto}{kind} {p.saddr} -> {p.daddr}"
+    text += _everyday_text(p)
     return f"{text} from the {p.iif} side" if iif else text
+
+
+def _everyday_text(p: Packet) -> str:
+    """What sets the packet apart from the injector's defaults: TCP flags other
+    than a SYN, an ICMP code, a TTL other than 64, padding."""
+    out = ""
+    if p.proto == "tcp" and p.tcp_flags != 0x02:
+        out += f" flags {p.tcp_flags:#04x}"
+    if p.proto in ("icmp", "icmpv6") and p.icmp_code:
+        out += f" code {p.icmp_code}"
+    if p.ttl != 64:
+        out += f" ttl {p.ttl}"
+    if p.pad:
+        out += f" +{p.pad} bytes"
+    return out
 
 
 def verify(backend: Backend, tb: Testbed, rs: RuleSet, sample: int = SAMPLE_PACKETS,

@@ -32,20 +32,27 @@ class OriginalFile(Backend):
     def tools(self) -> tuple[str, ...]:
         out = ("ipset",) if self.orig.ipsets_text is not None else ()
         if self.orig.kind == "iptables":
-            return out + (self._ipt(),)
+            return out + self._ipts()
         return out + ("nft",)
 
     @property
     def command(self) -> str:
         """The tool that loads the file here, as it is run."""
         if self.orig.kind == "iptables":
-            return self._ipt()
+            return " and ".join(self._ipts())
         return "nft -j -f" if self.orig.kind == "nft JSON" else "nft -f"
 
-    def _ipt(self) -> str:
+    def _ipts(self) -> tuple[str, ...]:
+        """The restore tools that read the file: both for a dual-stack file
+        (version 0), each ignoring the other version's rules."""
+        versions = (4, 6) if self.orig.version == 0 else (self.orig.version,)
+        return tuple(self._ipt(v) for v in versions)
+
+    @staticmethod
+    def _ipt(version: int) -> str:
         # x_tables itself, the interface the file was saved from on most hosts;
         # iptables-nft reads the same syntax into nf_tables.
-        head = "iptables" if self.orig.version == 4 else "ip6tables"
+        head = "iptables" if version == 4 else "ip6tables"
         for tool in (f"{head}-legacy-restore", f"{head}-restore"):
             if proc.have(tool):
                 return tool
@@ -66,7 +73,8 @@ class OriginalFile(Backend):
             if "sets.ipset" in files:
                 kernel.ipset_restore(tb, files["sets.ipset"])
             if "original.rules" in files:
-                tb.exec("fw", [self._ipt()], input=files["original.rules"])
+                for tool in self._ipts():
+                    tb.exec("fw", [tool], input=files["original.rules"])
             elif "original.json" in files:
                 tb.exec("fw", ["nft", "-j", "-f", "-"], input=files["original.json"])
             else:

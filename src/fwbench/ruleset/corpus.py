@@ -24,9 +24,9 @@ from fwbench import addresses
 from fwbench.ruleset.evaluate import (FORWARD_HOOKS, CompiledSet, Evaluator,
                                       address_interval, address_text,
                                       complement_ranges, iface_sides, merge_ranges,
-                                      nat_address, rule_version)
-from fwbench.ruleset.model import (Chain, Match, Packet, Ports, Rule, RuleSet,
-                                   RuleSetError, Table)
+                                      nat_address, packet_length, rule_version)
+from fwbench.ruleset.model import (AddrType, Chain, Match, Packet, Ports, Range, Rule,
+                                   RuleSet, RuleSetError, Table, TcpFlags)
 
 __all__ = ["build", "sample", "RANGES", "RESERVED"]
 
@@ -117,6 +117,13 @@ class _Need:
     marks: list[tuple[int, int, bool]] = field(default_factory=list)
     sets: list[tuple[CompiledSet, tuple[str, ...], bool]] = field(default_factory=list)
     possible: bool = True
+    flags: list[TcpFlags] = field(default_factory=list)
+    codes: set[int] | None = None
+    # (range, what forwarding took off the TTL before the hook): the packet's TTL
+    # as sent minus that must lie in the range.
+    ttls: list[tuple[Range, int]] = field(default_factory=list)
+    lengths: list[Range] = field(default_factory=list)
+    addrtypes: list[AddrType] = field(default_factory=list)
 
     def only_protos(self, protos: Iterable[str]) -> None:
         self.protos = set(protos) if self.protos is None else self.protos & set(protos)
@@ -144,6 +151,7 @@ class _Need:
                 self.ports[attr].append(_port_set(p))
         if m.icmp_type is not None:
             self.icmp = {m.icmp_type} if self.icmp is None else self.icmp & {m.icmp_type}
+        self.add_everyday(m, hook)
         # Before conntrack every packet reads as invalid: nothing to choose there.
         if m.ct_state is not None and not before_ct:
             self.ct = set(m.ct_state) if self.ct is None else self.ct & set(m.ct_state)
@@ -154,6 +162,83 @@ class _Need:
             if any(f in ("sport", "dport") for f in ref.fields):
                 self.only_protos(["tcp", "udp"])
             self.sets.append((cs, ref.fields, ref.negate))
+
+
+    def add_everyday(self, m: Match, hook: str) -> None:
+        if m.icmp_types is not None:
+            self.icmp = set(m.icmp_types) if self.icmp is None else self.icmp & m.icmp_types
+        if m.icmp_code is not None:
+            self.codes = {m.icmp_code} if self.codes is None else self.codes & {m.icmp_code}
+        if m.tcp_flags is not None:
+            self.only_protos(["tcp"])
+            self.flags.append(m.tcp_flags)
+        if m.ttl is not None:
+            self.ttls.append((m.ttl, int(hook in ("forward", "postrouting"))))
+        if m.length is not None:
+            self.lengths.append(m.length)
+        if m.addrtype is not None:
+            self.addrtypes.append(m.addrtype)
+        if m.pkttype is not None and ("host" in m.pkttype) == m.pkttype_negate:
+            self.possible = False   # every injected frame is addressed to the firewall
+
+
+def _own_addresses(need: _Need, v: int, iif: str, saddr: int, daddr: int) -> tuple[int, int]:
+    """The firewall's own address as the destination (on the far side) or the
+    source (on the near side) where an address type condition asks for a local
+    one and not a unicast one: its only local addresses the testbed can send."""
+    def wants_local(types, negate) -> bool:
+        return types is not None and ("local" in types) != negate and \
+            ("unicast" in types) == negate
+    for a in need.addrtypes:
+        if v == 4 and wants_local(a.dst, a.dst_negate):
+            daddr = int(ipaddress.ip_address(addresses.FW_SERVER_SIDE[4] if iif == "client"
+                                             else addresses.FW_CLIENT_SIDE[4]))
+        if v == 4 and wants_local(a.src, a.src_negate):
+            saddr = int(ipaddress.ip_address(addresses.FW_CLIENT_SIDE[4] if iif == "client"
+                                             else addresses.FW_SERVER_SIDE[4]))
+    return saddr, daddr
+
+
+# TCP flags tried first: a SYN (a new connection), a bare ACK (picked up), then
+# every other value.
+_FLAG_ORDER = (0x02, 0x10) + tuple(f for f in range(256) if f not in (0x02, 0x10))
+_TTL_ORDER = (64,) + tuple(range(255, 1, -1)) + (1, 0)
+
+
+def _choose(order: Iterable[int], ok) -> int | None:
+    return next((x for x in order if ok(x)), None)
+
+
+def _everyday(need: _Need, proto: str, v: int) -> dict | None:
+    """The TCP flags, ICMP code, TTL and padding that meet the rule's conditions
+    (the Packet defaults where it has none); None if nothing can."""
+    out: dict = {}
+    if need.flags:
+        flags = _choose(_FLAG_ORDER, lambda f: all(c.matches(f) for c in need.flags))
+        if flags is None:
+            return None
+        out["tcp_flags"] = flags
+    if need.codes is not None:
+        if not need.codes or proto not in ("icmp", "icmpv6"):
+            return None
+        out["icmp_code"] = min(need.codes)
+    if need.ttls:
+        ttl = _choose(_TTL_ORDER, lambda t: all(r.contains(t - off) for r, off in need.ttls))
+        if ttl is None:
+            return None
+        out["ttl"] = ttl
+    if need.lengths:
+        base = packet_length(Packet(v, "client", "", "", proto))
+        pad = _choose(range(_MAX_PAD + 1), lambda n: all(r.contains(base + n)
+                                                         for r in need.lengths))
+        if pad is None:
+            return None
+        out["pad"] = pad
+    return out
+
+
+# The most padding a corpus packet carries: its frame stays within a 1500-byte MTU.
+_MAX_PAD = 1400
 
 
 def _port_set(p: Ports) -> list[tuple[int, int]]:
@@ -275,6 +360,7 @@ class _Solver:
                               avoid=saddr)
         if saddr is None or daddr is None:
             return None
+        saddr, daddr = _own_addresses(need, v, iif, saddr, daddr)
         sport = dport = icmp = None
         if proto in ("tcp", "udp"):
             sport = self._port(ports["sport"], attempt, default=(1024, 65535))
@@ -283,6 +369,9 @@ class _Solver:
                 return None
         else:
             icmp = _ECHO[v][0] if need.icmp is None else min(need.icmp)
+        extra = _everyday(need, proto, v)
+        if extra is None:
+            return None
         ct = "new"
         if need.ct is not None:
             ct = next((s for s in _CT_PREFERENCE if s in need.ct), "new")
@@ -290,7 +379,7 @@ class _Solver:
         if mark is None:
             return None
         pkt = Packet(v, iif, address_text(v, saddr), address_text(v, daddr), proto,
-                     sport, dport, icmp, mark, ct)
+                     sport, dport, icmp, mark, ct, **extra)
         values = {"saddr": saddr, "daddr": daddr, "proto": proto, "sport": sport,
                   "dport": dport}
         for cs, fields, neg in need.sets:
@@ -469,6 +558,7 @@ def _edges(rs: RuleSet, firsts: dict[str, Packet], solver: _Solver) -> list[Pack
                         continue
                     for lo, hi in p.ranges:
                         out += [_with_port(base, f, x) for x in (lo - 1, lo, hi, hi + 1)]
+                out += _everyday_edges(m, base)
                 for ref in m.sets:
                     set_base.setdefault((t.family, t.name, ref.name), []).append(
                         (base, ref.fields))
@@ -505,6 +595,41 @@ def _edges(rs: RuleSet, firsts: dict[str, Packet], solver: _Solver) -> list[Pack
                             lo, hi = value
                             out += [_with_port(pkt, f, x) for x in (lo - 1, lo, hi, hi + 1)]
     return [p for p in out if p is not None]
+
+
+def _everyday_edges(m: Match, base: Packet) -> list[Packet | None]:
+    """Both sides of the rule's TCP flag, ICMP code and type, TTL and length
+    conditions, on its packet: each flag of the mask flipped, the code and the
+    TTL and length bounds one either side."""
+    out: list[Packet | None] = []
+    if m.tcp_flags is not None and base.proto == "tcp":
+        out += [replace(base, tcp_flags=base.tcp_flags ^ bit)
+                for bit in (1 << k for k in range(8)) if m.tcp_flags.mask & bit]
+    if base.proto in ("icmp", "icmpv6"):
+        if m.icmp_code is not None:
+            out += [replace(base, icmp_code=c) for c in (m.icmp_code - 1, m.icmp_code + 1)
+                    if 0 <= c <= 255]
+        for t in sorted(m.icmp_types or ()):
+            out.append(replace(base, icmp_type=t))
+    if m.ttl is not None:
+        out += [replace(base, ttl=t) for t in
+                {m.ttl.lo - 1, m.ttl.lo, m.ttl.hi, m.ttl.hi + 1,
+                 m.ttl.lo, m.ttl.lo + 1, m.ttl.hi + 1, m.ttl.hi + 2} if 0 <= t <= 255]
+    if m.addrtype is not None and base.version == 4:
+        # The firewall's own addresses are its only local ones: the packet sent to
+        # them (delivered to the firewall, or translated by a DNAT there), and from
+        # them (prepare() lets the firewall accept its own address as a source).
+        own = addresses.FW_SERVER_SIDE[4] if base.iif == "client" else \
+            addresses.FW_CLIENT_SIDE[4]
+        out += [replace(base, daddr=own),
+                replace(base, saddr=addresses.FW_CLIENT_SIDE[4] if base.iif == "client"
+                        else addresses.FW_SERVER_SIDE[4])]
+    if m.length is not None:
+        have = packet_length(base) - base.pad
+        out += [replace(base, pad=n - have) for n in
+                (m.length.lo - 1, m.length.lo, m.length.hi, m.length.hi + 1)
+                if 0 <= n - have <= _MAX_PAD]
+    return out
 
 
 # A set's edges come from at most this many of its elements (a seeded sample, in

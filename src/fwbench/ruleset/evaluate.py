@@ -277,7 +277,8 @@ class _State:
     """The packet as the chains see it at one point of its path."""
     __slots__ = ("version", "iif", "oif", "saddr", "daddr", "proto", "sport", "dport",
                  "icmp", "mark", "ct", "untracked", "side_in", "side_out",
-                 "script", "trail", "sport_random", "ctmark")
+                 "script", "trail", "sport_random", "ctmark",
+                 "flags", "code", "ttl", "length", "addr_type")
 
     def choose(self, weights: tuple[int, ...], counter: bool = False) -> int:
         """A random choice among options of these weights (out of their sum), or a
@@ -420,7 +421,7 @@ def nat_address(addr: str) -> str:
 
 
 def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[str, Set],
-                   ifnames: Mapping[str, str] | None):
+                   ifnames: Mapping[str, str] | None, family: str | None = None):
     """A rule's match as one function of the state, or None (matches all) or _NEVER."""
     m: Match = r.match
     if m.string is not None or m.hashlimit is not None:
@@ -464,6 +465,7 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
             tests.append(lambda s: s.mark & mask == value)
     for ref in m.sets:
         tests.append(_set_test(ref, sets[ref.name]))
+    tests += _everyday_tests(r, version or {"ip": 4, "ip6": 6}.get(family or ""))
     if m.ct_mark is not None:
         # Names of their own: the mark test's closure reads value and mask late.
         ct_value, ct_mask = m.ct_mark
@@ -538,6 +540,55 @@ def _vmap_lookup(r: Rule, maps: Mapping[str, Set], chains: Mapping[str, "_CChain
     fields = tuple(a.vmap.fields)
     get = table.get
     return lambda st: get(tuple(getattr(st, f) for f in fields))
+
+
+# Lengths the injector's packets have before any padding: IP header, L4 header,
+# the marker (packets.MARKER_LEN).
+_IP_HEADER = {4: 20, 6: 40}
+_L4_HEADER = {"tcp": 20, "udp": 8, "icmp": 8, "icmpv6": 8}
+_MARKER_LEN = 12
+
+
+def packet_length(pkt: Packet) -> int:
+    """The IP packet's length in bytes, header included, as the injector sends it."""
+    return _IP_HEADER[pkt.version] + _L4_HEADER.get(pkt.proto, 0) + _MARKER_LEN + pkt.pad
+
+
+def _everyday_tests(r: Rule, version: int | None) -> list[Callable]:
+    """TCP flags, ICMP codes and type sets, address types, packet type, TTL and
+    length. The injector sends every frame to the firewall's own MAC address, so
+    every packet is of packet type host (iptables' unicast)."""
+    m, out = r.match, []
+    if m.tcp_flags is not None:
+        f = m.tcp_flags
+        out.append(lambda s: s.proto == "tcp" and f.matches(s.flags))
+    if m.icmp_code is not None:
+        code = m.icmp_code
+        out.append(lambda s: s.code == code)
+    if m.icmp_types is not None:
+        types = m.icmp_types
+        out.append(lambda s: s.icmp in types)
+    if m.addrtype is not None:
+        if version != 4:
+            raise Unsupported("addrtype of IPv6 addresses", f"rule {r.id}",
+                              "reference evaluator")
+        a = m.addrtype
+        if a.src is not None:
+            src, sneg = a.src, a.src_negate
+            out.append(lambda s: (s.addr_type(s.saddr) in src) != sneg)
+        if a.dst is not None:
+            dst, dneg = a.dst, a.dst_negate
+            out.append(lambda s: (s.addr_type(s.daddr) in dst) != dneg)
+    if m.pkttype is not None:
+        if ("host" in m.pkttype) == m.pkttype_negate:
+            return [lambda s: False]
+    if m.ttl is not None:
+        ttl = m.ttl
+        out.append(lambda s: ttl.contains(s.ttl))
+    if m.length is not None:
+        length = m.length
+        out.append(lambda s: length.contains(s.length))
+    return out
 
 
 class _Stab:
@@ -778,6 +829,7 @@ class Evaluator:
                                        f"{a!r}") from None
                 self.local[v][side] = (address_text(v, i), i)
         self.local_ints = {v: frozenset(i for _, i in d.values()) for v, d in self.local.items()}
+        self._broadcast4 = frozenset(int(n.broadcast_address) for n in addresses.LINKS[4])
         self.units: dict[tuple[int, str], tuple[_Unit, ...]] = {}
         # (table family, table name) -> set name -> its compiled elements.
         self.sets: dict[tuple[str, str], dict[str, CompiledSet]] = {}
@@ -799,16 +851,13 @@ class Evaluator:
             raw_sets = {s.name: s for s in t.sets}
             csets = self.sets[(t.family, t.name)] = {s.name: CompiledSet(s) for s in t.sets}
             chains = {c.name: _CChain(ti, ci, c, t.name) for ci, c in enumerate(t.chains)}
-            # User chains a nat base chain reaches: their NAT rules translate too.
-            nat_users = _reached(t, [c.name for c in t.chains
-                                     if c.type == "nat" and c.hook in _NAT_PRIORITY])
             for c in t.chains:
                 cc = chains[c.name]
                 if c.device is not None:
                     cc.sides = iface_sides(Iface(c.device), ifnames)
                 rules, kept, versions, sides = [], [], [], []
                 for r in c.rules:
-                    test = _compile_match(r, csets, raw_sets, ifnames)
+                    test = _compile_match(r, csets, raw_sets, ifnames, t.family)
                     if test is _NEVER:
                         continue
                     a = r.action
@@ -833,8 +882,8 @@ class Evaluator:
                         # After conntrack attached, notrack does nothing (nft checks
                         # for an existing entry; iptables allows it in raw only).
                         code = _NOP
-                    if code in (_DNAT, _SNAT, _MASQ) and not (cc.nat or c.name in nat_users):
-                        code = _ACCEPT
+                    if code in (_DNAT, _SNAT, _MASQ) and c.base and not cc.nat:
+                        code = _ACCEPT      # a user chain's: decided by its base, in _walk
                     rules.append((r.id, test, code, arg))
                     kept.append(r)
                     versions.append(rule_version(r, raw_sets))
@@ -853,6 +902,19 @@ class Evaluator:
                 self.units[(version, hook)] = _units(hook, here)
 
     # --- evaluating ------------------------------------------------------------
+
+    def addr_type4(self, a: int) -> str:
+        """An IPv4 address's type as xt_addrtype and nft's fib read it from the
+        firewall's local routing table (inet_dev_addr_type): its own addresses and
+        127/8 local, its links' broadcast addresses, 0/8 and 255.255.255.255
+        broadcast, 224/4 multicast, anything else unicast."""
+        if a >> 24 == 0 or a == 0xFFFFFFFF or a in self._broadcast4:
+            return "broadcast"
+        if a >> 28 == 0xE:
+            return "multicast"
+        if a in self.local_ints[4] or a >> 24 == 127:
+            return "local"
+        return "unicast"
 
     def addressed_to_firewall(self, pkt: Packet) -> bool:
         """Is the packet's destination one of the firewall's own addresses (as sent,
@@ -917,6 +979,8 @@ class Evaluator:
             raise RuleSetError(f"packet iif must be client or server, not {pkt.iif!r}")
         s.proto, s.sport, s.dport, s.icmp = pkt.proto, pkt.sport, pkt.dport, pkt.icmp_type
         s.mark = pkt.mark
+        s.flags, s.code, s.length = pkt.tcp_flags, pkt.icmp_code, packet_length(pkt)
+        s.addr_type = self.addr_type4
         s.untracked = pkt.ct_state == "untracked"
         s.side_in, s.side_out = pkt.iif, pkt.oif
         counted: list[str] = []
@@ -930,6 +994,10 @@ class Evaluator:
                 # Addressed to the firewall (after DNAT or not): its input hook instead
                 # of forward, and nothing after it: delivered there or dropped.
                 local, hook = True, "input"
+            if hook == "forward" and pkt.ttl <= 1:
+                # Forwarding drops it before the forward hook (time exceeded).
+                return self._verdict(pkt, s, False, None, None, counted,
+                                     f"TTL {pkt.ttl} expired in forwarding")
             units = self.units[(version, hook)]
             if not units:
                 if local:
@@ -937,6 +1005,8 @@ class Evaluator:
                 continue
             s.iif = s.side_in if hook != "postrouting" else None
             s.oif = s.side_out if hook in ("forward", "postrouting") else None
+            # Forwarding decrements the TTL (hop limit) before the forward hook.
+            s.ttl = pkt.ttl - (hook in ("forward", "postrouting"))
             for unit in units:
                 if unit.nat:
                     # NAT runs the nat chains for a connection's first packet only;
@@ -1031,7 +1101,11 @@ class Evaluator:
                 if s.ct in _TRACKED:   # without a connection there is no ct mark
                     self._ctmark(code, arg, s)
                 continue
+            elif not base.nat:
+                return _ACCEPT, rid     # NAT in a user chain that a filter chain reached
             else:
+                # A user chain jumped to from a nat chain translates as the nat
+                # chain would (nft's user chains take their base chain's type).
                 self._translate(code, arg, s)
                 return code, rid
             rules = chain.rules
@@ -1089,22 +1163,6 @@ class Evaluator:
         for p in packets:
             out.update(self.evaluate(p).counted)
         return out
-
-
-def _reached(t, roots: list[str]) -> set[str]:
-    """The chains of table `t` that jumps, gotos and verdict maps lead to from
-    `roots` (not the roots themselves, unless a loop does)."""
-    maps = {s.name: s for s in t.sets if s.verdicts}
-    chains = {c.name: c for c in t.chains}
-    out: set[str] = set()
-    todo = list(roots)
-    while todo:
-        for r in chains[todo.pop()].rules:
-            for name in jump_targets(r, maps):
-                if name not in out:
-                    out.add(name)
-                    todo.append(name)
-    return out
 
 
 def _units(hook: str, chains: list[_CChain]) -> tuple[_Unit, ...]:

@@ -191,6 +191,50 @@ class HashLimit:
     src_prefix: int | None = None
 
 
+# TCP header flag bits, as iptables and nft name them.
+TCP_FLAGS = {"fin": 0x01, "syn": 0x02, "rst": 0x04, "psh": 0x08, "ack": 0x10, "urg": 0x20,
+             "ecn": 0x40, "cwr": 0x80}
+# Address types of xt_addrtype / nft fib, by the firewall's routing tables.
+ADDR_TYPES = ("unspec", "unicast", "local", "broadcast", "anycast", "multicast",
+              "blackhole", "unreachable", "prohibit", "throw", "nat", "xresolve")
+PKT_TYPES = ("host", "broadcast", "multicast", "otherhost")
+
+
+@dataclass(frozen=True)
+class TcpFlags:
+    """The TCP packets whose flags, masked with `mask`, are one of `values`
+    (with `negate`: none of them). iptables' `--tcp-flags MASK COMP` is one
+    value; nft compares with `&` and may name a set of values."""
+    mask: int
+    values: frozenset[int]
+    negate: bool = False
+
+    def matches(self, flags: int) -> bool:
+        return ((flags & self.mask) in self.values) != self.negate
+
+
+@dataclass(frozen=True)
+class AddrType:
+    """xt_addrtype: the source's and the destination's type in the firewall's
+    routing tables (each a set of ADDR_TYPES, None: any), each negatable."""
+    src: frozenset[str] | None = None
+    dst: frozenset[str] | None = None
+    src_negate: bool = False
+    dst_negate: bool = False
+
+
+@dataclass(frozen=True)
+class Range:
+    """An integer field (TTL, hop limit, length) within lo..hi inclusive; with
+    `negate`, outside it."""
+    lo: int
+    hi: int
+    negate: bool = False
+
+    def contains(self, value: int) -> bool:
+        return (self.lo <= value <= self.hi) != self.negate
+
+
 @dataclass(frozen=True)
 class Match:
     """All given conditions must hold (an empty Match matches every packet)."""
@@ -226,6 +270,18 @@ class Match:
     # conditions met; k = 1, 2, ... counted by the rule itself since it loaded)
     # when k % every == phase: iptables' statistic --mode nth, nft's numgen inc.
     nth: tuple[int, int] | None = field(default=None, metadata=_LATER)
+    tcp_flags: TcpFlags | None = field(default=None, metadata=_LATER)
+    icmp_code: int | None = field(default=None, metadata=_LATER)    # icmp, icmpv6
+    # More than one ICMP type (nft's anonymous sets); icmp_type is then None.
+    icmp_types: frozenset[int] | None = field(default=None, metadata=_LATER)
+    addrtype: AddrType | None = field(default=None, metadata=_LATER)
+    # The IPv4 TTL or IPv6 hop limit as the hook sees it (forwarding has
+    # decremented it before forward and postrouting).
+    ttl: Range | None = field(default=None, metadata=_LATER)
+    # The IP packet's length, header included (iptables' length, nft meta length).
+    length: Range | None = field(default=None, metadata=_LATER)
+    pkttype: frozenset[str] | None = field(default=None, metadata=_LATER)
+    pkttype_negate: bool = field(default=False, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -388,6 +444,11 @@ class Packet:
     icmp_type: int | None = None    # icmp, icmpv6
     mark: int = 0
     ct_state: str = "new"
+    tcp_flags: int = 0x02           # tcp: a SYN unless told
+    icmp_code: int = 0              # icmp, icmpv6
+    ttl: int = 64                   # IPv4 TTL / IPv6 hop limit as sent
+    # Bytes of L4 payload beyond the injector's marker (for length matches).
+    pad: int = 0
 
     @property
     def oif(self) -> str:
@@ -588,6 +649,7 @@ def rule_features(r: Rule) -> list[str]:
         out.append("ct mark match")
         if m.ct_mark_negate:
             out.append("negation")
+    out += _everyday_features(m)
     if a.random_port:
         out.append("random port")
     if a.kind == "vmap":
@@ -597,6 +659,33 @@ def rule_features(r: Rule) -> list[str]:
                     "restoremark": "ct mark restore"}.get(a.kind, a.kind))
     if r.counter:
         out.append("counter")
+    return out
+
+
+def _everyday_features(m: Match) -> list[str]:
+    """The features of the everyday host and router matches (TCP flags, ICMP
+    codes and type sets, address and packet types, TTL, length)."""
+    out = []
+    if m.tcp_flags is not None:
+        out.append("tcp flags")
+        if len(m.tcp_flags.values) > 1:
+            out.append("tcp flags set")
+    if m.icmp_code is not None:
+        out.append("icmp code")
+    if m.icmp_types is not None:
+        out.append("icmp type set")
+    if m.addrtype is not None:
+        out.append("addrtype")
+    if m.ttl is not None:
+        out.append("ttl")
+    if m.length is not None:
+        out.append("length")
+    if m.pkttype is not None:
+        out.append("pkttype")
+    if any(x is not None and x.negate for x in (m.tcp_flags, m.ttl, m.length)) \
+            or m.pkttype_negate or (m.addrtype is not None
+                                    and (m.addrtype.src_negate or m.addrtype.dst_negate)):
+        out.append("negation")
     return out
 
 
@@ -703,6 +792,7 @@ def validate(rs: RuleSet) -> RuleSet:
                     raise RuleSetError(f"rule {r.id}: a port match needs tcp or udp")
                 if m.icmp_type is not None and m.proto not in ("icmp", "icmpv6"):
                     raise RuleSetError(f"rule {r.id}: an ICMP type needs icmp or icmpv6")
+                _check_everyday(r.id, m)
                 if m.ct_state and not m.ct_state <= set(CT_STATES):
                     raise RuleSetError(f"rule {r.id}: unknown ct state "
                                        f"{sorted(m.ct_state - set(CT_STATES))[0]!r}")
@@ -743,6 +833,30 @@ def _check_ip_version(rid: str, m: Match, family: str) -> None:
     if family == ("ip6" if m.ip_version == 4 else "ip"):
         raise RuleSetError(f"rule {rid}: an IPv{m.ip_version} rule in a table of "
                            f"family {family}")
+
+
+def _check_everyday(rid: str, m: Match) -> None:
+    if m.tcp_flags is not None and (m.proto != "tcp" or not m.tcp_flags.values or any(
+            v & ~m.tcp_flags.mask for v in m.tcp_flags.values) or not 0 <= m.tcp_flags.mask
+            <= 0xFF):
+        raise RuleSetError(f"rule {rid}: TCP flags need tcp, and values within their mask")
+    if m.icmp_code is not None and (m.proto not in ("icmp", "icmpv6")
+                                    or not 0 <= m.icmp_code <= 255):
+        raise RuleSetError(f"rule {rid}: an ICMP code needs icmp or icmpv6")
+    if m.icmp_types is not None and (m.proto not in ("icmp", "icmpv6") or len(m.icmp_types) < 2
+                                     or m.icmp_type is not None):
+        raise RuleSetError(f"rule {rid}: an ICMP type set needs icmp or icmpv6, two types "
+                           f"or more, and no single type")
+    a = m.addrtype
+    if a is not None and (a.src is None and a.dst is None or any(
+            t not in ADDR_TYPES for t in (a.src or frozenset()) | (a.dst or frozenset()))):
+        raise RuleSetError(f"rule {rid}: an addrtype match needs known source or "
+                           f"destination types")
+    for what, r, top in (("TTL", m.ttl, 255), ("length", m.length, 65535)):
+        if r is not None and not 0 <= r.lo <= r.hi <= top:
+            raise RuleSetError(f"rule {rid}: {what} range {r.lo}-{r.hi}")
+    if m.pkttype is not None and (not m.pkttype or not m.pkttype <= set(PKT_TYPES)):
+        raise RuleSetError(f"rule {rid}: packet types must be from {', '.join(PKT_TYPES)}")
 
 
 def _check_string(rid: str, s: StringMatch) -> None:

@@ -43,7 +43,6 @@ MAGIC = b"FWBp"
 MARKER_LEN = len(MAGIC) + 4 + 4   # magic, nonce, index
 SINK_TABLE = "fwb_packets_sink"
 ALLOWED = (addresses.BENCH[4], addresses.BENCH[6])
-TTL = 64
 
 _ETH_P_ALL = 0x0003
 _PACKET_OUTGOING = 4
@@ -104,9 +103,10 @@ def _address(text: str, version: int, what: str, index: int) -> bytes:
 
 
 def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str) -> bytes:
-    """The Ethernet frame that carries packet `p`: TCP SYN, UDP, or ICMP/ICMPv6 of
-    `p.icmp_type` (an echo request when None, code 0), TTL 64, checksums computed,
-    and the marker (MAGIC, nonce, index) as the whole payload."""
+    """The Ethernet frame that carries packet `p`: TCP with `p.tcp_flags`, UDP, or
+    ICMP/ICMPv6 of `p.icmp_type` (an echo request when None) and `p.icmp_code`,
+    TTL (hop limit) `p.ttl`, checksums computed, and as the payload the marker
+    (MAGIC, nonce, index) followed by `p.pad` zero bytes."""
     if p.proto not in PROTO_NUMBERS:
         raise FwbenchError(f"packets: packet {index}: protocol {p.proto!r} cannot be sent")
     if (p.proto, p.version) in (("icmp", 6), ("icmpv6", 4)):
@@ -119,7 +119,11 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
     src = _address(p.saddr, p.version, "saddr", index)
     dst = _address(p.daddr, p.version, "daddr", index)
     proto = PROTO_NUMBERS[p.proto]
-    payload = MAGIC + nonce + struct.pack("!I", index)
+    if not (0 <= p.tcp_flags <= 0xFF and 0 <= p.icmp_code <= 255 and 0 <= p.ttl <= 255
+            and 0 <= p.pad <= 1400):
+        raise FwbenchError(f"packets: packet {index}: TCP flags, ICMP code, TTL or "
+                           f"padding out of range")
+    payload = MAGIC + nonce + struct.pack("!I", index) + bytes(p.pad)
     if p.proto in ("tcp", "udp"):
         if p.sport is None or p.dport is None:
             raise FwbenchError(f"packets: packet {index}: {p.proto} needs sport and dport")
@@ -127,7 +131,8 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
             raise FwbenchError(f"packets: packet {index}: port out of range")
     if p.proto == "tcp":
         seq = (int.from_bytes(nonce, "big") + index * 0x9E3779B1) & 0xFFFFFFFF
-        l4 = struct.pack("!HHIIBBHHH", p.sport, p.dport, seq, 0, 5 << 4, 0x02, 65535, 0, 0)
+        l4 = struct.pack("!HHIIBBHHH", p.sport, p.dport, seq, 0, 5 << 4, p.tcp_flags,
+                         65535, 0, 0)
     elif p.proto == "udp":
         l4 = struct.pack("!HHHH", p.sport, p.dport, 8 + len(payload), 0)
     else:
@@ -137,7 +142,7 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
         # The echo identifier differs per packet and per exchange: each echo is a
         # connection of its own in conntrack.
         ident = (int.from_bytes(nonce[:2], "big") ^ index) & 0xFFFF
-        l4 = struct.pack("!BBHHH", t, 0, 0, ident, index & 0xFFFF)
+        l4 = struct.pack("!BBHHH", t, p.icmp_code, 0, ident, index & 0xFFFF)
     seg = l4 + payload
     csum_at = {"tcp": 16, "udp": 6}.get(p.proto, 2)
     if p.proto == "icmp":
@@ -149,10 +154,10 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
     seg = seg[:csum_at] + struct.pack("!H", c) + seg[csum_at + 2:]
     if p.version == 4:
         ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(seg), index & 0xFFFF, 0,
-                         TTL, proto, 0, src, dst)
+                         p.ttl, proto, 0, src, dst)
         ip = ip[:10] + struct.pack("!H", _csum(ip)) + ip[12:]
     else:
-        ip = struct.pack("!IHBB16s16s", 6 << 28, len(seg), proto, TTL, src, dst)
+        ip = struct.pack("!IHBB16s16s", 6 << 28, len(seg), proto, p.ttl, src, dst)
     eth = _mac(dst_mac) + _mac(src_mac) + struct.pack("!H", _ETHERTYPE[p.version])
     return eth + ip + seg
 

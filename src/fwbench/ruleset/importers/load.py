@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import re
+from dataclasses import replace
 
 from fwbench.ruleset.importers import iptables_save, nft_json
 from fwbench.ruleset.importers.remap import Remapper, parse_iface_map, remap
@@ -19,6 +20,14 @@ __all__ = ["load_file", "parse_iface_map", "detect"]
 # An IPv6 address after -s/-d or in a NAT target: the file is ip6tables-save's.
 _V6_HINT = re.compile(r"(?:^|\s)(?:-[sd]|--to-(?:destination|source))\s+(?:!\s*)?\[?"
                       r"[0-9A-Fa-f]*:[0-9A-Fa-f:.]*[:.][0-9A-Fa-f]", re.M)
+# What only ip6tables reads: ICMPv6, the IPv6 header matches, ICMPv6 rejects.
+_V6_ONLY = re.compile(r"(?<!\S)(?:(?:-p|--protocol)\s+(?:ipv6-icmp|icmpv6|icmp6|58)(?!\S)|"
+                      r"-m\s+(?:icmp6|rt|frag|hl|ipv6header|mh|dst|hbh|eui64)(?!\S)|"
+                      r"--icmpv6-type|--hl-(?:eq|gt|lt)|--reject-with\s+icmp6-)")
+# A rule for one IP version only (`-4`, `-6`): a dual-stack restore file, read by
+# both iptables-restore and ip6tables-restore, each ignoring the other's rules.
+_DUAL_HINT = re.compile(r"^\s*(?:\[\d+:\d+\]\s*)?-.*(?<!\S)(?:-4|-6|--ipv4|--ipv6)(?!\S)",
+                        re.M)
 _NFT_HINT = re.compile(r"^\s*(?:table|flush\s+ruleset|define|include|"
                        r"(?:add|create|insert)\s+(?:table|chain|rule|set|map|element))\s",
                        re.M)
@@ -47,7 +56,9 @@ def load_file(path: str, iface_map: dict[str, str] | None = None,
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        if kind[0] == "iptables":
+        if kind[0] == "iptables" and kind[1] == 0:
+            rs = _dual(text, path, iface_map)
+        elif kind[0] == "iptables":
             rs = _iptables(text, path, kind[1],
                            _read(ipsets) if ipsets is not None else None, ipsets, iface_map,
                            refused)
@@ -96,9 +107,28 @@ def _iptables(text: str, path: str, version: int, ipsets_text: str | None,
     return remap(parse(), iface_map)
 
 
+def _dual(text: str, path: str, iface_map: dict[str, str]) -> RuleSet:
+    """A dual-stack restore file as one rule set: its tables as iptables-restore
+    reads them (family ip) and as ip6tables-restore does (family ip6). The IPv6
+    rules' ids carry `ip6-`, as both reads number the rules alike."""
+    v4 = _iptables(text, path, 4, None, None, iface_map)
+    v6 = _iptables(text, path, 6, None, None, iface_map)
+    renamed = {r.id: "ip6-" + r.id for _, _, r in v6.rules()}
+    tables = tuple(replace(t, chains=tuple(
+        replace(c, rules=tuple(replace(r, id=renamed[r.id]) for r in c.rules))
+        for c in t.chains)) for t in v6.tables)
+    return replace(v4, tables=v4.tables + tables, size=v4.size + v6.size,
+                   address_map=v4.address_map + v6.address_map,
+                   iface_map=tuple(dict(v4.iface_map + v6.iface_map).items()),
+                   notes=v4.notes + tuple(f"IPv6: {n}" for n in v6.notes),
+                   origins=v4.origins + tuple((renamed.get(rid, rid), where)
+                                              for rid, where in v6.origins))
+
+
 def detect(text: str) -> tuple[str, int]:
-    """(format, IP version): "iptables" with 4 or 6, "nft JSON", "nft text",
-    "ipset" or "unknown" (version 0 where it does not apply)."""
+    """(format, IP version): "iptables" with 4, 6 or 0 (a dual-stack file whose
+    rules carry -4 or -6: both), "nft JSON", "nft text", "ipset" or "unknown"
+    (version 0 where it does not apply)."""
     head = text.lstrip()
     for line in head.splitlines():
         line = line.strip()
@@ -108,8 +138,10 @@ def detect(text: str) -> tuple[str, int]:
             return "iptables", 4
         if line and not line.startswith("#"):
             if line.startswith("*"):
-                return "iptables", 6 if _V6_HINT.search(text) or "--icmpv6-type" in text \
-                    or "ipv6-icmp" in text else 4
+                if _DUAL_HINT.search(text):
+                    return "iptables", 0
+                return "iptables", 6 if _V6_HINT.search(text) or _V6_ONLY.search(text) \
+                    else 4
             break
     if head.startswith("{"):
         return "nft JSON", 0   # nft_json.parse says so in one line if it is not

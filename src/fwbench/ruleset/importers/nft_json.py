@@ -7,7 +7,11 @@ size and elements (address ranges become the prefixes that cover them
 exactly; port ranges inside set elements are spelled out). An anonymous set of
 addresses in a rule (`ip saddr { a, b/24 }`, or a range that is not one prefix)
 becomes a named set `anonN` of its table, which the model can hold and every
-backend can render.
+backend can render. An anonymous set of protocols, interface names or ICMP
+type . code pairs makes one rule per element (ids `<id>`, `<id>:2`, ...): the
+elements are disjoint, so the verdicts are the same. A rule needing an IPv6
+extension header, and a rule the model cannot hold that only output-hook chains
+reach, is set aside with a note (see iptables_save).
 
 Rule ids: a comment `fwb:ID` (or `<user text> fwb:ID`, the form the nft renderer
 writes) gives the rule its id and leaves the user text in Rule.comment; any
@@ -45,9 +49,10 @@ import os
 import re
 
 from fwbench.ruleset.evaluate import numgen_weights
-from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBERS,
-                                   RANDOM_SCALE, Action, Chain, Iface, Limit, Match, Ports,
-                                   Prefix, Rule, RuleSet, RuleSetError, Set, SetRef, Table,
+from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, FAMILIES, PKT_TYPES, PRIORITIES,
+                                   PROTO_NUMBERS, RANDOM_SCALE, TCP_FLAGS, Action, AddrType,
+                                   Chain, Iface, Limit, Match, Ports, Prefix, Range, Rule,
+                                   RuleSet, RuleSetError, Set, SetRef, Table, TcpFlags,
                                    validate)
 from fwbench.ruleset.importers.iptables_save import canonical4
 from fwbench.ruleset.render import ID_TAG
@@ -105,6 +110,11 @@ MASK32 = 0xFFFFFFFF
 
 class _Fail(Exception):
     """A problem in the current rule or set; the caller adds where it is."""
+
+
+class _Aside(Exception):
+    """A rule no packet of the testbed can match (it needs an IPv6 extension
+    header, which the testbed never sends): left out, with a note saying why."""
 
 
 def parse(doc: dict | str, source: str,
@@ -238,6 +248,7 @@ class _Importer:
     def run(self, items: list) -> RuleSet:
         rules: list[dict] = []
         origins: list[tuple[str, str]] = []
+        pending: list[tuple[dict, str, str, str]] = []   # (table, chain, where, why)
         for item in items:
             if not isinstance(item, dict) or len(item) != 1:
                 raise RuleSetError(f"{self.source}: not an nft JSON rule set "
@@ -317,14 +328,22 @@ class _Importer:
             where = (f"table {t['family']} {t['name']} chain {chain} rule {pos} "
                      f"(handle {r.get('handle')})")
             self.where = where
+            why = None
             try:
                 new = self._rule(t, r)
+            except _Aside as e:
+                self.notes.append(f"{self.source}: {where}: rule set aside: {e}")
+                new = []
             except (_Fail, RuleSetError) as e:
-                why = str(e)
+                if str(e).startswith("unsupported"):
+                    # Decided once every jump is known: refused, or set aside when
+                    # only the firewall's own packets reach the chain.
+                    pending.append((t, chain, f"{self.source}: {where}", str(e)))
+                    new = []
+                else:
+                    why = str(e)
             except (TypeError, KeyError, ValueError, AttributeError, IndexError):
                 why = "malformed expression"
-            else:
-                why = None
             if why is not None:
                 if self.refused is None:
                     raise RuleSetError(f"{self.source}: {where}: {why}")
@@ -332,6 +351,7 @@ class _Importer:
                 new = []    # keeps the places of the chain's later rules
             t["rules"][chain].append(new)
             origins.extend((x.id, f"{self.source}: {where}") for x in new)
+        self._set_aside_output(pending)
         tables = []
         for t in self.tables.values():
             chains = []
@@ -350,6 +370,33 @@ class _Importer:
             return validate(rs)
         except RuleSetError as e:
             raise RuleSetError(f"{self.source}: {e}") from None
+
+    def _set_aside_output(self, pending: list[tuple[dict, str, str, str]]) -> None:
+        """Rules the model cannot hold are refused where a packet the firewall
+        forwards or receives can reach them; where only chains at the output hook
+        lead (the firewall's own packets, which the testbed never judges), they are
+        set aside with a note."""
+        reach: dict[int, set[str]] = {}
+        for t, chain, where, why in pending:
+            seen = reach.get(id(t))
+            if seen is None:
+                seen = reach[id(t)] = {name for name, c in t["chains"].items()
+                                       if c.get("hook") not in (None, "output")}
+                todo = list(seen)
+                while todo:
+                    for group in t["rules"][todo.pop()]:
+                        for x in group:
+                            nxt = x.action.chain
+                            if nxt is not None and nxt not in seen:
+                                seen.add(nxt)
+                                todo.append(nxt)
+            if chain not in seen:
+                self.notes.append(f"{where}: {why}: set aside, only the firewall's own "
+                                  f"packets reach chain {chain}")
+            elif self.refused is None:
+                raise RuleSetError(f"{where}: {why}")
+            else:
+                self.refused.append((where, why))
 
     # --- objects ---------------------------------------------------------------
 
@@ -625,14 +672,13 @@ class _Importer:
                 ctx.actions.append(self._vmap(t, ctx, val))
             else:
                 ctx.actions.append(self._action(t, ctx, key, val))
-        kw = ctx.kw
         if ctx.sets:
-            kw["sets"] = tuple(ctx.sets)
-        if ctx.th and kw.get("proto") not in ("tcp", "udp"):
-            raise _Fail("unsupported: th port match without meta l4proto tcp or udp")
-        if ctx.pins:
-            self._pin_version(t, ctx)
-        match = Match(**kw)
+            ctx.kw["sets"] = tuple(ctx.sets)
+        matches = [self._one_match(t, ctx, kw) for kw in _variants(ctx)]
+        if len(matches) > 1 and "limit" in ctx.kw:
+            # One rule per element would give each element a budget of its own.
+            raise _Fail(f"unsupported: a limit in a rule with an anonymous set of "
+                        f"{ctx.splits[0][0]} (one budget for every element)")
         comment = r.get("comment")
         rid = None
         if comment:
@@ -644,10 +690,26 @@ class _Importer:
         actions = ctx.actions or [Action("counter")]
         if any(a.terminal for a in actions[:-1]):
             raise _Fail("unsupported: a statement after a verdict")
-        out = [Rule(f"{rid}.{k}", match, a, False, comment)
-               for k, a in enumerate(actions[:-1], 1)]
-        out.append(Rule(rid, match, actions[-1], ctx.counter, comment))
+        out = []
+        for j, match in enumerate(matches, 1):
+            vid = rid if j == 1 else f"{rid}:{j}"
+            out += [Rule(f"{vid}.{k}", match, a, False, comment)
+                    for k, a in enumerate(actions[:-1], 1)]
+            out.append(Rule(vid, match, actions[-1], ctx.counter, comment))
         return out
+
+    def _one_match(self, t: dict, ctx: "_Rule", kw: dict) -> Match:
+        if ctx.th and kw.get("proto") not in ("tcp", "udp"):
+            raise _Fail("unsupported: th port match without meta l4proto tcp or udp")
+        if ctx.pins:
+            ctx.kw = kw
+            self._pin_version(t, ctx)
+        if ctx.fib and t["family"] != "ip" and not (
+                set(ctx.pins) == {4} or kw.get("proto") == "icmp" or any(
+                    p.version == 4 for p in (kw.get("src"), kw.get("dst")) if p)):
+            raise _Fail("unsupported: fib address type of IPv6 packets (a fib match in "
+                        "an ip6 or inet rule not pinned to IPv4)")
+        return Match(**kw)
 
     def _match(self, t: dict, ctx: "_Rule", m: dict) -> None:
         op, left, right = m.get("op"), m.get("left"), m.get("right")
@@ -657,12 +719,27 @@ class _Importer:
         if isinstance(left, dict) and "numgen" in left:
             self._numgen_match(ctx, op, left["numgen"], right)
             return
+        if not isinstance(left, dict) or len(left) != 1:
+            raise _Fail(f"unsupported match on {json.dumps(left)}")
+        exthdr = left.get("exthdr")
+        if isinstance(exthdr, dict) and (exthdr.get("field") is not None
+                                         or (op == "==" and right is True)):
+            # A field of an extension header, or the header's presence: nft's
+            # exthdr breaks the rule where the packet has no such header.
+            raise _Aside(f"exthdr {exthdr.get('name')} matches only packets with that "
+                         f"IPv6 extension header, which the testbed never sends")
+        if _everyday(t, ctx, op, left, right):
+            return
         if op not in ("==", "!=", "in"):
             raise _Fail(f"unsupported match operator {op!r}")
         neg = op == "!="
-        if not isinstance(left, dict) or len(left) != 1:
-            raise _Fail(f"unsupported match on {json.dumps(left)}")
         (lk, lv), = left.items()
+        if isinstance(right, dict) and "set" in right and not neg and (
+                lk == "meta" and lv.get("key") in _SPLIT_META):
+            # One rule per element: the elements are disjoint (a packet has one
+            # protocol, one interface), so the verdicts are the same.
+            ctx.splits.append((lv["key"], list(right["set"])))
+            return
         if lk == "payload":
             self._payload(t, ctx, lv, right, neg)
         elif lk == "meta":
@@ -683,6 +760,8 @@ class _Importer:
                 raise _Fail(f"unsupported expression & on {json.dumps(what)}")
             ctx.set(field, (_int(right), mask & MASK32))
             ctx.kw[f"{field}_negate"] = neg
+        elif lk == "concat" and _icmp_pairs(ctx, lv, right, neg):
+            return
         elif lk == "concat":
             if not (isinstance(right, str) and right.startswith("@")):
                 raise _Fail("unsupported: a concatenation matched against anything but "
@@ -740,13 +819,14 @@ class _Importer:
                 raise _Fail(f"unsupported: {proto} type !=")
             ctx.proto(proto)
             names = ICMP_TYPES if proto == "icmp" else ICMPV6_TYPES
-            if isinstance(right, int) and 0 <= right <= 255:
-                typ = right
-            elif isinstance(right, str) and right in names:
-                typ = names[right]
-            else:
-                raise _Fail(f"unsupported {proto} type {json.dumps(right)}")
-            ctx.set("icmp_type", typ)
+            if isinstance(right, dict) and "set" in right:
+                types = frozenset(_icmp(proto, x, names) for x in right["set"])
+                if len(types) == 1:
+                    ctx.set("icmp_type", next(iter(types)))
+                else:
+                    ctx.set("icmp_types", types)
+                return
+            ctx.set("icmp_type", _icmp(proto, right, names))
         else:
             raise _Fail(f"unsupported expression payload {proto} {field}")
 
@@ -754,9 +834,7 @@ class _Importer:
         if key in ("iifname", "oifname", "iif", "oif"):
             if not isinstance(right, str):
                 raise _Fail(f"unsupported: meta {key} against {json.dumps(right)}")
-            name = right[:-1] + "+" if right.endswith("*") and not right.endswith("\\*") \
-                else right.replace("\\*", "*")
-            ctx.set("iif" if key.startswith("i") else "oif", Iface(name, neg))
+            ctx.set("iif" if key.startswith("i") else "oif", Iface(_iface_name(right), neg))
         elif key == "l4proto":
             if neg:
                 raise _Fail("unsupported: meta l4proto !=")
@@ -891,6 +969,10 @@ class _Rule:
         self.counter = False
         self.th = False
         self.pins: dict[int, str] = {}   # IP version -> the expression that said it
+        self.fib = False   # an address type match (IPv4 only)
+        # Anonymous sets of protocols or interfaces: (meta key, elements); the
+        # rule becomes one rule per element.
+        self.splits: list[tuple[str, list]] = []
 
     def pin(self, version: int, what: str) -> None:
         self.pins.setdefault(version, what)
@@ -905,6 +987,194 @@ class _Rule:
         if have is not None and have != proto:
             raise _Fail(f"unsupported: protocol {have} and {proto} in one rule")
         self.kw["proto"] = proto
+
+
+# --- the everyday matches ---------------------------------------------------------
+
+_SPLIT_META = {"l4proto": "proto", "iifname": "iif", "oifname": "oif"}
+_TCP_FLAGS_PAYLOAD = {"payload": {"protocol": "tcp", "field": "flags"}}
+# nft's ICMP and ICMPv6 code names.
+ICMP_CODES = {"net-unreachable": 0, "host-unreachable": 1, "prot-unreachable": 2,
+              "port-unreachable": 3, "frag-needed": 4, "net-prohibited": 9,
+              "host-prohibited": 10, "admin-prohibited": 13}
+ICMPV6_CODES = {"no-route": 0, "admin-prohibited": 1, "addr-unreachable": 3,
+                "port-unreachable": 4, "policy-fail": 5, "reject-route": 6}
+_BOUNDS = {"<": (None, -1), "<=": (None, 0), ">": (1, None), ">=": (0, None)}
+
+
+def _everyday(t: dict, ctx: "_Rule", op, left: dict, right) -> bool:
+    """TCP flags, ICMP codes, TTL / hop limit, length, packet type and fib address
+    type; False when `left` is none of them."""
+    (lk, lv), = left.items()
+    if lk == "&" and lv[0] == _TCP_FLAGS_PAYLOAD:
+        ctx.proto("tcp")
+        mask = _tcp_flags(lv[1])
+        if op not in ("==", "!="):
+            raise _Fail(f"unsupported: tcp flags & ... {op}")
+        values = right["set"] if isinstance(right, dict) and "set" in right else [right]
+        ctx.set("tcp_flags", TcpFlags(mask, frozenset(_tcp_flags(v) & mask for v in values),
+                                      op == "!="))
+        return True
+    if left == _TCP_FLAGS_PAYLOAD:
+        ctx.proto("tcp")
+        if isinstance(right, dict) and "set" in right:
+            if op not in ("==", "!="):
+                raise _Fail(f"unsupported: tcp flags {op} a set")
+            f = TcpFlags(0xFF, frozenset(_tcp_flags(v) for v in right["set"]), op == "!=")
+        elif op in ("==", "!="):
+            f = TcpFlags(0xFF, frozenset({_tcp_flags(right)}), op == "!=")
+        elif op == "in":        # any of the flags set
+            f = TcpFlags(_tcp_flags(right), frozenset({0}), True)
+        elif op == "!":         # none of them set
+            f = TcpFlags(_tcp_flags(right), frozenset({0}))
+        else:
+            raise _Fail(f"unsupported: tcp flags {op}")
+        ctx.set("tcp_flags", f)
+        return True
+    if lk == "payload" and lv.get("protocol") in ("icmp", "icmpv6") and             lv.get("field") == "code":
+        proto = lv["protocol"]
+        ctx.proto(proto)
+        if op != "==":
+            raise _Fail(f"unsupported: {proto} code {op}")
+        names = ICMP_CODES if proto == "icmp" else ICMPV6_CODES
+        ctx.set("icmp_code", _icmp(f"{proto} code", right, names))
+        return True
+    what = None
+    if lk == "payload" and (lv.get("protocol"), lv.get("field")) in (("ip", "ttl"),
+                                                                    ("ip6", "hoplimit")):
+        # An ip/ip6 header field: only packets of that version have it (pinned; a
+        # rule pinned to the other too is refused as one that never matches).
+        ctx.pin(4 if lv["protocol"] == "ip" else 6, f"{lv['protocol']} {lv['field']}")
+        what, top = "ttl", 255
+    elif left in ({"meta": {"key": "length"}},
+                  {"payload": {"protocol": "ip", "field": "length"}}):
+        if "payload" in left:
+            ctx.pin(4, "ip length")
+        what, top = "length", 65535
+    if what is not None:
+        ctx.set(what, _relation(op, right, top))
+        return True
+    if left == {"meta": {"key": "pkttype"}}:
+        if op not in ("==", "!="):
+            raise _Fail(f"unsupported: meta pkttype {op}")
+        items = right["set"] if isinstance(right, dict) and "set" in right else [right]
+        if any(x not in PKT_TYPES for x in items):
+            raise _Fail(f"unsupported: meta pkttype {json.dumps(right)}")
+        ctx.set("pkttype", frozenset(items))
+        ctx.kw["pkttype_negate"] = op == "!="
+        return True
+    if lk == "fib":
+        flags = lv.get("flags") or []
+        if lv.get("result") != "type" or flags not in (["saddr"], ["daddr"]) \
+                or op not in ("==", "!="):
+            raise _Fail(f"unsupported: fib {json.dumps(lv)}")
+        items = right["set"] if isinstance(right, dict) and "set" in right else [right]
+        if any(x not in ADDR_TYPES for x in items):
+            raise _Fail(f"unsupported: fib type {json.dumps(right)}")
+        side = "src" if flags == ["saddr"] else "dst"
+        have = ctx.kw.get("addrtype") or AddrType()
+        if getattr(have, side) is not None:
+            raise _Fail(f"unsupported: two fib {flags[0]} type matches")
+        ctx.kw["addrtype"] = AddrType(**{**have.__dict__, side: frozenset(items),
+                                         f"{side}_negate": op == "!="})
+        ctx.fib = True
+        return True
+    return False
+
+
+def _icmp_pairs(ctx: "_Rule", parts: list, right, neg: bool) -> bool:
+    """`icmp type . icmp code { t . c, ... }` (fw4 writes it): one rule per pair,
+    as the pairs are disjoint. False when `parts` is no ICMP type and code."""
+    proto = parts[0].get("payload", {}).get("protocol") if isinstance(parts[0], dict) else None
+    if proto not in ("icmp", "icmpv6") or parts != [
+            {"payload": {"protocol": proto, "field": "type"}},
+            {"payload": {"protocol": proto, "field": "code"}}]:
+        return False
+    if neg or not (isinstance(right, dict) and "set" in right):
+        raise _Fail(f"unsupported: {proto} type . code other than == a set of pairs")
+    types, codes = (ICMP_TYPES, ICMP_CODES) if proto == "icmp" else (ICMPV6_TYPES, ICMPV6_CODES)
+    pairs = []
+    for e in right["set"]:
+        t, c = e["concat"]
+        pairs.append((_icmp(f"{proto} type", t, types), _icmp(f"{proto} code", c, codes)))
+    ctx.proto(proto)
+    ctx.splits.append(("icmp type . code", pairs))
+    return True
+
+
+def _tcp_flags(v) -> int:
+    """A flag name, a list of them (ORed), an `|` expression or a number."""
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        if v not in TCP_FLAGS:
+            raise _Fail(f"unsupported tcp flag {json.dumps(v)}")
+        return TCP_FLAGS[v]
+    if isinstance(v, dict) and "|" in v:
+        v = v["|"]
+    if isinstance(v, list):
+        out = 0
+        for x in v:
+            out |= _tcp_flags(x)
+        return out
+    raise _Fail(f"unsupported tcp flags {json.dumps(v)}")
+
+
+def _icmp(what: str, v, names: dict) -> int:
+    if isinstance(v, int) and 0 <= v <= 255:
+        return v
+    if isinstance(v, str) and v in names:
+        return names[v]
+    raise _Fail(f"unsupported {what} {json.dumps(v)}")
+
+
+def _relation(op, right, top: int) -> Range:
+    """`== n`, `!= n`, `== a-b`, `!= a-b`, `< n`, `<= n`, `> n`, `>= n` as a Range."""
+    if isinstance(right, dict) and "range" in right:
+        lo, hi = (_int(x) for x in right["range"])
+    else:
+        lo = hi = _int(right)
+    if op in _BOUNDS and lo == hi:
+        low, high = _BOUNDS[op]
+        lo, hi = (0, lo + high) if low is None else (lo + low, top)
+        op = "=="
+    if op not in ("==", "!="):
+        raise _Fail(f"unsupported match operator {op!r}")
+    if not 0 <= lo <= hi <= top:
+        raise _Fail(f"unsupported: a range {lo}-{hi} that matches no packet")
+    return Range(lo, hi, op == "!=")
+
+
+def _variants(ctx: "_Rule") -> list[dict]:
+    """The rule's matches, one per combination of its split sets' elements."""
+    out = [dict(ctx.kw)]
+    for key, items in ctx.splits:
+        field = _SPLIT_META.get(key, key)
+        new = []
+        for kw in out:
+            for x in items:
+                if field == "icmp type . code":
+                    if "icmp_type" in kw or "icmp_code" in kw or "icmp_types" in kw:
+                        raise _Fail("unsupported: two ICMP type matches in one rule")
+                    new.append({**kw, "icmp_type": x[0], "icmp_code": x[1]})
+                elif field == "proto":
+                    p = _proto(x)
+                    if kw.get("proto") not in (None, p):
+                        continue    # cannot match: another protocol is required
+                    new.append({**kw, "proto": p})
+                else:
+                    if field in kw or not isinstance(x, str):
+                        raise _Fail(f"unsupported: meta {key} set {json.dumps(items)}")
+                    new.append({**kw, field: Iface(_iface_name(x))})
+        out = new
+    if not out:
+        raise _Fail("unsupported: a protocol set no element of which fits the rule")
+    return out
+
+
+def _iface_name(name: str) -> str:
+    return name[:-1] + "+" if name.endswith("*") and not name.endswith("\\*") \
+        else name.replace("\\*", "*")
 
 
 # --- values ------------------------------------------------------------------------

@@ -47,9 +47,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from fwbench.ruleset.evaluate import numgen_weights
-from fwbench.ruleset.model import (RANDOM_SCALE, Action, Chain, HashLimit, Interfaces, Ports,
-                                   Prefix, Rule, RuleSet, RuleSetError, Set, SetRef,
-                                   StringMatch, Table, Unsupported, evolve, jump_targets)
+from fwbench.ruleset.model import (ADDR_TYPES, RANDOM_SCALE, Action, Chain, HashLimit,
+                                   Interfaces, Ports, Prefix, Rule, RuleSet, RuleSetError,
+                                   Set, SetRef, StringMatch, Table, Unsupported, evolve,
+                                   jump_targets)
 from fwbench.ruleset.render import ID_TAG
 from fwbench.ruleset.render import ipset as _ipset
 
@@ -61,7 +62,7 @@ SUPPORTS: frozenset[str] = frozenset({
     "proto tcp", "proto udp", "proto icmp", "proto icmpv6",
     "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
     "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match",
-    "hashlimit",
+    "hashlimit", "tcp flags", "icmp code", "addrtype", "pkttype", "ttl", "length",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct",
     "random match", "verdict map", "numgen map", "random port",
@@ -512,8 +513,17 @@ class _Emitter:
                         raise Unsupported(f"icmp type {m.icmp_type}", f"rule {rid}")
                     parts.append(self.icmp)
                     parts.append(str(m.icmp_type))
+                    if m.icmp_code is not None:
+                        parts.append(f"/{m.icmp_code}")
             else:
                 raise Unsupported(f"proto {proto}", f"rule {rid}")
+        if m.icmp_types is not None:
+            raise Unsupported("icmp type set", f"rule {rid}")
+        if m.icmp_code is not None and m.icmp_type is None:
+            raise Unsupported("icmp code without a type", f"rule {rid}")
+        if m.tcp_flags is not None:
+            parts.append(_tcp_flags(m.tcp_flags, rid))
+        parts += _everyday(m, self.version, rid)
         if m.ct_state:
             parts.append(" -m conntrack --ctstate ")
             parts.append(",".join(n for s, n in _CT_ORDER if s in m.ct_state))
@@ -781,6 +791,74 @@ def _numgen_shares(numgen: tuple[int, int], s: Set,
         out.append((int(share), v))
         left -= w
     return out
+
+
+# libxt_tcp's flag names, in the order its save prints them.
+_TCP_FLAG_ORDER = (("FIN", 0x01), ("SYN", 0x02), ("RST", 0x04), ("PSH", 0x08),
+                   ("ACK", 0x10), ("URG", 0x20))
+# libxt_pkttype's names as its save prints them (PACKET_HOST is "unicast").
+_PKT_TYPE_NAMES = {"host": "unicast", "broadcast": "broadcast", "multicast": "multicast",
+                   "otherhost": "otherhost"}
+
+
+def _flag_names(bits: int) -> str:
+    return ",".join(n for n, b in _TCP_FLAG_ORDER if bits & b) or "NONE"
+
+
+def _tcp_flags(f, rid: str) -> str:
+    """`--tcp-flags MASK COMP`: one value, within FIN..URG (ECE and CWR have no
+    name in iptables)."""
+    if len(f.values) != 1:
+        raise Unsupported("tcp flags set", f"rule {rid}")
+    if f.mask & ~0x3F:
+        raise Unsupported("tcp flags ECE or CWR", f"rule {rid}")
+    (value,) = f.values
+    neg = " !" if f.negate else ""
+    return f" -m tcp{neg} --tcp-flags {_flag_names(f.mask)} {_flag_names(value)}"
+
+
+def _everyday(m, version: int, rid: str) -> list[str]:
+    """addrtype, pkttype, ttl/hl and length, as iptables-save prints them."""
+    out = []
+    a = m.addrtype
+    if a is not None:
+        if version == 6:
+            raise Unsupported("addrtype of IPv6 addresses", f"rule {rid}")
+        out.append(" -m addrtype")
+        for opt, types, neg in (("src", a.src, a.src_negate), ("dst", a.dst, a.dst_negate)):
+            if types is not None:
+                names = ",".join(t.upper() for t in ADDR_TYPES if t in types)
+                out.append(f"{' !' if neg else ''} --{opt}-type {names}")
+    if m.pkttype is not None:
+        if len(m.pkttype) != 1:
+            raise Unsupported("pkttype set", f"rule {rid}")
+        (kind,) = m.pkttype
+        out.append(f" -m pkttype{' !' if m.pkttype_negate else ''} --pkt-type "
+                   f"{_PKT_TYPE_NAMES[kind]}")
+    if m.ttl is not None:
+        mod = "ttl" if version == 4 else "hl"
+        out.append(f" -m {mod}{_ttl(m.ttl, mod, rid)}")
+    if m.length is not None:
+        r = m.length
+        span = str(r.lo) if r.lo == r.hi else f"{r.lo}:{r.hi}"
+        out.append(f" -m length{' !' if r.negate else ''} --length {span}")
+    return out
+
+
+def _ttl(r, mod: str, rid: str) -> str:
+    """A TTL range as one of --ttl-eq, --ttl-lt, --ttl-gt (or ! --ttl-eq)."""
+    lo, hi, neg = r.lo, r.hi, r.negate
+    if neg and lo == 0 and hi < 255:        # not below hi + 1: above hi
+        lo, hi, neg = hi + 1, 255, False
+    elif neg and hi == 255 and lo > 0:      # not above lo - 1: below lo
+        lo, hi, neg = 0, lo - 1, False
+    if lo == hi:
+        return f"{' !' if neg else ''} --{mod}-eq {lo}"
+    if not neg and lo == 0 and hi < 255:
+        return f" --{mod}-lt {hi + 1}"
+    if not neg and hi == 255 and lo > 0:
+        return f" --{mod}-gt {lo - 1}"
+    raise Unsupported(f"{mod} range {lo}-{hi}", f"rule {rid}")
 
 
 def _comment(text: str, rid: str) -> str:

@@ -36,11 +36,11 @@ import itertools
 import re
 from functools import lru_cache
 
-from fwbench.ruleset.model import (CLIENT, FAMILIES, HOOKS, PROTOCOLS, RANDOM_SCALE, SET_KEYS,
-                                   Action,
-                                   Chain, Iface, Interfaces, Limit, Match, Ports, Prefix,
-                                   Rule, RuleSet, RuleSetError, Set, SetRef, Table,
-                                   Unsupported, jump_targets)
+from fwbench.ruleset.model import (ADDR_TYPES, CLIENT, FAMILIES, HOOKS, PROTOCOLS,
+                                   RANDOM_SCALE, SET_KEYS, TCP_FLAGS, Action, Chain, Iface,
+                                   Interfaces, Limit, Match, Ports, Prefix, Range, Rule,
+                                   RuleSet, RuleSetError, Set, SetRef, Table, Unsupported,
+                                   jump_targets)
 from fwbench.ruleset.render import ID_TAG
 
 # Everything the model can say, nft can hold but for iptables' own constructs
@@ -58,6 +58,7 @@ SUPPORTS: frozenset[str] = frozenset(
     + [f"proto {p}" for p in PROTOCOLS]
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
        "ip version", "negation", "ct state", "mark match", "set match", "limit", "counter"]
+    + ["tcp flags", "icmp code", "icmp type set", "addrtype", "pkttype", "ttl", "length"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log"]
     + ["random match", "verdict map", "numgen map", "random port"]
@@ -521,7 +522,8 @@ class _Renderer:
         proto = m.proto
         # nft folds a protocol match into a later match that implies it (a port,
         # an ICMP type, a port in a set lookup) and prints only the latter.
-        implied = bool(m.sport or m.dport or m.icmp_type is not None) or any(
+        implied = bool(m.sport or m.dport or m.icmp_type is not None or m.tcp_flags
+                       or m.icmp_types or m.icmp_code is not None) or any(
             f in ("sport", "dport") for ref in m.sets for f in ref.fields)
         # In ip and ip6, `reject with tcp reset` brings its own `meta l4proto tcp`,
         # which nft then lists as part of the reject, unless a statement (counter,
@@ -542,6 +544,7 @@ class _Renderer:
                 raise RuleSetError(f"{where}: ICMP type {m.icmp_type} out of range")
             names = _ICMP_TYPES if proto == "icmp" else _ICMPV6_TYPES
             parts.append(f"{proto} type {names.get(m.icmp_type, m.icmp_type)}")
+        parts += _everyday(m, proto, version, where)
         parts.extend(lookups)
         if m.ct_state:
             if fam == "netdev":
@@ -753,6 +756,73 @@ def _random_match(random: int, where: str) -> str:
     if random < 2:
         raise Unsupported("random match of 2**-32", where)
     return f"numgen random mod {RANDOM_SCALE - 1} < {random - 1}"
+
+
+# nft's names of ICMP and ICMPv6 codes (icmp_code_type, icmpv6_code_type); it
+# lists a code by its name where it has one.
+_ICMP_CODES = {0: "net-unreachable", 1: "host-unreachable", 2: "prot-unreachable",
+               3: "port-unreachable", 4: "frag-needed", 9: "net-prohibited",
+               10: "host-prohibited", 13: "admin-prohibited"}
+_ICMPV6_CODES = {0: "no-route", 1: "admin-prohibited", 3: "addr-unreachable",
+                 4: "port-unreachable", 5: "policy-fail", 6: "reject-route"}
+_TCP_FLAG_ORDER = tuple(TCP_FLAGS.items())
+_PKT_TYPE_ORDER = ("host", "broadcast", "multicast", "otherhost")
+
+
+def _flags(bits: int) -> str:
+    return ",".join(n for n, b in _TCP_FLAG_ORDER if bits & b) or "0x0"
+
+
+def _everyday(m: Match, proto: str | None, version: int | None, where: str) -> list[str]:
+    """ICMP codes and type sets, TCP flags, TTL, length, packet and address types,
+    as nft lists them."""
+    out = []
+    if m.icmp_code is not None:
+        codes = _ICMP_CODES if proto == "icmp" else _ICMPV6_CODES
+        out.append(f"{proto} code {codes.get(m.icmp_code, m.icmp_code)}")
+    if m.icmp_types is not None:
+        names = _ICMP_TYPES if proto == "icmp" else _ICMPV6_TYPES
+        items = ", ".join(str(names.get(t, t)) for t in sorted(m.icmp_types))
+        out.append(f"{proto} type {{ {items} }}")
+    f = m.tcp_flags
+    if f is not None:
+        if len(f.values) != 1:
+            # nft lists a set of flag values in an order of its own.
+            raise Unsupported("tcp flags set", where)
+        (value,) = f.values
+        if value == 0:      # none of the mask's flags; negated: any of them
+            out.append(f"tcp flags {'' if f.negate else '! '}{_flags(f.mask)}")
+        elif f.mask == 0xFF:
+            out.append(f"tcp flags {'!=' if f.negate else '=='} {_flags(value)}")
+        else:
+            out.append(f"tcp flags {'!= ' if f.negate else ''}{_flags(value)} / "
+                       f"{_flags(f.mask)}")
+    if m.ttl is not None:
+        if version is None:
+            raise Unsupported("ttl without an IP version in family inet", where)
+        out.append(("ip ttl " if version == 4 else "ip6 hoplimit ") + _range(m.ttl))
+    if m.length is not None:
+        out.append("meta length " + _range(m.length))
+    if m.pkttype is not None:
+        kinds = [k for k in _PKT_TYPE_ORDER if k in m.pkttype]
+        neg = "!= " if m.pkttype_negate else ""
+        out.append(f"meta pkttype {neg}{kinds[0]}" if len(kinds) == 1
+                   else f"meta pkttype {neg}{{ {', '.join(kinds)} }}")
+    a = m.addrtype
+    if a is not None:
+        if version != 4:
+            raise Unsupported("addrtype of IPv6 addresses", where)
+        for key, types, neg in (("saddr", a.src, a.src_negate), ("daddr", a.dst, a.dst_negate)):
+            if types is not None:
+                kinds = [t for t in ADDR_TYPES if t in types]
+                body = kinds[0] if len(kinds) == 1 else f"{{ {', '.join(kinds)} }}"
+                out.append(f"fib {key} type {'!= ' if neg else ''}{body}")
+    return out
+
+
+def _range(r: Range) -> str:
+    span = str(r.lo) if r.lo == r.hi else f"{r.lo}-{r.hi}"
+    return f"!= {span}" if r.negate else span
 
 
 def _mark_match(value: int, mask: int, negate: bool, where: str) -> str:
