@@ -25,7 +25,7 @@ from fwbench.ruleset.evaluate import (FORWARD_HOOKS, CompiledSet, Evaluator,
                                       address_interval, address_text,
                                       complement_ranges, iface_sides, merge_ranges,
                                       nat_address, rule_version)
-from fwbench.ruleset.model import (Chain, Match, Packet, Ports, Rule, RuleSet,
+from fwbench.ruleset.model import (PORTLESS, Chain, Match, Packet, Ports, Rule, RuleSet,
                                    RuleSetError, Table)
 
 __all__ = ["build", "sample", "RANGES", "RESERVED"]
@@ -245,8 +245,9 @@ class _Solver:
         rng = self.rng
         pos = {f: [x for x in need.pos[f]] for f in need.pos}
         ports = {f: list(need.ports[f]) for f in need.ports}
-        protos = [p for p in ("tcp", "udp", _ICMP[v])
-                  if need.protos is None or p in need.protos]
+        protos = [p for p in ("tcp", "udp", _ICMP[v]) + PORTLESS
+                  if need.protos is None and p not in PORTLESS
+                  or need.protos is not None and p in need.protos]
         # Positive set lookups pin fields to one element.
         for cs, fields, neg in need.sets:
             if neg:
@@ -281,7 +282,7 @@ class _Solver:
             dport = self._port(ports["dport"], attempt, default=(1, 65535))
             if sport is None or dport is None:
                 return None
-        else:
+        elif proto not in PORTLESS:
             icmp = _ECHO[v][0] if need.icmp is None else min(need.icmp)
         ct = "new"
         if need.ct is not None:
@@ -520,6 +521,8 @@ def _reproto(p: Packet, proto: str) -> Packet | None:
         if p.proto in ("tcp", "udp"):
             return replace(p, proto=proto)
         return replace(p, proto=proto, sport=40404, dport=5201, icmp_type=None)
+    if proto in PORTLESS:
+        return replace(p, proto=proto, sport=None, dport=None, icmp_type=None)
     if proto != _ICMP[p.version]:
         return None
     return replace(p, proto=proto, sport=None, dport=None, icmp_type=_ECHO[p.version][0])
@@ -536,6 +539,10 @@ def _near_misses(firsts: Iterable[Packet]) -> list[Packet]:
             out += [_with_port(p, "dport", p.dport + 1), _with_port(p, "sport", p.sport + 1),
                     _reproto(p, "udp" if p.proto == "tcp" else "tcp"),
                     _reproto(p, _ICMP[p.version])]
+        elif p.proto in PORTLESS:
+            # The next portless protocol: a rule on one must not take another.
+            others = PORTLESS[PORTLESS.index(p.proto) + 1:] + PORTLESS
+            out += [_reproto(p, "udp"), _reproto(p, others[0])]
         else:
             out += [_reproto(p, "udp"), replace(p, icmp_type=_ECHO[p.version][1])
                     if p.icmp_type != _ECHO[p.version][1] else None]
@@ -557,6 +564,7 @@ class _Random:
         self.pools: dict[int, list[tuple[int, int]]] = {4: [], 6: []}
         self.ports: list[tuple[int, int]] = []
         self.icmp = {4: {0, 3, 8, 11}, 6: {1, 128, 129}}
+        portless: set[str] = set()
         ct: set[str] = set()
         for t in rs.tables:
             for c in t.chains:
@@ -571,6 +579,8 @@ class _Random:
                             self.ports += [(max(lo, 1), hi) for lo, hi in p.ranges if hi >= 1]
                     if m.icmp_type is not None:
                         self.icmp[4 if m.proto == "icmp" else 6].add(m.icmp_type)
+                    if m.proto in PORTLESS:
+                        portless.add(m.proto)
                     if m.ct_state:
                         ct |= set(m.ct_state)
             for cs in solver.sets[(t.family, t.name)].values():
@@ -581,6 +591,8 @@ class _Random:
                         elif kind == "port":
                             self.ports.append((max(e[k][0], 1), e[k][1]))
         self.ct = sorted(ct & {"established", "related", "invalid"})
+        # Only those a rule names: a rule set without them keeps its seeded corpus.
+        self.portless = tuple(p for p in PORTLESS if p in portless)
         self.icmp_sorted = {v: sorted(s) for v, s in self.icmp.items()}
 
     def _pool(self, v: int, lo: int, hi: int) -> None:
@@ -605,11 +617,11 @@ class _Random:
         saddr, daddr = self._addr(v, iif), self._addr(v, _OTHER[iif])
         if not (_valid(v, saddr) and _valid(v, daddr)) or saddr == daddr:
             return None
-        proto = rng.choice(("tcp", "udp", _ICMP[v]))
+        proto = rng.choice(("tcp", "udp", _ICMP[v]) + self.portless)
         sport = dport = icmp = None
         if proto == _ICMP[v]:
             icmp = rng.choice(self.icmp_sorted[v])
-        else:
+        elif proto not in PORTLESS:
             sport = rng.randint(1024, 65535)
             if self.ports and rng.random() < 0.5:
                 lo, hi = rng.choice(self.ports)

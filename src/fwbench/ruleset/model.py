@@ -11,7 +11,9 @@ Conventions the renderers, importers, templates and the evaluator share:
   A trailing `+` is a wildcard, as in iptables.
 - Addresses are IPv4 or IPv6 networks in their canonical text ("198.18.0.0/24",
   "2001:2::1/128"); a rule's family follows from them.
-- Protocols are names: tcp, udp, icmp, icmpv6.
+- Protocols are names: tcp, udp, icmp, icmpv6, and the portless esp, ah and gre
+  (PORTLESS), which conntrack tracks by addresses alone and a firewall judges by
+  protocol number.
 - A rule has one action. `counter` on a rule means it counts packets; iptables
   always counts, nft only when asked.
 - Some matches and actions exist in one syntax only (a payload string, hashlimit,
@@ -38,8 +40,12 @@ POLICIES = ("accept", "drop")
 # nft's named priorities; iptables' tables sit at these.
 PRIORITIES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0,
               "security": 50, "srcnat": 100}
-PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6")
-PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
+PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6", "esp", "ah", "gre")
+PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58, "esp": 50, "ah": 51,
+                 "gre": 47}
+# Protocols without ports or types: ESP, AH and GRE version 0 (conntrack tracks
+# them by addresses alone; GRE's tracker keys only PPTP's version 1 by call id).
+PORTLESS = ("esp", "ah", "gre")
 CT_STATES = ("new", "established", "related", "invalid", "untracked")
 PACKET_FIELDS = ("saddr", "daddr", "proto", "sport", "dport")
 SET_KEYS = ("addr", "proto", "port")

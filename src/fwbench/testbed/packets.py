@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from fwbench import addresses
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.ruleset.model import PROTO_NUMBERS, Packet
+from fwbench.ruleset.model import PORTLESS, PROTO_NUMBERS, Packet
 
 if TYPE_CHECKING:
     from fwbench.testbed.base import Testbed
@@ -54,6 +54,15 @@ _SNDBUF = 128 << 10
 _ETHERTYPE = {4: 0x0800, 6: 0x86DD}
 _PROTO_NAME = {v: k for k, v in PROTO_NUMBERS.items()}
 _ECHO_REQUEST = {"icmp": 8, "icmpv6": 128}
+# The portless protocols' headers before the marker: ESP's SPI and sequence
+# number; AH's next header (59, none), length (3 words - 2: no ICV), reserved,
+# SPI, sequence; GRE version 0 without options and an ethertype from the local
+# experimental range, so nothing takes the payload for a packet to decapsulate.
+# A forwarding firewall checks none of them (no SA, no tunnel).
+_PORTLESS_HEAD = {"esp": lambda spi, seq: struct.pack("!II", spi, seq),
+                  "ah": lambda spi, seq: struct.pack("!BBHII", 59, 1, 0, spi, seq),
+                  "gre": lambda spi, seq: struct.pack("!HH", 0, 0x88B5)}
+_PORTLESS_LEN = {"esp": 8, "ah": 12, "gre": 4}
 
 
 @dataclass(frozen=True)
@@ -104,9 +113,10 @@ def _address(text: str, version: int, what: str, index: int) -> bytes:
 
 
 def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str) -> bytes:
-    """The Ethernet frame that carries packet `p`: TCP SYN, UDP, or ICMP/ICMPv6 of
-    `p.icmp_type` (an echo request when None, code 0), TTL 64, checksums computed,
-    and the marker (MAGIC, nonce, index) as the whole payload."""
+    """The Ethernet frame that carries packet `p`: TCP SYN, UDP, ICMP/ICMPv6 of
+    `p.icmp_type` (an echo request when None, code 0), or an ESP, AH or GRE header
+    (_PORTLESS_HEAD), TTL 64, checksums computed, and the marker (MAGIC, nonce,
+    index) as the whole payload."""
     if p.proto not in PROTO_NUMBERS:
         raise FwbenchError(f"packets: packet {index}: protocol {p.proto!r} cannot be sent")
     if (p.proto, p.version) in (("icmp", 6), ("icmpv6", 4)):
@@ -130,6 +140,8 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
         l4 = struct.pack("!HHIIBBHHH", p.sport, p.dport, seq, 0, 5 << 4, 0x02, 65535, 0, 0)
     elif p.proto == "udp":
         l4 = struct.pack("!HHHH", p.sport, p.dport, 8 + len(payload), 0)
+    elif p.proto in PORTLESS:
+        l4 = _PORTLESS_HEAD[p.proto](0x100 + index, index + 1)
     else:
         t = _ECHO_REQUEST[p.proto] if p.icmp_type is None else p.icmp_type
         if not 0 <= t <= 255:
@@ -139,14 +151,15 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
         ident = (int.from_bytes(nonce[:2], "big") ^ index) & 0xFFFF
         l4 = struct.pack("!BBHHH", t, 0, 0, ident, index & 0xFFFF)
     seg = l4 + payload
-    csum_at = {"tcp": 16, "udp": 6}.get(p.proto, 2)
-    if p.proto == "icmp":
-        c = _csum(seg)                  # ICMPv4 has no pseudo-header
-    else:
-        c = _csum(_pseudo(p.version, src, dst, proto, len(seg)) + seg)
-        if p.proto == "udp" and c == 0:
-            c = 0xFFFF                  # 0 would mean "no checksum"
-    seg = seg[:csum_at] + struct.pack("!H", c) + seg[csum_at + 2:]
+    if p.proto not in PORTLESS:        # ESP, AH and GRE carry no checksum of their own
+        csum_at = {"tcp": 16, "udp": 6}.get(p.proto, 2)
+        if p.proto == "icmp":
+            c = _csum(seg)                  # ICMPv4 has no pseudo-header
+        else:
+            c = _csum(_pseudo(p.version, src, dst, proto, len(seg)) + seg)
+            if p.proto == "udp" and c == 0:
+                c = 0xFFFF                  # 0 would mean "no checksum"
+        seg = seg[:csum_at] + struct.pack("!H", c) + seg[csum_at + 2:]
     if p.version == 4:
         ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(seg), index & 0xFFFF, 0,
                          TTL, proto, 0, src, dst)
@@ -176,10 +189,10 @@ class Parsed:
 
 
 def parse_frame(frame: bytes, nonce: bytes) -> Parsed | None:
-    """The packet in `frame` if it is one of ours: IPv4/IPv6 carrying TCP, UDP or
-    ICMP whose payload starts with this exchange's marker. The marker must sit
-    exactly at the start of the L4 payload, so an ICMP error quoting one of our
-    packets is not mistaken for the packet itself."""
+    """The packet in `frame` if it is one of ours: IPv4/IPv6 carrying TCP, UDP,
+    ICMP, ESP, AH or GRE whose payload starts with this exchange's marker. The
+    marker must sit exactly at the start of the L4 payload, so an ICMP error
+    quoting one of our packets is not mistaken for the packet itself."""
     if len(frame) < 14:
         return None
     ethertype = struct.unpack_from("!H", frame, 12)[0]
@@ -210,12 +223,14 @@ def parse_frame(frame: bytes, nonce: bytes) -> Parsed | None:
             return None
         off = (seg[12] >> 4) * 4
     else:
-        off = 8
+        off = _PORTLESS_LEN.get(name, 8)
     marker = seg[off:off + MARKER_LEN]
     if len(marker) != MARKER_LEN or marker[:8] != MAGIC + nonce:
         return None
     index = struct.unpack("!I", marker[8:])[0]
-    if name == "icmp":
+    if name in PORTLESS:
+        l4_ok = True
+    elif name == "icmp":
         l4_ok = _sum16(seg) == 0xFFFF
     elif name == "udp" and version == 4 and seg[6:8] == b"\0\0":
         l4_ok = True

@@ -57,7 +57,8 @@ ICMPV6_TYPES = {
     "mld2-listener-report": 143,
 }
 _PROTO_NAMES = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "ipv6-icmp": "icmpv6",
-                "icmpv6": "icmpv6", **{str(v): k for k, v in PROTO_NUMBERS.items()}}
+                "icmpv6": "icmpv6", "esp": "esp", "ah": "ah", "gre": "gre",
+                **{str(v): k for k, v in PROTO_NUMBERS.items()}}
 _SET_KEYS = {"ipv4_addr": ("addr", 4), "ipv6_addr": ("addr", 6),
              "inet_proto": ("proto", None), "inet_service": ("port", None)}
 # nft reject codes -> the iptables --reject-with names the model uses.

@@ -34,7 +34,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from fwbench.ruleset.model import (Chain, HashLimit, Interfaces, Ports, Prefix, Rule,
+from fwbench.ruleset.model import (PORTLESS, Chain, HashLimit, Interfaces, Ports, Prefix, Rule,
                                    RuleSet, RuleSetError, Set, SetRef, StringMatch, Table,
                                    Unsupported)
 from fwbench.ruleset.render import ID_TAG
@@ -45,8 +45,8 @@ SUPPORTS: frozenset[str] = frozenset({
     "hook prerouting", "hook input", "hook forward", "hook output", "hook postrouting",
     "chain type filter", "chain type nat", "policy accept", "policy drop", "user chain",
     "iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix", "ipv6",
-    "proto tcp", "proto udp", "proto icmp", "proto icmpv6",
-    "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
+    "proto tcp", "proto udp", "proto icmp", "proto icmpv6", "proto esp", "proto ah",
+    "proto gre", "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
     "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct",
@@ -426,6 +426,8 @@ class _Emitter:
                         raise Unsupported(f"icmp type {m.icmp_type}", f"rule {rid}")
                     parts.append(self.icmp)
                     parts.append(str(m.icmp_type))
+            elif proto in PORTLESS:
+                parts.append(" -p " + proto)
             else:
                 raise Unsupported(f"proto {proto}", f"rule {rid}")
         if m.ct_state:

@@ -80,7 +80,8 @@ _PRIO_NAMES = (("raw", -300, None), ("mangle", -150, None), ("dstnat", -100, "pr
 _PRIO_NEAR = 10
 
 # nft's names for protocols where they are not the model's.
-_PROTO_NAME = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "icmpv6": "ipv6-icmp"}
+_PROTO_NAME = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "icmpv6": "ipv6-icmp",
+               "esp": "esp", "ah": "ah", "gre": "gre"}
 _PROTO_BY_NUMBER = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6"}
 # nft prints conntrack states in the order of their bits.
 _CT_ORDER = ("invalid", "established", "related", "new", "untracked")

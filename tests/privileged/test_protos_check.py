@@ -1,0 +1,32 @@
+"""`fwbench check FILE` on issue 34's protocol-level example files, with the
+original row: the file itself, loaded by its own tool, must give the reference's
+verdict for every packet, as must every backend that holds the rule set."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROTOS = Path(__file__).parent.parent / "data" / "constructs" / "protos"
+
+
+def run_check(tmp_path, name: str, corpus: int = 300) -> dict:
+    out = tmp_path / "check.json"
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(PROTOS / name),
+                         "--iface", "eth0=client,eth1=server", "--corpus", str(corpus),
+                         "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "the original and all backends agree with the reference" in cp.stdout
+    rep = json.loads(out.read_text())
+    orig = rep["original"]
+    assert orig["refused"] is None and orig["disagreements"] == 0
+    assert 0 < orig["forwarded"] < orig["packets"]
+    return rep
+
+
+@pytest.mark.parametrize("name", ["ipsec-gre.rules", "ipsec-gre.nft"])
+def test_esp_ah_gre_by_name_and_number(tmp_path, name):
+    rep = run_check(tmp_path, name)
+    checked = {b["backend"] for b in rep["backends"] if b["refused"] is None}
+    assert {"iptables-legacy", "iptables-nft", "nftables"} <= checked

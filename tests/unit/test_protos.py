@@ -1,0 +1,165 @@
+"""Issue 34's protocol-level constructs, unit by unit: ESP, AH and GRE (by name and
+by number), and the refusals of what the model does not hold (SCTP, ESP/AH SPIs,
+conntrack beyond the state), each from the importers through the renderers and
+the reference evaluator to the injector's frames and the corpus. The files under
+tests/data/constructs/protos go through the real `check` in
+tests/privileged/test_protos_check.py."""
+import struct
+
+import pytest
+
+from fwbench.ruleset import corpus
+from fwbench.ruleset.evaluate import Evaluator
+from fwbench.ruleset.importers import iptables_save, nft_json
+from fwbench.ruleset.model import (ACCEPT, Chain, Interfaces, Match, Packet, Prefix, Rule,
+                                   RuleSet, RuleSetError, Table, Unsupported, rule_features,
+                                   validate)
+from fwbench.ruleset.render import bpf
+from fwbench.ruleset.render import iptables as ipt
+from fwbench.ruleset.render import nft
+from fwbench.testbed import packets
+
+IFS = Interfaces("veth-c", "veth-s")
+
+
+def ipt_rules(*lines: str, version: int = 4) -> RuleSet:
+    text = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" + \
+        "".join(f"{ln}\n" for ln in lines) + "COMMIT\n"
+    return iptables_save.parse(text, "f.rules", version)
+
+
+def nft_doc(*exprs) -> dict:
+    items = [{"metainfo": {"json_schema_version": 1}},
+             {"table": {"family": "ip", "name": "t", "handle": 1}},
+             {"chain": {"family": "ip", "table": "t", "name": "c", "handle": 1,
+                        "type": "filter", "hook": "forward", "prio": 0, "policy": "drop"}}]
+    items += [{"rule": {"family": "ip", "table": "t", "chain": "c", "handle": 10 + i,
+                        "expr": e}} for i, e in enumerate(exprs)]
+    return {"nftables": items}
+
+
+def l4proto(value, key="l4proto") -> dict:
+    left = {"meta": {"key": "l4proto"}} if key == "l4proto" else \
+        {"payload": {"protocol": "ip", "field": "protocol"}}
+    return {"match": {"op": "==", "left": left, "right": value}}
+
+
+def one_rule(match: Match, family: str = "ip") -> RuleSet:
+    return validate(RuleSet("t", (Table(family, "t", (
+        Chain("FORWARD", (Rule("r", match, ACCEPT),), hook="forward", policy="drop"),)),)))
+
+
+# --- ESP, AH, GRE ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("opt, proto", [
+    ("-p esp", "esp"), ("-p 50", "esp"), ("-p ah", "ah"), ("-p 51", "ah"),
+    ("-p gre", "gre"), ("-p 47", "gre"), ("-p GRE", "gre"), ("-p all", None), ("-p 0", None),
+])
+def test_iptables_protocols_by_name_and_number(opt, proto):
+    rs = ipt_rules(f"-A FORWARD {opt} -j ACCEPT")
+    assert rs.rule("filter-1").match.proto == proto
+
+
+@pytest.mark.parametrize("right, key, proto", [
+    ("esp", "l4proto", "esp"), (50, "l4proto", "esp"), ("ah", "l4proto", "ah"),
+    (51, "l4proto", "ah"), ("gre", "protocol", "gre"), (47, "protocol", "gre"),
+])
+def test_nft_protocols_by_name_and_number(right, key, proto):
+    rs = nft_json.parse(nft_doc([l4proto(right, key), {"accept": None}]), "f.json")
+    assert rs.rule("t-1").match.proto == proto
+
+
+def test_sctp_is_refused_in_one_line_naming_the_line():
+    with pytest.raises(RuleSetError) as e:
+        ipt_rules("-A FORWARD -p udp -j ACCEPT", "-A FORWARD -p sctp -j ACCEPT")
+    assert str(e.value) == ("f.rules:6: unsupported protocol -p sctp: conntrack's SCTP "
+                            "tracker reads a packet's chunks, which the model does not hold")
+    with pytest.raises(RuleSetError, match=r"^f.rules:5: unsupported protocol -p 132: "):
+        ipt_rules("-A FORWARD -p 132 -j ACCEPT")
+    with pytest.raises(RuleSetError, match=r'rule 1 \(handle 10\): unsupported protocol '
+                                           r'"sctp"$'):
+        nft_json.parse(nft_doc([l4proto("sctp"), {"accept": None}]), "f.json")
+
+
+@pytest.mark.parametrize("line, what", [
+    ("-A FORWARD -p esp -m esp --espspi 5 -j ACCEPT", "unsupported match -m esp"),
+    ("-A FORWARD -p ah -m ah --ahspi 5 -j ACCEPT", "unsupported match -m ah"),
+    ("-A FORWARD -p 112 -j ACCEPT", "unsupported protocol -p 112"),
+    ("-A FORWARD ! -p esp -j ACCEPT", "unsupported: negated protocol ! -p esp"),
+])
+def test_what_the_model_does_not_hold_is_refused(line, what):
+    with pytest.raises(RuleSetError) as e:
+        ipt_rules(line)
+    assert str(e.value) == f"f.rules:5: {what}"
+
+
+def test_nft_esp_spi_is_refused():
+    spi = {"match": {"op": "==", "left": {"payload": {"protocol": "esp", "field": "spi"}},
+                     "right": 5}}
+    with pytest.raises(RuleSetError, match=r"unsupported expression payload esp spi$"):
+        nft_json.parse(nft_doc([spi, {"accept": None}]), "f.json")
+
+
+@pytest.mark.parametrize("proto, ipt_text, nft_text", [
+    ("esp", "-p esp", "meta l4proto esp"),
+    ("ah", "-p ah", "meta l4proto ah"),
+    ("gre", "-p gre", "meta l4proto gre"),
+])
+def test_renderers_write_portless_protocols_as_the_tools_print_them(proto, ipt_text,
+                                                                     nft_text):
+    rs = one_rule(Match(proto=proto, src=Prefix("198.18.0.0/24")))
+    assert ipt.render(rs, IFS, 4).splitlines()[4] == \
+        f'-A FORWARD -s 198.18.0.0/24 {ipt_text} -m comment --comment "fwb:r" -j ACCEPT'
+    assert nft.strip_ids(nft.render(rs, IFS).splitlines()[3].strip()) == \
+        f"ip saddr 198.18.0.0/24 {nft_text} counter accept"
+    assert f"proto {proto}" in rule_features(rs.rule("r"))
+    assert f"proto {proto}" in ipt.SUPPORTS and f"proto {proto}" in nft.SUPPORTS
+    with pytest.raises(Unsupported, match=f"unsupported: (saddr|proto {proto})"):
+        bpf.check(rs)
+
+
+def test_the_evaluator_tells_portless_protocols_apart():
+    rs = one_rule(Match(proto="gre"))
+    ev = Evaluator(rs)
+    base = Packet(4, "client", "198.18.0.2", "198.19.0.2", "gre")
+    assert ev.evaluate(base).forward is True
+    assert ev.evaluate(Packet(4, "client", "198.18.0.2", "198.19.0.2", "esp")).forward \
+        is False
+    assert ev.evaluate(Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1, 2)) \
+        .forward is False
+
+
+@pytest.mark.parametrize("proto, head", [
+    ("esp", struct.pack("!II", 0x100 + 7, 8)),
+    ("ah", struct.pack("!BBHII", 59, 1, 0, 0x100 + 7, 8)),
+    ("gre", struct.pack("!HH", 0, 0x88B5)),
+])
+@pytest.mark.parametrize("version, saddr, daddr", [
+    (4, "198.18.0.2", "198.19.0.2"), (6, "2001:2:0:1::2", "2001:2:0:2::2")])
+def test_frames_of_portless_protocols_carry_the_marker_after_their_header(
+        proto, head, version, saddr, daddr):
+    nonce = b"\1\2\3\4"
+    p = Packet(version, "client", saddr, daddr, proto)
+    frame = packets.build_frame(p, 7, nonce, "02:00:00:00:00:01", "02:00:00:00:00:02")
+    ip_len = 20 if version == 4 else 40
+    l4 = frame[14 + ip_len:]
+    assert l4 == head + packets.MAGIC + nonce + struct.pack("!I", 7)
+    assert frame[14 + 9 if version == 4 else 14 + 6] == {"esp": 50, "ah": 51, "gre": 47}[proto]
+    got = packets.parse_frame(frame, nonce)
+    assert (got.index, got.proto, got.saddr, got.daddr, got.sport, got.dport,
+            got.icmp_type, got.checksum_ok) == (7, proto, saddr, daddr, None, None, None,
+                                                 True)
+    assert packets.parse_frame(frame, b"\0\0\0\0") is None
+
+
+def test_the_corpus_sends_each_portless_protocol_a_rule_names_and_near_misses():
+    rs = validate(ipt_rules("-A FORWARD -p esp -j ACCEPT", "-A FORWARD -p gre -j DROP",
+                            "-A FORWARD -p udp -j ACCEPT"))
+    pkts = corpus.build(rs, size=120)
+    protos = {p.proto for p in pkts}
+    assert {"esp", "gre", "ah", "udp"} <= protos
+    ev = Evaluator(rs)
+    assert any(p.proto == "esp" and ev.evaluate(p).forward for p in pkts)
+    assert any(p.proto == "ah" and not ev.evaluate(p).forward for p in pkts)
+    assert all(p.sport is None and p.dport is None and p.icmp_type is None
+               for p in pkts if p.proto in ("esp", "ah", "gre"))
