@@ -64,6 +64,9 @@ class CheckReport:
     between: list[str]             # packets on which backends disagree among themselves
     limited: int = 0               # packets not judged: a rate limit may decide them
     limit_rules: tuple[str, ...] = ()
+    # What the import kept in another form or left out, deciding no verdict
+    # (RuleSet.notes): NFLOG as a log action, options of LOG, ...
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -82,6 +85,7 @@ class CheckReport:
         orig = self.original
         return {"ruleset": self.ruleset, "corpus": self.corpus, "ok": self.ok,
                 "not_judged_rate_limited": self.limited, "limit_rules": self.limit_rules,
+                "notes": list(self.notes),
                 "original": orig.as_dict() if orig else None,
                 "backends": [r.as_dict() for r in self.results if r is not orig],
                 "between": self.between}
@@ -150,7 +154,8 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
             results.append(res)
     limits = rate_limits(rs)
     return CheckReport(rs.name, len(pkts), results, _between(rs, pkts, results),
-                       sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)))
+                       sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)),
+                       rs.notes)
 
 
 def against_original(orig: OriginalFile, tb, rs: RuleSet,

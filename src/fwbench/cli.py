@@ -282,6 +282,8 @@ def cmd_check(args, out: Console) -> int:
               f"{sum(len(s.elements) for t in rs.tables for s in t.sets):,} set elements")
     for orig, mapped in rs.address_map:
         out.print(f"  address {orig} -> {mapped}")
+    for note in rs.notes:
+        out.print(f"  note: {note}", markup=False, soft_wrap=True)
     for name, why in skipped.items():
         out.print(f"[yellow]skipping {name}: {why}[/]")
     original = check.original_of(args.ruleset, args.ipsets)

@@ -30,3 +30,13 @@ def test_esp_ah_gre_by_name_and_number(tmp_path, name):
     rep = run_check(tmp_path, name)
     checked = {b["backend"] for b in rep["backends"] if b["refused"] is None}
     assert {"iptables-legacy", "iptables-nft", "nftables"} <= checked
+
+
+@pytest.mark.parametrize("name, note", [
+    ("nflog.rules", "nflog.rules:7: NFLOG kept as a log action that decides no verdict"),
+    ("nflog.nft", "rule 1 (handle 2): log group 5 kept as a log action that decides no "
+                  "verdict"),
+])
+def test_nflog_decides_no_verdict_and_the_check_says_so(tmp_path, name, note):
+    rep = run_check(tmp_path, name)
+    assert any(note in n for n in rep["notes"]), rep["notes"]

@@ -11,7 +11,7 @@ import pytest
 from fwbench.ruleset import corpus
 from fwbench.ruleset.evaluate import Evaluator
 from fwbench.ruleset.importers import iptables_save, nft_json
-from fwbench.ruleset.model import (ACCEPT, Chain, Interfaces, Match, Packet, Prefix, Rule,
+from fwbench.ruleset.model import (ACCEPT, Action, Chain, Interfaces, Match, Packet, Prefix, Rule,
                                    RuleSet, RuleSetError, Table, Unsupported, rule_features,
                                    validate)
 from fwbench.ruleset.render import bpf
@@ -163,3 +163,29 @@ def test_the_corpus_sends_each_portless_protocol_a_rule_names_and_near_misses():
     assert any(p.proto == "ah" and not ev.evaluate(p).forward for p in pkts)
     assert all(p.sport is None and p.dport is None and p.icmp_type is None
                for p in pkts if p.proto in ("esp", "ah", "gre"))
+
+
+# --- NFLOG ----------------------------------------------------------------------------
+
+def test_iptables_nflog_is_a_log_action_with_a_note_naming_the_line():
+    rs = ipt_rules('-A FORWARD -j NFLOG --nflog-group 5 --nflog-prefix "ssh in"',
+                   "-A FORWARD -j NFLOG", "-A FORWARD -j ACCEPT")
+    assert rs.rule("filter-1").action == Action("log", log_prefix="ssh in")
+    assert rs.rule("filter-2").action == Action("log")
+    assert rs.notes[:2] == (
+        "f.rules:5: NFLOG kept as a log action that decides no verdict "
+        "(--nflog-group ignored)",
+        "f.rules:6: NFLOG kept as a log action that decides no verdict")
+    with pytest.raises(RuleSetError, match=r"^f.rules:5: unsupported option --nflog-x of "
+                                           r"-j NFLOG$"):
+        ipt_rules("-A FORWARD -j NFLOG --nflog-x 1")
+
+
+def test_nft_log_group_is_a_log_action_with_a_note_naming_the_rule():
+    rs = nft_json.parse(nft_doc([{"log": {"prefix": "a", "group": 3}}],
+                                [{"accept": None}]), "f.json")
+    assert rs.rule("t-1").action == Action("log", log_prefix="a")
+    assert rs.notes == ("f.json: table ip t chain c rule 1 (handle 10): log group 3 kept "
+                        "as a log action that decides no verdict (group ignored)",)
+    assert Evaluator(rs).evaluate(Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp",
+                                         1, 2)).counted == ("t-1", "t-2")

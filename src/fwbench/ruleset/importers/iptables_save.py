@@ -14,10 +14,11 @@ rule is `<table>-<n>`, n counting every rule of that table in file order from 1
 Rule.comment.
 
 Nothing is dropped silently: an option, match module or target the model cannot
-hold is a RuleSetError of one line, `<source>:<line>: <what>`. Two things that
+hold is a RuleSetError of one line, `<source>:<line>: <what>`. Three things that
 change no verdict are recorded in RuleSet.notes instead: LOG options other than
-the prefix, and empty built-in chains with policy ACCEPT, which are left out
-(they would only add hooks that some backends cannot hold).
+the prefix, NFLOG (held as a log action with its prefix), and empty built-in
+chains with policy ACCEPT, which are left out (they would only add hooks that
+some backends cannot hold).
 
 Speed matters (a 100,000-rule file parses in about 1.3 s of CPU on a 2-core VM):
 lines are split with str.split, shlex only when a quote is present, and the
@@ -63,12 +64,12 @@ _REFUSED_PROTOS = {
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
-                      "DNAT", "SNAT", "MASQUERADE", "LOG"})
+                      "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
 # as such and not as a jump to a missing chain.
 _OTHER_TARGETS = frozenset({
     "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNMARK", "CONNSECMARK", "DNPT",
-    "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFLOG", "NFQUEUE",
+    "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFQUEUE",
     "QUEUE", "RATEEST", "REDIRECT", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
     "TCPOPTSTRIP", "TEE", "TOS", "TPROXY", "TRACE", "TTL", "ULOG"})
 _LIMIT_UNITS = {"s": "second", "sec": "second", "second": "second",
@@ -139,6 +140,8 @@ _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully
                         "--log-uid", "--log-macdecode"})
 _TARGET_OPTS = {"REJECT": ("--reject-with",), "CT": ("--notrack",),
                 "DNAT": ("--to-destination",), "SNAT": ("--to-source",)}
+_NFLOG_OPTS = frozenset({"--nflog-group", "--nflog-prefix", "--nflog-range", "--nflog-size",
+                         "--nflog-threshold"})
 _SIMPLE = {"ACCEPT": Action("accept"), "DROP": Action("drop"), "RETURN": Action("return"),
            "NOTRACK": Action("notrack")}
 _COUNTER = Action("counter")
@@ -632,6 +635,8 @@ class _Parser:
                 self.notes.append(f"{self.source}:{lineno}: LOG {' '.join(sorted(opts))} "
                                   f"ignored (only the prefix is kept)")
             return Action("log", log_prefix=prefix)
+        if target == "NFLOG":
+            return self._nflog(opts, lineno)
         if target == "MARK":
             return _mark_target(opts)
         allowed = _TARGET_OPTS.get(target, ())
@@ -656,6 +661,19 @@ class _Parser:
         if target == "MASQUERADE":
             return _MASQUERADE
         return _SIMPLE[target]   # with no options, as checked above
+
+    def _nflog(self, opts: dict, lineno: int) -> Action:
+        """NFLOG hands the packet to a netlink listener (the kernel loads it without
+        one) and lets it go on: it decides no verdict, as LOG does, so the model
+        holds it as a log action with its prefix and the note names the line."""
+        for o in opts:
+            if o not in _NFLOG_OPTS:
+                raise _Fail(f"unsupported option {o} of -j NFLOG")
+        prefix = opts.pop("--nflog-prefix", None)
+        rest = f" ({' '.join(sorted(opts))} ignored)" if opts else ""
+        self.notes.append(f"{self.source}:{lineno}: NFLOG kept as a log action that decides "
+                          f"no verdict{rest}")
+        return Action("log", log_prefix=prefix)
 
     def _nat_to(self, v: str) -> tuple[str, int | None]:
         if self.version == 6 and v.startswith("["):

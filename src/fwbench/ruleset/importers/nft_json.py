@@ -564,7 +564,12 @@ class _Importer:
         if key == "log":
             val = dict(val or {})
             prefix = val.pop("prefix", None)
-            if val:
+            if "group" in val:
+                # nflog: to a netlink listener, as iptables' NFLOG (see there).
+                self.notes.append(f"{self.source}: {self.where}: log group {val['group']} "
+                                  f"kept as a log action that decides no verdict "
+                                  f"({', '.join(sorted(val))} ignored)")
+            elif val:
                 self.notes.append(f"{self.source}: {self.where}: log "
                                   f"{', '.join(sorted(val))} ignored (only the prefix is kept)")
             return Action("log", log_prefix=prefix)
