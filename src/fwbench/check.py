@@ -62,7 +62,7 @@ class CheckReport:
     corpus: int
     results: list[BackendResult]
     between: list[str]             # packets on which backends disagree among themselves
-    limited: int = 0               # packets not judged: a rate limit may decide them
+    limited: int = 0               # packets not judged: a rate limit or quota may decide them
     limit_rules: tuple[str, ...] = ()
     # What the import kept in another form or left out, deciding no verdict
     # (RuleSet.notes): NFLOG as a log action, options of LOG, ...

@@ -301,9 +301,9 @@ def cmd_check(args, out: Console) -> int:
         if r.disagreements > check.SHOWN:
             out.print(f"    ... and {r.disagreements - check.SHOWN} more")
     if report.limited:
-        out.print(f"{report.limited:,} packets not judged: they reach a rate limit "
-                  f"(rules {', '.join(report.limit_rules)}), which each "
-                  f"kernel applies at its own time")
+        out.print(f"{report.limited:,} packets not judged: they reach a rate limit or "
+                  f"quota (rules {', '.join(report.limit_rules)}), which each "
+                  f"kernel spends at its own time")
     for line in report.between[:check.SHOWN]:
         out.print(f"  between backends: {line}", markup=False, soft_wrap=True)
     if args.json:

@@ -40,3 +40,10 @@ def test_esp_ah_gre_by_name_and_number(tmp_path, name):
 def test_nflog_decides_no_verdict_and_the_check_says_so(tmp_path, name, note):
     rep = run_check(tmp_path, name)
     assert any(note in n for n in rep["notes"]), rep["notes"]
+
+
+@pytest.mark.parametrize("name", ["quota.rules", "quota.nft"])
+def test_quota_packets_that_reach_it_are_not_judged_the_rest_are(tmp_path, name):
+    rep = run_check(tmp_path, name)
+    assert rep["limit_rules"] == ["filter-2", "filter-3"]
+    assert 0 < rep["not_judged_rate_limited"] < rep["corpus"]

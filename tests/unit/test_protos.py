@@ -9,10 +9,10 @@ import struct
 import pytest
 
 from fwbench.ruleset import corpus
-from fwbench.ruleset.evaluate import Evaluator
+from fwbench.ruleset.evaluate import Evaluator, RateLimits
 from fwbench.ruleset.importers import iptables_save, nft_json
 from fwbench.ruleset.model import (ACCEPT, Action, Chain, Interfaces, Match, Packet, Prefix, Rule,
-                                   RuleSet, RuleSetError, Table, Unsupported, rule_features,
+                                   Quota, RuleSet, RuleSetError, Table, Unsupported, rule_features,
                                    validate)
 from fwbench.ruleset.render import bpf
 from fwbench.ruleset.render import iptables as ipt
@@ -189,3 +189,94 @@ def test_nft_log_group_is_a_log_action_with_a_note_naming_the_rule():
                         "as a log action that decides no verdict (group ignored)",)
     assert Evaluator(rs).evaluate(Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp",
                                          1, 2)).counted == ("t-1", "t-2")
+
+
+# --- quota ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line, quota", [
+    ("-A FORWARD -m quota --quota 2000 -j ACCEPT", Quota(2000)),
+    ("-A FORWARD -m quota ! --quota 1000 -j DROP", Quota(1000, over=True)),
+    ("-A FORWARD -s 10.0.0.0/8 -p udp -m udp --dport 53 -m quota --quota 5 -m comment "
+     '--comment "x" -j ACCEPT', Quota(5)),
+])
+def test_iptables_quota(line, quota):
+    assert ipt_rules(line).rule("filter-1").match.quota == quota
+
+
+@pytest.mark.parametrize("line, what", [
+    ("-A FORWARD -m quota --quota 5 -m mark --mark 1 -j ACCEPT",
+     "unsupported: -m after -m quota"),
+    ("-A FORWARD -p tcp -m quota --quota 5 --dport 22 -j ACCEPT",
+     "unsupported: --dport after -m quota"),
+    ("-A FORWARD --quota 5 -j ACCEPT", "--quota needs -m quota"),
+])
+def test_iptables_quota_refusals(line, what):
+    with pytest.raises(RuleSetError) as e:
+        ipt_rules(line)
+    assert str(e.value) == f"f.rules:5: {what}"
+
+
+@pytest.mark.parametrize("quota, want", [
+    ({"val": 2000, "val_unit": "bytes"}, Quota(2000)),
+    ({"val": 10, "val_unit": "kbytes", "inv": True}, Quota(10240, over=True)),
+    ({"val": 1, "val_unit": "mbytes", "used": 300, "used_unit": "bytes"},
+     Quota(1 << 20, used=300)),
+])
+def test_nft_quota(quota, want):
+    rs = nft_json.parse(nft_doc([{"quota": quota}, {"accept": None}]), "f.json")
+    assert rs.rule("t-1").match.quota == want
+
+
+@pytest.mark.parametrize("exprs, what", [
+    ([{"quota": "q"}, {"accept": None}], 'unsupported: named quota "q"'),
+    ([{"quota": {"val": 1, "val_unit": "bytes"}}, l4proto("esp"), {"accept": None}],
+     "unsupported: a match after a quota"),
+    ([{"quota": {"val": 1, "val_unit": "gbytes"}}, {"accept": None}],
+     'unsupported: quota {"val": 1, "val_unit": "gbytes"}'),
+])
+def test_nft_quota_refusals(exprs, what):
+    with pytest.raises(RuleSetError) as e:
+        nft_json.parse(nft_doc(exprs), "f.json")
+    assert str(e.value) == f"f.json: table ip t chain c rule 1 (handle 10): {what}"
+
+
+@pytest.mark.parametrize("quota, ipt_text, nft_text", [
+    (Quota(2000), "-m quota --quota 2000", "quota 2000 bytes"),
+    (Quota(10240, over=True), "-m quota ! --quota 10240", "quota over 10 kbytes"),
+    (Quota(3 << 20, used=2048), None, "quota 3 mbytes used 2 kbytes"),
+    (Quota(5 << 30), "-m quota --quota 5368709120", "quota 5120 mbytes"),
+])
+def test_renderers_write_quota_as_the_tools_print_it(quota, ipt_text, nft_text):
+    rs = one_rule(Match(proto="udp", quota=quota))
+    assert nft.strip_ids(nft.render(rs, IFS).splitlines()[3].strip()) == \
+        f"meta l4proto udp {nft_text} counter accept"
+    if ipt_text is None:
+        with pytest.raises(Unsupported, match=r"^unsupported: quota already partly used "
+                                              r"\(rule r\)$"):
+            ipt.render(rs, IFS, 4)
+    else:
+        assert ipt.render(rs, IFS, 4).splitlines()[4] == \
+            f'-A FORWARD -p udp {ipt_text} -m comment --comment "fwb:r" -j ACCEPT'
+    assert "quota" in rule_features(rs.rule("r"))
+    with pytest.raises(Unsupported, match="unsupported: quota"):
+        bpf.check(one_rule(Match(quota=quota)))
+
+
+def test_a_quota_leaves_the_packets_that_reach_it_unjudged():
+    rs = validate(ipt_rules("-A FORWARD -p tcp -j ACCEPT",
+                            "-A FORWARD -s 10.1.0.0/16 -m quota --quota 100 -j ACCEPT",
+                            "-A FORWARD -s 10.2.0.0/16 -m quota ! --quota 100 -j DROP",
+                            "-A FORWARD -s 10.2.0.0/16 -j ACCEPT"))
+    ev, limits = Evaluator(rs), RateLimits(rs)
+    assert limits.ids == {"filter-2", "filter-3"}
+    tcp = Packet(4, "client", "10.1.0.1", "10.9.0.1", "tcp", 1, 2)
+    lan = Packet(4, "client", "10.1.0.1", "10.9.0.1", "udp", 1, 2)
+    over = Packet(4, "client", "10.2.0.1", "10.9.0.1", "udp", 1, 2)
+    # The reference is a firewall's first packets: bytes left, `over` not yet.
+    assert [ev.evaluate(p).forward for p in (tcp, lan, over)] == [True, True, True]
+    assert ev.evaluate(over).decided_by == "filter-4"
+    assert [limits.reached(p) for p in (tcp, lan, over)] == [(), ("filter-2",),
+                                                               ("filter-3",)]
+    # Once spent, filter-2 stops matching (policy drop) and filter-3 starts (drop):
+    # the counters of both rules, and of filter-4 and the policy's, are unsure.
+    assert limits.unsure_rules([lan, over]) == {"filter-2", "filter-3", "filter-4"}

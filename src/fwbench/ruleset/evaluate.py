@@ -28,7 +28,9 @@ Where the kernel's behaviour is less obvious (each measured on 6.18):
   every later chain, and NAT skips it.
 
 Limits, by design: `limit` always matches (a reference cannot model rates; which
-packets a spent limit may decide otherwise, RateLimits says), while a payload string
+packets a spent limit may decide otherwise, RateLimits says), and so does a
+quota with bytes left (`quota over` does not match), as for a firewall's first
+packets (RateLimits covers the quota's other state too), while a payload string
 match and hashlimit, which decide what they match by a packet's payload or by the
 rate of its source's packets, are refused (Unsupported, one line): a verdict
 that would guess them would be no reference. NAT translates only a
@@ -377,6 +379,8 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
         version = rule_version(r, raw_sets)
     except RuleSetError:
         return _NEVER
+    if m.quota is not None and m.quota.over:
+        return _NEVER   # its bytes not yet spent (see the module docstring)
     if m.proto is not None:
         proto = m.proto
         tests.append(lambda s: s.proto == proto)
@@ -945,26 +949,44 @@ def expected_counts(rs: RuleSet, packets: Iterable[Packet],
 _REACH = "\0reach:"   # ids of the counting twins; no rule id can start so
 
 
+def traffic_decides(r: Rule) -> bool:
+    """Whether the packets before decide if the rule matches: a rate limit or a
+    quota."""
+    return r.match.limit is not None or r.match.quota is not None
+
+
+def _spent(r: Rule) -> tuple[Rule, ...]:
+    """The rule once its limit or quota is spent: gone, or for `quota over`
+    matching without it."""
+    q = r.match.quota
+    if r.match.limit is None and q is not None and q.over:
+        return (replace(r, match=replace(r.match, quota=None)),)
+    return ()
+
+
 class RateLimits:
-    """Which packets a rate limit may decide, so comparisons can leave them out.
+    """Which packets a rate limit or a quota may decide, so comparisons can leave
+    them out.
 
     The reference lets every `limit` match; a kernel matches only while the
     limit's bucket holds tokens, which depends on what came before and when. A
     packet whose path reaches a limit rule (every other condition of it met) may
     go either way, and so may the counters of every rule it could then reach.
-    Found with the evaluator itself: a counting twin without the limit before
-    each limit rule says who reached it; a copy without the limit rules says
-    where a packet goes when every limit is spent. Counters a packet reaches only
-    with one limit spent and another not are not covered."""
+    A quota is the same: it matches until its bytes are spent (`quota over`:
+    only after). Found with the evaluator itself: a counting twin without the
+    limit or quota before each such rule says who reached it; a copy with each
+    spent says where a packet goes when every limit and quota is. Counters a
+    packet reaches only with one spent and another not are not covered."""
 
     def __init__(self, rs: RuleSet):
-        self.ids = frozenset(r.id for _, _, r in rs.rules() if r.match.limit is not None)
+        self.ids = frozenset(r.id for _, _, r in rs.rules() if traffic_decides(r))
         self._reach = self._spent = None
         self._reached: dict[Packet, tuple[str, ...]] = {}   # asked per backend
         if self.ids:
             self._reach = Evaluator(_rewrite(rs, lambda r: (
-                Rule(_REACH + r.id, replace(r.match, limit=None), Action("counter")), r)))
-            self._spent = Evaluator(_rewrite(rs, lambda r: ()))
+                Rule(_REACH + r.id, replace(r.match, limit=None, quota=None),
+                     Action("counter")), r)))
+            self._spent = Evaluator(_rewrite(rs, _spent))
 
     def reached(self, p: Packet) -> tuple[str, ...]:
         """The limit rules `p` reaches: its verdict may be theirs to decide."""
@@ -993,8 +1015,8 @@ class RateLimits:
 
 
 def _rewrite(rs: RuleSet, limited: Callable[[Rule], tuple[Rule, ...]]) -> RuleSet:
-    """`rs` with every limit rule replaced by what `limited` makes of it."""
+    """`rs` with every limit and quota rule replaced by what `limited` makes of it."""
     tables = tuple(replace(t, chains=tuple(replace(c, rules=tuple(
-        x for r in c.rules for x in (limited(r) if r.match.limit is not None else (r,))))
+        x for r in c.rules for x in (limited(r) if traffic_decides(r) else (r,))))
         for c in t.chains)) for t in rs.tables)
     return rs.with_tables(tables)

@@ -188,6 +188,17 @@ class HashLimit:
 
 
 @dataclass(frozen=True)
+class Quota:
+    """Matches while the packets that reached it so far hold fewer than `bytes`
+    bytes, counting from `used` (iptables' quota, nft `quota N bytes [used U
+    bytes]`); with `over`, only once they hold more (nft `quota over`, iptables
+    `! --quota`). What came before decides, as for a rate limit."""
+    bytes: int
+    over: bool = False
+    used: int = 0
+
+
+@dataclass(frozen=True)
 class Match:
     """All given conditions must hold (an empty Match matches every packet)."""
     iif: Iface | None = None
@@ -205,6 +216,7 @@ class Match:
     limit: Limit | None = None
     string: StringMatch | None = field(default=None, metadata=_LATER)
     hashlimit: HashLimit | None = field(default=None, metadata=_LATER)
+    quota: Quota | None = field(default=None, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -530,6 +542,8 @@ def rule_features(r: Rule) -> list[str]:
         out.append("string match")
     if m.hashlimit:
         out.append("hashlimit")
+    if m.quota:
+        out.append("quota")
     out.append({"mark": "mark set"}.get(a.kind, a.kind))
     if r.counter:
         out.append("counter")
@@ -640,6 +654,9 @@ def validate(rs: RuleSet) -> RuleSet:
                     _check_string(r.id, m.string)
                 if m.hashlimit is not None:
                     _check_hashlimit(r.id, m.hashlimit)
+                if m.quota is not None and min(m.quota.bytes, m.quota.used) < 0:
+                    raise RuleSetError(f"rule {r.id}: quota of {m.quota.bytes} bytes, "
+                                       f"{m.quota.used} used: neither may be negative")
                 for ref in m.sets:
                     if ref.name not in sets:
                         raise RuleSetError(f"rule {r.id}: no set {ref.name!r}")

@@ -35,7 +35,7 @@ import socket
 from typing import Protocol
 
 from fwbench.ruleset.model import (CT_STATES, EMPTY_MATCH, RULE, Action, Chain, Iface, Limit, Rule,
-                                   Ports, Prefix, RuleSet, RuleSetError, Set, SetRef, Table,
+                                   Ports, Prefix, Quota, RuleSet, RuleSetError, Set, SetRef, Table,
                                    evolve)
 from fwbench.ruleset.render import ID_TAG
 
@@ -62,7 +62,7 @@ _REFUSED_PROTOS = {
     "132": "conntrack's SCTP tracker reads a packet's chunks, which the model does "
            "not hold"}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
-                      "mark", "set", "limit", "comment"})
+                      "mark", "set", "limit", "comment", "quota"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
                       "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
@@ -131,9 +131,14 @@ _OPTS = {
     "--ctstate": "ctstate", "--state": "state", "--comment": "comment", "--mark": "mark",
     "--match-set": "match-set", "--limit": "limit", "--limit-burst": "limit-burst",
     "--icmp-type": "icmp", "--icmpv6-type": "icmpv6",
+    "--quota": "quota",
     "-c": "counters", "--set-counters": "counters", "-f": "fragment", "--fragment": "fragment",
     "!": "!",
 }
+# What may follow `-m quota --quota N`: the IP header's matches (the kernel tests
+# them before every -m match), comments, the target, counters.
+_AFTER_QUOTA = frozenset({"iif", "oif", "src", "dst", "proto", "comment", "jump", "goto",
+                          "counters"})
 _OLD_NEGATION = frozenset({"-i", "-o", "-s", "-d", "-p", "--dport", "--sport"})
 _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully",
                         "--log-tcp-sequence", "--log-tcp-options", "--log-ip-options",
@@ -395,6 +400,7 @@ class _Parser:
         proto = rid = comment = action = None
         sets: list[SetRef] = []
         limit_rate = limit_burst = None
+        quota = None
         neg = False
         i, n = 2, len(toks)
         opts_get, prefixes, ifaces = _OPTS.get, self._prefix_cache, self._iface_cache
@@ -407,6 +413,12 @@ class _Parser:
                 neg = True
                 i += 1
                 continue
+            if quota is not None and code not in _AFTER_QUOTA and \
+                    not (code == "mod" and toks[i + 1] == "comment"):
+                # The quota counts every packet that reaches it: a match after it
+                # would refuse packets it has already counted, which the model's
+                # one quota per rule, checked last, does not say.
+                raise _Fail(f"unsupported: {t} after -m quota")
             v = toks[i + 1]
             if v == "!" and t in _OLD_NEGATION:
                 # the old form, `-s ! ADDR`
@@ -504,6 +516,10 @@ class _Parser:
                 if typ is not None:
                     kw["icmp_type"] = typ
                 kw["proto"] = want
+            elif code == "quota":
+                if "quota" not in mods:
+                    raise _Fail("--quota needs -m quota")
+                quota = Quota(_int(v, t), over=neg)
             elif code == "counters":
                 i += 1  # -c PACKETS BYTES: the old kernel's counts, not policy
             elif code == "fragment":
@@ -514,6 +530,8 @@ class _Parser:
             kw["limit"] = Limit(rate, per, 5 if limit_burst is None else limit_burst)
         if sets:
             kw["sets"] = tuple(sets)
+        if quota is not None:
+            kw["quota"] = quota
         if ("sport" in kw or "dport" in kw) and proto != "tcp" and proto != "udp":
             raise _Fail("a port match needs -p tcp or -p udp")
         self.n += 1

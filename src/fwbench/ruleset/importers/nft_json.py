@@ -35,8 +35,8 @@ import json
 import os
 
 from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBERS, Action,
-                                   Chain, Iface, Limit, Match, Ports, Prefix, Rule, RuleSet,
-                                   RuleSetError, Set, SetRef, Table, validate)
+                                   Chain, Iface, Limit, Match, Ports, Prefix, Quota, Rule,
+                                   RuleSet, RuleSetError, Set, SetRef, Table, validate)
 from fwbench.ruleset.importers.iptables_save import canonical4
 from fwbench.ruleset.render import ID_TAG
 
@@ -346,6 +346,9 @@ class _Importer:
             if key == "match":
                 if ctx.actions:
                     raise _Fail("unsupported: a match after a statement")
+                if "quota" in ctx.kw:
+                    # It would refuse packets the quota has counted.
+                    raise _Fail("unsupported: a match after a quota")
                 self._match(t, ctx, val)
             elif key == "counter":
                 if val is not None and not isinstance(val, dict):
@@ -354,7 +357,13 @@ class _Importer:
             elif key == "limit":
                 if ctx.actions:
                     raise _Fail("unsupported: a limit after a statement")
+                if "quota" in ctx.kw:
+                    raise _Fail("unsupported: a limit after a quota")
                 ctx.kw["limit"] = _limit(val)
+            elif key == "quota":
+                if ctx.actions:
+                    raise _Fail("unsupported: a quota after a statement")
+                ctx.set("quota", _quota(val))
             else:
                 ctx.actions.append(self._action(t, key, val))
         kw = ctx.kw
@@ -683,6 +692,26 @@ def _limit(v: dict) -> Limit:
     if v:
         raise _Fail(f"unsupported: limit {sorted(v)[0]}")
     return Limit(rate, per, burst)
+
+
+_BYTE_UNITS = {"bytes": 1, "kbytes": 1024, "mbytes": 1024 ** 2}
+
+
+def _quota(v) -> Quota:
+    """An anonymous quota. A named one (`quota name "q"`) shares its bytes with
+    every rule that names it, which the model's one quota per rule cannot say."""
+    if not isinstance(v, dict):
+        raise _Fail(f"unsupported: named quota {json.dumps(v)}")
+    raw, v = v, dict(v)
+    over = bool(v.pop("inv", False))
+    try:
+        total = _int(v.pop("val")) * _BYTE_UNITS[v.pop("val_unit", "bytes")]
+        used = _int(v.pop("used", 0)) * _BYTE_UNITS[v.pop("used_unit", "bytes")]
+    except KeyError:
+        raise _Fail(f"unsupported: quota {json.dumps(raw)}") from None
+    if v:
+        raise _Fail(f"unsupported: quota {sorted(v)[0]}")
+    return Quota(total, over, used)
 
 
 def _reject(v) -> str | None:

@@ -119,7 +119,7 @@ def _plain(r: Rule) -> bool:
     m = r.match
     return (m.src is None and m.oif is None and m.sport is None and m.ct_state is None
             and m.mark is None and m.limit is None and m.string is None
-            and m.hashlimit is None
+            and m.hashlimit is None and m.quota is None
             and (m.iif is None or not m.iif.negate)
             and (m.dst is None or (not m.dst.negate and m.dst.net.endswith("/32")
                                    and "." in m.dst.net))

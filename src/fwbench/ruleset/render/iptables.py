@@ -34,9 +34,9 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from fwbench.ruleset.model import (PORTLESS, Chain, HashLimit, Interfaces, Ports, Prefix, Rule,
-                                   RuleSet, RuleSetError, Set, SetRef, StringMatch, Table,
-                                   Unsupported)
+from fwbench.ruleset.model import (PORTLESS, Chain, HashLimit, Interfaces, Ports, Prefix,
+                                   Quota, Rule, RuleSet, RuleSetError, Set, SetRef,
+                                   StringMatch, Table, Unsupported)
 from fwbench.ruleset.render import ID_TAG
 from fwbench.ruleset.render import ipset as _ipset
 
@@ -48,8 +48,8 @@ SUPPORTS: frozenset[str] = frozenset({
     "proto tcp", "proto udp", "proto icmp", "proto icmpv6", "proto esp", "proto ah",
     "proto gre", "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
     "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
-    "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
-    "counter", "mark set", "notrack", "log", "ct",
+    "quota", "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
+    "masquerade", "counter", "mark set", "notrack", "log", "ct",
 }) | _ipset.SUPPORTS
 
 # iptables-restore's order of tables, and each table's built-in chains in the order
@@ -448,6 +448,8 @@ class _Emitter:
             parts.append(_string(m.string, rid))
         if m.hashlimit is not None:
             parts.append(self._hashlimit(m.hashlimit, rid))
+        if m.quota is not None:
+            parts.append(_quota(m.quota, rid))
         if r.comment is not None:
             parts.append(" -m comment --comment ")
             parts.append(_comment(r.comment, rid))
@@ -700,6 +702,14 @@ def _rate(rate: int, per: str, scale: int, what: str, rid: str) -> str:
         i += 1
     name, unit = prints[i - 1]
     return f"{unit // period}/{name}"
+
+
+def _quota(q: Quota, rid: str) -> str:
+    """xt_quota: the bytes left live in the kernel's copy of the rule; a file cannot
+    load a quota partly used, and save prints the bytes it was given."""
+    if q.used:
+        raise Unsupported("quota already partly used", f"rule {rid}")
+    return f" -m quota {'! ' if q.over else ''}--quota {q.bytes}"
 
 
 def _string(s: StringMatch, rid: str) -> str:

@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from fwbench.ruleset.model import (CLIENT, FAMILIES, HOOKS, PROTOCOLS, SET_KEYS, Action,
                                    Chain, Iface, Interfaces, Limit, Match, Ports, Prefix,
-                                   Rule, RuleSet, RuleSetError, Set, SetRef, Table,
+                                   Quota, Rule, RuleSet, RuleSetError, Set, SetRef, Table,
                                    Unsupported)
 from fwbench.ruleset.render import ID_TAG
 
@@ -47,7 +47,7 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix"]
     + [f"proto {p}" for p in PROTOCOLS]
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
-       "negation", "ct state", "mark match", "set match", "limit", "counter"]
+       "negation", "ct state", "mark match", "set match", "limit", "quota", "counter"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log"])
 
@@ -472,6 +472,8 @@ class _Renderer:
             parts.append(_mark_match(*m.mark, m.mark_negate, where))
         if m.limit:
             parts.append(_limit(m.limit, where))
+        if m.quota:
+            parts.append(_quota(m.quota))
         if r.counter and a.kind != "counter":
             parts.append("counter")
         parts.append(self.action(a, m, version, where))
@@ -661,6 +663,23 @@ def _limit(lim: Limit, where: str) -> str:
         raise RuleSetError(f"{where}: limit {lim.rate}/{lim.per} burst {lim.burst}")
     burst = "" if lim.burst == 5 else f" burst {lim.burst} packets"   # 5: nft's default
     return f"limit rate {lim.rate}/{lim.per}{burst}"
+
+
+def _quota(q: Quota) -> str:
+    """As nft lists it: `used` only when some is, each in the largest unit up to
+    mbytes that divides it (quota_stmt_print, get_rate)."""
+    used = f" used {_bytes(q.used)}" if q.used else ""
+    return f"quota {'over ' if q.over else ''}{_bytes(q.bytes)}{used}"
+
+
+def _bytes(n: int) -> str:
+    unit = 0
+    while n and n % 1024 == 0 and unit < len(_BYTE_UNITS) - 1:
+        n, unit = n // 1024, unit + 1
+    return f"{n} {_BYTE_UNITS[unit]}"
+
+
+_BYTE_UNITS = ("bytes", "kbytes", "mbytes")
 
 
 def _no_overlap(where: str, items: list[str]) -> None:
