@@ -13,9 +13,12 @@ PROTOS = Path(__file__).parent.parent / "data" / "constructs" / "protos"
 
 def run_check(tmp_path, name: str, corpus: int = 300) -> dict:
     out = tmp_path / "check.json"
+    ipsets = PROTOS / name.replace(".rules", ".ipset")
+    more = ["--ipsets", str(ipsets)] if name.endswith(".rules") and ipsets.exists() else []
     cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(PROTOS / name),
                          "--iface", "eth0=client,eth1=server", "--corpus", str(corpus),
-                         "--json", str(out)], capture_output=True, text=True, timeout=600)
+                         "--json", str(out), *more],
+                        capture_output=True, text=True, timeout=600)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "the original and all backends agree with the reference" in cp.stdout
     rep = json.loads(out.read_text())
@@ -47,3 +50,11 @@ def test_quota_packets_that_reach_it_are_not_judged_the_rest_are(tmp_path, name)
     rep = run_check(tmp_path, name)
     assert rep["limit_rules"] == ["filter-2", "filter-3"]
     assert 0 < rep["not_judged_rate_limited"] < rep["corpus"]
+
+
+@pytest.mark.parametrize("name, sets", [("set-timeouts.rules", ("blocked", "webnets")),
+                                        ("set-timeouts.nft", ("blocked", "trusted6"))])
+def test_set_timeouts_that_outlast_a_check_agree_and_are_noted(tmp_path, name, sets):
+    rep = run_check(tmp_path, name)
+    noted = [n for n in rep["notes"] if "element timeouts left out" in n]
+    assert [s for s in sets if any(f"set {s}:" in n for n in noted)] == list(sets)

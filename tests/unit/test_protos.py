@@ -280,3 +280,67 @@ def test_a_quota_leaves_the_packets_that_reach_it_unjudged():
     # Once spent, filter-2 stops matching (policy drop) and filter-3 starts (drop):
     # the counters of both rules, and of filter-4 and the policy's, are unsure.
     assert limits.unsure_rules([lan, over]) == {"filter-2", "filter-3", "filter-4"}
+
+
+# --- set timeouts -------------------------------------------------------------------------
+
+IPSET_RULES = "-A FORWARD -m set --match-set s src -j DROP"
+
+
+@pytest.mark.parametrize("ipsets, note", [
+    ("create s hash:ip timeout 7200\nadd s 198.18.0.1 timeout 7000\nadd s 198.18.0.2\n",
+     "ipsets:2: set s: element timeouts left out (the shortest 7000 s): none expires "
+     "within 3600 s, longer than a check takes"),
+    ("create s hash:ip timeout 4000\nadd s 198.18.0.1 timeout 0\nadd s 198.18.0.2\n",
+     "ipsets:3: set s: element timeouts left out (the shortest 4000 s): none expires "
+     "within 3600 s, longer than a check takes"),
+    ("create s hash:ip timeout 0\nadd s 198.18.0.1 timeout 0\n", None),
+])
+def test_ipset_timeouts_that_outlast_a_check_are_left_out_with_a_note(ipsets, note):
+    text = "*filter\n:FORWARD ACCEPT [0:0]\n" + IPSET_RULES + "\nCOMMIT\n"
+    rs = iptables_save.parse(text, "f.rules", ipsets=ipsets)
+    assert rs.tables[0].set("s").elements[0] == ("198.18.0.1",)
+    assert [n for n in rs.notes if "timeout" in n] == ([note] if note else [])
+
+
+def test_an_ipset_timeout_a_check_could_outlive_is_refused():
+    text = "*filter\n:FORWARD ACCEPT [0:0]\n" + IPSET_RULES + "\nCOMMIT\n"
+    with pytest.raises(RuleSetError) as e:
+        iptables_save.parse(text, "f.rules", ipsets="create s hash:ip timeout 7200\n"
+                            "add s 198.18.0.1\nadd s 198.18.0.2 timeout 600\n")
+    assert str(e.value) == ("f.rules:3: ipsets:3: set s: unsupported: an element that "
+                            "expires in 600 s (under 3600 s, it could expire during a "
+                            "check)")
+
+
+def nft_set(*elem, timeout=None) -> dict:
+    s = {"family": "ip", "name": "s", "table": "t", "type": "ipv4_addr",
+         "flags": ["timeout"], "elem": list(elem)}
+    if timeout is not None:
+        s["timeout"] = timeout
+    doc = nft_doc([{"match": {"op": "==", "left": {"payload": {"protocol": "ip",
+                                                                "field": "saddr"}},
+                              "right": "@s"}}, {"drop": None}])
+    doc["nftables"].insert(3, {"set": s})
+    return doc
+
+
+def test_nft_timeouts_that_outlast_a_check_are_left_out_with_a_note():
+    rs = nft_json.parse(nft_set({"elem": {"val": "10.0.0.1", "expires": 7199}},
+                                {"elem": {"val": "10.0.0.2", "timeout": 5400,
+                                          "expires": 5399}}, timeout=7200), "f.json")
+    assert rs.tables[0].set("s").elements == (("10.0.0.1",), ("10.0.0.2",))
+    assert rs.notes == ("f.json: table ip t set s: element timeouts left out (the "
+                        "shortest 5399 s): none expires within 3600 s, longer than a "
+                        "check takes",)
+    assert nft_json.parse(nft_set("10.0.0.1"), "f.json").notes == ()
+
+
+@pytest.mark.parametrize("elem, timeout", [
+    ({"elem": {"val": "10.0.0.2", "timeout": 1800, "expires": 1799}}, 7200),
+    ("10.0.0.2", 60),
+])
+def test_an_nft_timeout_a_check_could_outlive_is_refused(elem, timeout):
+    with pytest.raises(RuleSetError, match=r"^f.json: table ip t set s: unsupported: an "
+                                           r"element that expires in (1799|60) s "):
+        nft_json.parse(nft_set(elem, timeout=timeout), "f.json")

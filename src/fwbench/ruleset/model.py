@@ -59,6 +59,11 @@ NONTERMINAL = frozenset({"counter", "mark", "notrack", "log", "ct"})
 ACTIONS = TERMINAL | NONTERMINAL
 LIMIT_UNITS = ("second", "minute", "hour", "day")
 STRING_ALGOS = ("bm", "kmp")    # Boyer-Moore, Knuth-Morris-Pratt (the kernel's textsearch)
+# A set element that times out is held as a permanent one when it cannot expire
+# while its file and its import are compared: `check` takes minutes, so an hour
+# or more left changes no verdict it sees; importers refuse shorter timeouts.
+SET_TIMEOUT_FLOOR_S = 3600
+
 
 CLIENT = "{client}"
 SERVER = "{server}"
@@ -320,6 +325,17 @@ class Set:
     interval: bool = False
     size: int | None = field(default=None, metadata=_LATER)
     counters: bool = field(default=False, metadata=_LATER)
+
+
+def timeout_note(where: str, shortest_s: int) -> str:
+    """The note, or (below SET_TIMEOUT_FLOOR_S) the refusal, for the timeouts of
+    a set's elements: one line, `where` names the set in the user's file."""
+    if shortest_s < SET_TIMEOUT_FLOOR_S:
+        raise RuleSetError(f"{where}: unsupported: an element that expires in "
+                           f"{shortest_s} s (under {SET_TIMEOUT_FLOOR_S} s, it could "
+                           f"expire during a check)")
+    return (f"{where}: element timeouts left out (the shortest {shortest_s} s): none "
+            f"expires within {SET_TIMEOUT_FLOOR_S} s, longer than a check takes")
 
 
 @dataclass(frozen=True)

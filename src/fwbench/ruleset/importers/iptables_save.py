@@ -36,7 +36,7 @@ from typing import Protocol
 
 from fwbench.ruleset.model import (CT_STATES, EMPTY_MATCH, RULE, Action, Chain, Iface, Limit, Rule,
                                    Ports, Prefix, Quota, RuleSet, RuleSetError, Set, SetRef, Table,
-                                   evolve)
+                                   evolve, timeout_note)
 from fwbench.ruleset.render import ID_TAG
 
 BUILTIN = {
@@ -274,6 +274,8 @@ class _Parser:
         if not self.done:
             raise RuleSetError(f"{self.source}: not an iptables-save rule set (no *table)")
         rules = sum(len(c.rules) for t in self.tables for c in t.chains)
+        if self.ipsets is not None:
+            self.notes += self.ipsets.notes
         # No validate() here: every rule was checked as it was read (ids, jumps,
         # loops, sets), with its line, and validate() alone takes 0.7 s per
         # 100,000 rules; load_file() validates the finished rule set once.
@@ -859,6 +861,7 @@ class _IpsetDefs:
 
     def __init__(self, text: str, source: str, version: int, mover: Mover | None):
         self.source, self.version, self.mover = source, version, mover
+        self.notes: list[str] = []
         self.creates: dict[str, tuple[int, list[str]]] = {}
         self.adds: dict[str, list[tuple[int, list[str]]]] = {}
         self.done: dict[str, Set] = {}
@@ -892,14 +895,17 @@ class _IpsetDefs:
         if kind not in self._KEYS:
             self._fail(lineno, f"unsupported set type {kind} (set {name})")
         family = "inet"
+        timeout = 0   # the elements' default: 0, none
         j = 0
         while j < len(opts):
             o = opts[j]
             if o == "family":
                 family = opts[j + 1] if j + 1 < len(opts) else ""
                 j += 2
-            elif o in ("hashsize", "maxelem", "bucketsize", "initval", "timeout",
-                       "markmask"):
+            elif o == "timeout":
+                timeout = self._seconds(lineno, opts[j + 1:j + 2])
+                j += 2
+            elif o in ("hashsize", "maxelem", "bucketsize", "initval", "markmask"):
                 j += 2
             elif o in ("counters", "comment", "forceadd"):
                 j += 1
@@ -912,11 +918,31 @@ class _IpsetDefs:
             self._fail(lineno, f"set {name} is IPv{version}, the rule set IPv{self.version}")
         keys = self._KEYS[kind]
         interval = kind.startswith("hash:net")
-        elements = []
+        elements, expiring = [], []
         for eline, etoks in self.adds.get(name, ()):
             elements.append(self._element(eline, etoks, keys, interval, version, name))
+            seconds = self._expires(eline, etoks, timeout)
+            if seconds:
+                expiring.append((seconds, eline))
+        if expiring:
+            # The line of the element that expires first: refused there, or noted.
+            seconds, eline = min(expiring)
+            self.notes.append(timeout_note(f"{self.source}:{eline}: set {name}", seconds))
         s = self.done[name] = Set(name, keys, tuple(elements), version, interval)
         return s
+
+    def _expires(self, lineno: int, toks: list[str], default: int) -> int:
+        """In how many seconds an element expires: its own timeout, else its set's;
+        0 for never."""
+        for j in range(1, len(toks) - 1):
+            if toks[j] == "timeout":
+                return self._seconds(lineno, toks[j + 1:j + 2])
+        return default
+
+    def _seconds(self, lineno: int, v: list[str]) -> int:
+        if not v or not v[0].isdigit():
+            self._fail(lineno, f"timeout: not a number of seconds: {' '.join(v)!r}")
+        return int(v[0])
 
     def _element(self, lineno: int, toks: list[str], keys: tuple[str, ...],
                  interval: bool, version: int, name: str) -> tuple:
@@ -924,7 +950,7 @@ class _IpsetDefs:
         while j < len(toks):
             o = toks[j]
             if o in ("timeout", "packets", "bytes", "comment"):
-                j += 2   # expiry, counters, comments: no effect on a lookup
+                j += 2   # counters, comments: no effect on a lookup; timeouts: get()
             else:
                 self._fail(lineno, f"unsupported element option {o} (set {name})")
         parts = toks[0].split(",")

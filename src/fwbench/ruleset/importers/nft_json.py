@@ -36,7 +36,8 @@ import os
 
 from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBERS, Action,
                                    Chain, Iface, Limit, Match, Ports, Prefix, Quota, Rule,
-                                   RuleSet, RuleSetError, Set, SetRef, Table, validate)
+                                   RuleSet, RuleSetError, Set, SetRef, Table, timeout_note,
+                                   validate)
 from fwbench.ruleset.importers.iptables_save import canonical4
 from fwbench.ruleset.render import ID_TAG
 
@@ -298,12 +299,16 @@ class _Importer:
                 raise RuleSetError(f"{where}: unsupported flag {flag}")
         try:
             elements = self._elements(tuple(keys), version, raw.get("elem", ()))
+            expiring = [s for s in (_expires(e, raw.get("timeout", 0))
+                                    for e in raw.get("elem", ())) if s]
         except (_Fail, RuleSetError) as e:
             raise RuleSetError(f"{where}: {e}") from None
         except (TypeError, KeyError, ValueError, AttributeError, IndexError):
             raise RuleSetError(f"{where}: malformed element") from None
         interval = any(k == "addr" and "/" in str(e[i])
                        for e in elements for i, k in enumerate(keys))
+        if expiring:
+            self.notes.append(timeout_note(where, min(expiring)))
         size = raw.get("size")
         if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
             raise RuleSetError(f"{where}: size {size!r} is not a number")
@@ -659,6 +664,19 @@ def _networks(v, version: int) -> list:
         if n.version != version:
             raise _Fail(f"IPv{n.version} address {n} where IPv{version} was expected")
     return nets
+
+
+def _expires(e, default) -> int:
+    """In how many seconds a set element expires (0: never): what the kernel's
+    listing says is left, else its timeout, else its set's."""
+    if isinstance(e, dict) and "elem" in e:
+        e = e["elem"]
+        left = e.get("expires", e.get("timeout", default))
+    else:
+        left = default
+    if not isinstance(left, int) or isinstance(left, bool) or left < 0:
+        raise _Fail(f"unsupported: element timeout {json.dumps(left)}")
+    return left
 
 
 def _elem_text(n) -> str:
