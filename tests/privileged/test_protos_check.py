@@ -58,3 +58,19 @@ def test_set_timeouts_that_outlast_a_check_agree_and_are_noted(tmp_path, name, s
     rep = run_check(tmp_path, name)
     noted = [n for n in rep["notes"] if "element timeouts left out" in n]
     assert [s for s in sets if any(f"set {s}:" in n for n in noted)] == list(sets)
+
+
+@pytest.mark.parametrize("name", ["redirect.rules", "redirect.nft"])
+def test_redirect_delivers_to_the_firewall_and_its_counters_prove_it(tmp_path, name):
+    from fwbench import check
+    from fwbench.ruleset import corpus
+    from fwbench.backends.base import as_tracked, evaluator
+    rep = run_check(tmp_path, name)
+    # The reference delivers some packets to the firewall (no capture sees them):
+    # the per-rule counters every backend agreed on are what proves it.
+    rs = check.with_counters(check.ruleset_from(path=str(PROTOS / name),
+                                                iface="eth0=client,eth1=server"))
+    pkts = [as_tracked(p) for p in corpus.build(rs, size=rep["corpus"])]
+    local = [p for p in pkts if evaluator(rs).evaluate(p).local]
+    assert local
+    assert all(b["per_rule"] == [] for b in rep["backends"] if b["refused"] is None)

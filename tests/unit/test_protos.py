@@ -11,9 +11,9 @@ import pytest
 from fwbench.ruleset import corpus
 from fwbench.ruleset.evaluate import Evaluator, RateLimits
 from fwbench.ruleset.importers import iptables_save, nft_json
-from fwbench.ruleset.model import (ACCEPT, Action, Chain, Interfaces, Match, Packet, Prefix, Rule,
-                                   Quota, RuleSet, RuleSetError, Table, Unsupported, rule_features,
-                                   validate)
+from fwbench.ruleset.model import (ACCEPT, Action, Chain, Interfaces, Match, Packet, Ports,
+                                   Prefix, Quota, Rule, RuleSet, RuleSetError, Table,
+                                   Unsupported, rule_features, validate)
 from fwbench.ruleset.render import bpf
 from fwbench.ruleset.render import iptables as ipt
 from fwbench.ruleset.render import nft
@@ -344,3 +344,110 @@ def test_an_nft_timeout_a_check_could_outlive_is_refused(elem, timeout):
     with pytest.raises(RuleSetError, match=r"^f.json: table ip t set s: unsupported: an "
                                            r"element that expires in (1799|60) s "):
         nft_json.parse(nft_set(elem, timeout=timeout), "f.json")
+
+
+# --- redirect, and masquerade's options -----------------------------------------------------
+
+def ipt_nat(*lines: str) -> RuleSet:
+    text = ("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+            ":POSTROUTING ACCEPT [0:0]\n" + "".join(f"{ln}\n" for ln in lines) + "COMMIT\n")
+    return iptables_save.parse(text, "f.rules")
+
+
+@pytest.mark.parametrize("line, action", [
+    ("-A PREROUTING -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 3128",
+     Action("redirect", port=3128)),
+    ("-A PREROUTING -p udp -j REDIRECT", Action("redirect")),
+])
+def test_iptables_redirect(line, action):
+    assert ipt_nat(line).rule("nat-1").action == action
+
+
+@pytest.mark.parametrize("line, what", [
+    ("-A PREROUTING -p tcp -j REDIRECT --to-ports 3128-3130",
+     "unsupported: -j REDIRECT --to-ports 3128-3130 (one port only)"),
+    ("-A PREROUTING -p tcp -j REDIRECT --random",
+     "unsupported option --random of -j REDIRECT"),
+    ("-A POSTROUTING -j MASQUERADE --to-ports 1024-2000",
+     "unsupported option --to-ports of -j MASQUERADE"),
+    ("-A POSTROUTING -j MASQUERADE --random", "unsupported option --random of -j MASQUERADE"),
+    ("-A POSTROUTING -j MASQUERADE --random-fully",
+     "unsupported option --random-fully of -j MASQUERADE"),
+])
+def test_iptables_nat_options_the_model_does_not_hold_are_refused(line, what):
+    with pytest.raises(RuleSetError) as e:
+        ipt_nat(line)
+    assert str(e.value) == f"f.rules:6: {what}"
+
+
+def test_redirect_outside_the_nat_table_is_refused():
+    with pytest.raises(RuleSetError, match=r"^f.rules:5: -j REDIRECT outside the nat table$"):
+        ipt_rules("-A FORWARD -j REDIRECT")
+
+
+@pytest.mark.parametrize("stmt, want", [
+    ({"redirect": None}, Action("redirect")),
+    ({"redirect": {"port": 3128}}, Action("redirect", port=3128)),
+])
+def test_nft_redirect(stmt, want):
+    assert nft_json.parse(nft_doc([stmt]), "f.json").rule("t-1").action == want
+
+
+@pytest.mark.parametrize("stmt, what", [
+    ({"redirect": {"port": {"range": [1, 2]}}}, 'unsupported: redirect to port {"range": '
+                                                '[1, 2]}'),
+    ({"redirect": {"flags": "random"}}, "unsupported: redirect flags"),
+    ({"masquerade": {"flags": "fully-random"}}, "unsupported: masquerade flags"),
+    ({"masquerade": {"flags": "persistent"}}, "unsupported: masquerade flags"),
+])
+def test_nft_nat_options_the_model_does_not_hold_are_refused(stmt, what):
+    with pytest.raises(RuleSetError) as e:
+        nft_json.parse(nft_doc([stmt]), "f.json")
+    assert str(e.value) == f"f.json: table ip t chain c rule 1 (handle 10): {what}"
+
+
+def nat_redirect(port: int | None, hook: str = "prerouting") -> RuleSet:
+    return validate(RuleSet("t", (Table("ip", "t", (
+        Chain("PREROUTING" if hook == "prerouting" else "POSTROUTING",
+              (Rule("r", Match(proto="tcp", dport=Ports.of(80)),
+                    Action("redirect", port=port)),),
+              hook=hook, type="nat", priority=-100 if hook == "prerouting" else 100),
+        Chain("FORWARD", (), hook="forward", policy="drop"))),)))
+
+
+@pytest.mark.parametrize("port, ipt_text, nft_text", [
+    (3128, "-j REDIRECT --to-ports 3128", "redirect to :3128"),
+    (None, "-j REDIRECT", "redirect"),
+])
+def test_renderers_write_redirect_as_the_tools_print_it(port, ipt_text, nft_text):
+    rs = nat_redirect(port)
+    lines = ipt.render(rs, IFS, 4).splitlines()
+    assert f'-A PREROUTING -p tcp -m tcp --dport 80 -m comment --comment "fwb:r" {ipt_text}' \
+        in lines
+    assert f"tcp dport 80 counter {nft_text} comment \"fwb:r\"" in nft.render(rs, IFS)
+    assert "redirect" in ipt.SUPPORTS and "redirect" in nft.SUPPORTS
+    with pytest.raises(Unsupported, match=r"unsupported: (redirect|chain type nat)"):
+        bpf.check(rs)
+
+
+def test_redirect_after_routing_is_refused_by_both_renderers():
+    rs = nat_redirect(None, "postrouting")
+    with pytest.raises(Unsupported, match=r"^unsupported: redirect in hook postrouting "
+                                          r"\(rule r\)$"):
+        ipt.check(rs)
+    with pytest.raises(RuleSetError, match=r"rule r: redirect in a nat chain at hook "
+                                           r"postrouting"):
+        nft.check(rs)
+
+
+def test_a_redirected_packet_is_delivered_to_the_firewall_on_its_input_side():
+    ev = Evaluator(nat_redirect(3128), local={"client": "198.18.0.1", "server": "198.19.0.1"})
+    p = Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 40000, 80)
+    v = ev.evaluate(p)
+    assert (v.forward, v.local, v.decided_by, v.counted) == (False, True, "r", ("r",))
+    assert (v.translated.daddr, v.translated.dport) == ("198.18.0.1", 3128)
+    back = ev.evaluate(Packet(4, "server", "198.19.0.2", "198.18.0.2", "tcp", 40000, 80))
+    assert (back.local, back.translated.daddr, back.translated.dport) == \
+        (True, "198.19.0.1", 3128)
+    other = ev.evaluate(Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 40000, 81))
+    assert (other.forward, other.local) == (False, False)

@@ -72,11 +72,11 @@ _PROTO_NAMES = {v: k for k, v in PROTO_NUMBERS.items()}
 
 # Action codes, compared in the inner loop.
 _ACCEPT, _DROP, _REJECT, _JUMP, _GOTO, _RETURN = 0, 1, 2, 3, 4, 5
-_DNAT, _SNAT, _MASQ, _NOP, _MARK, _NOTRACK = 6, 7, 8, 9, 10, 11
+_DNAT, _SNAT, _MASQ, _NOP, _MARK, _NOTRACK, _REDIRECT = 6, 7, 8, 9, 10, 11, 12
 _CODES = {"accept": _ACCEPT, "drop": _DROP, "reject": _REJECT, "jump": _JUMP,
           "goto": _GOTO, "return": _RETURN, "dnat": _DNAT, "snat": _SNAT,
           "masquerade": _MASQ, "counter": _NOP, "log": _NOP, "mark": _MARK,
-          "notrack": _NOTRACK, "ct": _NOP}
+          "notrack": _NOTRACK, "ct": _NOP, "redirect": _REDIRECT}
 # Chains shorter than this are walked rule by rule; longer ones get an index.
 _INDEX_MIN = 16
 
@@ -702,7 +702,9 @@ class Evaluator:
                         # After conntrack attached, notrack does nothing (nft checks
                         # for an existing entry; iptables allows it in raw only).
                         code = _NOP
-                    if code in (_DNAT, _SNAT, _MASQ) and not cc.nat:
+                    elif code == _REDIRECT:
+                        arg = a.port
+                    if code in (_DNAT, _SNAT, _MASQ, _REDIRECT) and not cc.nat:
                         code = _ACCEPT
                     rules.append((r.id, test, code, arg))
                     kept.append(r)
@@ -858,6 +860,12 @@ class Evaluator:
     def _translate(self, code: int, arg, s: _State) -> None:
         if code == _MASQ:
             s.saddr = self.local[s.version][s.side_out][1]
+            return
+        if code == _REDIRECT:
+            # To the input interface's address (nf_nat_redirect): delivered locally.
+            s.daddr = self.local[s.version][s.side_in][1]
+            if arg is not None and s.dport is not None:
+                s.dport = arg
             return
         _, addr_i, port = arg
         if code == _DNAT:

@@ -50,8 +50,10 @@ CT_STATES = ("new", "established", "related", "invalid", "untracked")
 PACKET_FIELDS = ("saddr", "daddr", "proto", "sport", "dport")
 SET_KEYS = ("addr", "proto", "port")
 # Terminal actions end the rule walk; the others let the packet go on.
+# `redirect` is a dnat to the firewall's own address on the packet's input
+# interface, the port kept or `port`: the packet is then delivered to the firewall.
 TERMINAL = frozenset({"accept", "drop", "reject", "jump", "goto", "return",
-                      "dnat", "snat", "masquerade"})
+                      "dnat", "snat", "masquerade", "redirect"})
 # `ct` is iptables' `-j CT` without options: conntrack's default template, so the
 # packet is tracked as it would be anyway; loading it registers conntrack's hooks
 # in the namespace (nft has no such statement).
@@ -245,7 +247,7 @@ class Action:
     mark: int | None = None         # mark: the value set
     mark_mask: int = 0xFFFFFFFF     # mark: the bits set
     addr: str | None = None         # dnat, snat: the new address
-    port: int | None = None         # dnat, snat: the new port (None keeps it)
+    port: int | None = None         # dnat, snat, redirect: the new port (None keeps it)
     reject_with: str | None = None  # reject: e.g. "icmp-port-unreachable", "tcp-reset"
     log_prefix: str | None = None   # log
 

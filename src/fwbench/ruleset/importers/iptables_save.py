@@ -64,13 +64,13 @@ _REFUSED_PROTOS = {
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment", "quota"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
-                      "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG"})
+                      "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG", "REDIRECT"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
 # as such and not as a jump to a missing chain.
 _OTHER_TARGETS = frozenset({
     "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNMARK", "CONNSECMARK", "DNPT",
     "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFQUEUE",
-    "QUEUE", "RATEEST", "REDIRECT", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
+    "QUEUE", "RATEEST", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
     "TCPOPTSTRIP", "TEE", "TOS", "TPROXY", "TRACE", "TTL", "ULOG"})
 _LIMIT_UNITS = {"s": "second", "sec": "second", "second": "second",
                 "m": "minute", "min": "minute", "minute": "minute",
@@ -144,14 +144,15 @@ _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully
                         "--log-tcp-sequence", "--log-tcp-options", "--log-ip-options",
                         "--log-uid", "--log-macdecode"})
 _TARGET_OPTS = {"REJECT": ("--reject-with",), "CT": ("--notrack",),
-                "DNAT": ("--to-destination",), "SNAT": ("--to-source",)}
+                "DNAT": ("--to-destination",), "SNAT": ("--to-source",),
+                "REDIRECT": ("--to-ports",)}
 _NFLOG_OPTS = frozenset({"--nflog-group", "--nflog-prefix", "--nflog-range", "--nflog-size",
                          "--nflog-threshold"})
 _SIMPLE = {"ACCEPT": Action("accept"), "DROP": Action("drop"), "RETURN": Action("return"),
            "NOTRACK": Action("notrack")}
 _COUNTER = Action("counter")
 _MASQUERADE = Action("masquerade")
-_NAT_TARGETS = frozenset({"DNAT", "SNAT", "MASQUERADE"})
+_NAT_TARGETS = frozenset({"DNAT", "SNAT", "MASQUERADE", "REDIRECT"})
 
 
 class _Fail(Exception):
@@ -680,6 +681,16 @@ class _Parser:
             return Action(target.lower(), addr=addr, port=port)
         if target == "MASQUERADE":
             return _MASQUERADE
+        if target == "REDIRECT":
+            ports = opts.get("--to-ports")
+            if ports is None:
+                return Action("redirect")
+            if not ports.isdigit():
+                raise _Fail(f"unsupported: -j REDIRECT --to-ports {ports} (one port only)")
+            p = int(ports)
+            if not 0 < p < 65536:
+                raise _Fail(f"bad port {p}")
+            return Action("redirect", port=p)
         return _SIMPLE[target]   # with no options, as checked above
 
     def _nflog(self, opts: dict, lineno: int) -> Action:

@@ -49,7 +49,7 @@ SUPPORTS: frozenset[str] = frozenset({
     "proto gre", "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
     "negation", "ct state", "mark match", "set match", "limit", "string match", "hashlimit",
     "quota", "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
-    "masquerade", "counter", "mark set", "notrack", "log", "ct",
+    "masquerade", "counter", "mark set", "notrack", "log", "ct", "redirect",
 }) | _ipset.SUPPORTS
 
 # iptables-restore's order of tables, and each table's built-in chains in the order
@@ -66,9 +66,9 @@ _HOOKS = {"prerouting": "PREROUTING", "input": "INPUT", "forward": "FORWARD",
 _POLICIES = {"accept": "ACCEPT", "drop": "DROP"}
 # Targets the kernel (or iptables itself) accepts only in some tables or hooks.
 _TARGET_TABLES = {"reject": "filter", "dnat": "nat", "snat": "nat", "masquerade": "nat",
-                  "notrack": "raw", "ct": "raw"}
+                  "notrack": "raw", "ct": "raw", "redirect": "nat"}
 _TARGET_HOOKS = {"dnat": ("PREROUTING", "OUTPUT"), "snat": ("POSTROUTING", "INPUT"),
-                 "masquerade": ("POSTROUTING",)}
+                 "masquerade": ("POSTROUTING",), "redirect": ("PREROUTING", "OUTPUT")}
 _SIMPLE_TARGETS = {"accept": " -j ACCEPT", "drop": " -j DROP", "return": " -j RETURN",
                    "masquerade": " -j MASQUERADE", "notrack": " -j CT --notrack",
                    "ct": " -j CT", "counter": ""}
@@ -588,6 +588,12 @@ class _Emitter:
             return (" -j " if kind == "jump" else " -g ") + name
         if kind == "reject":
             return " -j REJECT --reject-with " + self._reject(r)
+        if kind == "redirect":
+            if a.port is None:
+                return " -j REDIRECT"
+            if r.match.proto not in ("tcp", "udp") or not 0 < a.port <= 65535:
+                raise RuleSetError(f"{where}: redirect to port {a.port} needs tcp or udp")
+            return f" -j REDIRECT --to-ports {a.port}"
         if kind == "dnat" or kind == "snat":
             return ((" -j DNAT --to-destination " if kind == "dnat"
                      else " -j SNAT --to-source ") + self._nat_to(r))

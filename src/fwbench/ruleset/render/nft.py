@@ -49,7 +49,7 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
        "negation", "ct state", "mark match", "set match", "limit", "quota", "counter"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
-       "masquerade", "mark set", "notrack", "log"])
+       "masquerade", "mark set", "notrack", "log", "redirect"])
 
 # Words nft 1.0.6's parser takes as keywords, so not as a table, chain or set name
 # (measured: `nft -c` of each as a chain, set and table name; quoting a name does
@@ -130,7 +130,7 @@ _FROM_ICMPX = {4: {"port-unreachable": "port-unreachable",
 
 # Where the kernel takes each (measured: masquerade at input is refused).
 _NAT_HOOKS = {"dnat": ("prerouting", "output"), "snat": ("postrouting", "input"),
-              "masquerade": ("postrouting",)}
+              "masquerade": ("postrouting",), "redirect": ("prerouting", "output")}
 _REJECT_HOOKS = ("prerouting", "input", "forward", "output", "ingress")
 # Conntrack, and so NAT, is registered at -200: a nat chain must come after it.
 _CONNTRACK_PRIORITY = -200
@@ -615,10 +615,10 @@ class _Renderer:
                 raise RuleSetError(f"{where}: a {a.kind} port needs protocol tcp or udp")
             if not 0 < a.port <= 65535:
                 raise RuleSetError(f"{where}: {a.kind} to port {a.port}")
-        if a.kind == "masquerade":
+        if a.kind in ("masquerade", "redirect"):
             if a.addr:
-                raise RuleSetError(f"{where}: masquerade takes no address")
-            return "masquerade" if a.port is None else f"masquerade to :{a.port}"
+                raise RuleSetError(f"{where}: {a.kind} takes no address")
+            return a.kind if a.port is None else f"{a.kind} to :{a.port}"
         addr, v = _addr(a.addr or "", False)
         rv = m.version
         if rv is not None and rv != v or self.fam == "ip" and v == 6 \
