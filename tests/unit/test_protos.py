@@ -451,3 +451,84 @@ def test_a_redirected_packet_is_delivered_to_the_firewall_on_its_input_side():
         (True, "198.19.0.1", 3128)
     other = ev.evaluate(Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 40000, 81))
     assert (other.forward, other.local) == (False, False)
+
+
+# --- conntrack beyond the state, sets the packet path updates, set types ----------------
+
+@pytest.mark.parametrize("line, what", [
+    ("-A FORWARD -m conntrack --ctstatus DNAT -j ACCEPT", "unsupported option --ctstatus"),
+    ("-A FORWARD -m conntrack --ctproto 6 -j ACCEPT", "unsupported option --ctproto"),
+    ("-A FORWARD -m conntrack --ctorigdst 10.0.0.1 -j ACCEPT",
+     "unsupported option --ctorigdst"),
+    ("-A FORWARD -m conntrack --ctstate NEW --ctdir ORIGINAL -j ACCEPT",
+     "unsupported option --ctdir"),
+    ("-A FORWARD -m conntrack --ctstate NEW --ctexpire 10:20 -j ACCEPT",
+     "unsupported option --ctexpire"),
+    ("-A FORWARD -j SET --add-set s src", "unsupported target -j SET"),
+    ("-A FORWARD -m iprange --src-range 10.0.0.1-10.0.0.9 -j ACCEPT",
+     "unsupported match -m iprange"),
+])
+def test_iptables_refusals_name_the_line(line, what):
+    with pytest.raises(RuleSetError) as e:
+        ipt_rules(line)
+    assert str(e.value) == f"f.rules:5: {what}"
+
+
+@pytest.mark.parametrize("left, right, what", [
+    ({"ct": {"key": "status"}}, "dnat", "unsupported expression ct status"),
+    ({"ct": {"key": "direction"}}, "original", "unsupported expression ct direction"),
+    ({"ct": {"key": "ip daddr", "dir": "original"}}, "10.0.0.1",
+     "unsupported expression ct original ip daddr"),
+    ({"ct": {"key": "state", "dir": "reply"}}, "new",
+     "unsupported expression ct reply state"),
+])
+def test_nft_conntrack_beyond_the_state_is_refused(left, right, what):
+    with pytest.raises(RuleSetError) as e:
+        nft_json.parse(nft_doc([{"match": {"op": "==", "left": left, "right": right}},
+                                {"accept": None}]), "f.json")
+    assert str(e.value) == f"f.json: table ip t chain c rule 1 (handle 10): {what}"
+
+
+SADDR = {"payload": {"protocol": "ip", "field": "saddr"}}
+
+
+@pytest.mark.parametrize("stmt, what", [
+    ({"set": {"op": "add", "elem": SADDR, "set": "@d"}}, "add @d"),
+    ({"set": {"op": "update", "elem": {"elem": {"val": SADDR, "timeout": 30}},
+              "set": "@d"}}, "update @d"),
+    ({"meter": {"key": SADDR, "stmt": {"limit": {"rate": 10, "per": "second"}},
+                "size": 65535, "name": "m"}}, "meter m"),
+])
+def test_nft_sets_the_packet_path_updates_are_refused(stmt, what):
+    with pytest.raises(RuleSetError) as e:
+        nft_json.parse(nft_doc([stmt, {"accept": None}]), "f.json")
+    assert str(e.value) == (f"f.json: table ip t chain c rule 1 (handle 10): unsupported: "
+                            f"{what} (a set the packet path updates)")
+
+
+@pytest.mark.parametrize("ipsets, what", [
+    ("create s hash:net,iface family inet\n", "ipsets:1: unsupported set type hash:net,iface "
+                                             "(set s)"),
+    ("create s bitmap:ip range 198.18.0.0-198.18.0.255\n",
+     "ipsets:1: unsupported set type bitmap:ip (set s)"),
+    ("create s hash:net family inet\nadd s 198.18.0.0/24\nadd s 198.18.0.8/29 nomatch\n",
+     "ipsets:3: unsupported element option nomatch (set s)"),
+])
+def test_ipset_types_and_nomatch_the_model_does_not_hold_are_refused(ipsets, what):
+    text = "*filter\n:FORWARD ACCEPT [0:0]\n" + IPSET_RULES + "\nCOMMIT\n"
+    with pytest.raises(RuleSetError) as e:
+        iptables_save.parse(text, "f.rules", ipsets=ipsets)
+    assert str(e.value) == f"f.rules:3: {what}"
+
+
+def test_ipset_hash_ip_port_and_hash_net_are_held():
+    text = ("*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set s dst,dst "
+            "-j DROP\n-A FORWARD -m set --match-set n src -j DROP\nCOMMIT\n")
+    rs = iptables_save.parse(text, "f.rules", ipsets=(
+        "create s hash:ip,port family inet\nadd s 198.18.0.1,udp:53\n"
+        "add s 198.18.0.2,8080\ncreate n hash:net family inet\nadd n 198.18.4.0/22\n"))
+    t = rs.tables[0]
+    assert (t.set("s").keys, t.set("s").elements) == (
+        ("addr", "proto", "port"), (("198.18.0.1", "udp", 53), ("198.18.0.2", "tcp", 8080)))
+    assert (t.set("n").interval, t.set("n").elements) == (True, (("198.18.4.0/22",),))
+    assert rs.rule("filter-1").match.sets[0].fields == ("daddr", "proto", "dport")

@@ -409,7 +409,8 @@ class _Importer:
             self._meta(ctx, lv.get("key"), right, neg)
         elif lk == "ct":
             if lv.get("key") != "state" or len(lv) != 1:
-                raise _Fail(f"unsupported expression ct {lv.get('key')}")
+                what = " ".join(str(lv[k]) for k in ("dir", "key") if k in lv)
+                raise _Fail(f"unsupported expression ct {what}")
             ctx.kw["ct_state"] = _ct_states(right, neg)
         elif lk == "&":
             what, mask = lv
@@ -595,6 +596,11 @@ class _Importer:
                 self.notes.append(f"{self.source}: {self.where}: log "
                                   f"{', '.join(sorted(val))} ignored (only the prefix is kept)")
             return Action("log", log_prefix=prefix)
+        if key in ("set", "meter") and isinstance(val, dict):
+            # The model's sets are what the file says; these change with traffic.
+            what = f"{val.get('op')} {val.get('set')}" if key == "set" \
+                else f"meter {val.get('name')}"
+            raise _Fail(f"unsupported: {what} (a set the packet path updates)")
         raise _Fail(f"unsupported expression {key}")
 
 
