@@ -74,3 +74,9 @@ def test_redirect_delivers_to_the_firewall_and_its_counters_prove_it(tmp_path, n
     local = [p for p in pkts if evaluator(rs).evaluate(p).local]
     assert local
     assert all(b["per_rule"] == [] for b in rep["backends"] if b["refused"] is None)
+
+
+@pytest.mark.parametrize("name", ["interval-concat.rules", "interval-concat.nft"])
+def test_interval_and_concatenated_sets_agree_with_their_original(tmp_path, name):
+    rep = run_check(tmp_path, name)
+    assert not [n for n in rep["notes"] if "set" in n and "left out" in n]
