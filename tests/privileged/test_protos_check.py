@@ -76,7 +76,8 @@ def test_redirect_delivers_to_the_firewall_and_its_counters_prove_it(tmp_path, n
     assert all(b["per_rule"] == [] for b in rep["backends"] if b["refused"] is None)
 
 
-@pytest.mark.parametrize("name", ["interval-concat.rules", "interval-concat.nft"])
+@pytest.mark.parametrize("name", ["interval-concat.rules", "interval-concat.nft",
+                                  "iprange.rules"])
 def test_interval_and_concatenated_sets_agree_with_their_original(tmp_path, name):
     rep = run_check(tmp_path, name)
     assert not [n for n in rep["notes"] if "set" in n and "left out" in n]

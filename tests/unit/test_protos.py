@@ -12,7 +12,7 @@ from fwbench.ruleset import corpus
 from fwbench.ruleset.evaluate import Evaluator, RateLimits
 from fwbench.ruleset.importers import iptables_save, nft_json
 from fwbench.ruleset.model import (ACCEPT, Action, Chain, Interfaces, Match, Packet, Ports,
-                                   Prefix, Quota, Rule, RuleSet, RuleSetError, Table,
+                                   Prefix, Quota, Rule, RuleSet, RuleSetError, Set, SetRef, Table,
                                    Unsupported, rule_features, validate)
 from fwbench.ruleset.render import bpf
 from fwbench.ruleset.render import iptables as ipt
@@ -465,8 +465,6 @@ def test_a_redirected_packet_is_delivered_to_the_firewall_on_its_input_side():
     ("-A FORWARD -m conntrack --ctstate NEW --ctexpire 10:20 -j ACCEPT",
      "unsupported option --ctexpire"),
     ("-A FORWARD -j SET --add-set s src", "unsupported target -j SET"),
-    ("-A FORWARD -m iprange --src-range 10.0.0.1-10.0.0.9 -j ACCEPT",
-     "unsupported match -m iprange"),
 ])
 def test_iptables_refusals_name_the_line(line, what):
     with pytest.raises(RuleSetError) as e:
@@ -532,3 +530,39 @@ def test_ipset_hash_ip_port_and_hash_net_are_held():
         ("addr", "proto", "port"), (("198.18.0.1", "udp", 53), ("198.18.0.2", "tcp", 8080)))
     assert (t.set("n").interval, t.set("n").elements) == (True, (("198.18.4.0/22",),))
     assert rs.rule("filter-1").match.sets[0].fields == ("daddr", "proto", "dport")
+
+
+# --- iprange -------------------------------------------------------------------------------
+
+def test_iprange_is_a_prefix_or_an_interval_set_of_the_prefixes_covering_it():
+    rs = ipt_rules("-A FORWARD -m iprange --src-range 10.1.0.0-10.1.0.255 -j ACCEPT",
+                   "-A FORWARD -m iprange --src-range 10.2.0.5-10.2.0.9 "
+                   "! --dst-range 10.3.0.1-10.3.0.2 -j ACCEPT",
+                   "-A FORWARD -s 10.4.0.0/16 -m iprange --src-range 10.4.0.0-10.4.0.255 "
+                   "-j DROP")
+    assert rs.rule("filter-1").match.src == Prefix("10.1.0.0/24")
+    m2, m3 = rs.rule("filter-2").match, rs.rule("filter-3").match
+    assert m2.sets == (SetRef("iprange1", ("saddr",)), SetRef("iprange2", ("daddr",), True))
+    # -s already holds the rule's source prefix: the range is a set of one.
+    assert (m3.src, m3.sets) == (Prefix("10.4.0.0/16"), (SetRef("iprange3", ("saddr",)),))
+    t = rs.tables[0]
+    assert t.set("iprange1") == Set("iprange1", ("addr",), (("10.2.0.5",), ("10.2.0.6/31",),
+                                                           ("10.2.0.8/31",)), 4, True)
+    assert t.set("iprange2").elements == (("10.3.0.1",), ("10.3.0.2",))
+    assert rs.notes[:2] == ("f.rules:6: address range 10.2.0.5-10.2.0.9 became set iprange1",
+                            "f.rules:6: address range 10.3.0.1-10.3.0.2 became set iprange2")
+
+
+@pytest.mark.parametrize("line, what", [
+    ("-A FORWARD --src-range 10.0.0.1-10.0.0.2 -j ACCEPT", "--src-range needs -m iprange"),
+    ("-A FORWARD -m iprange --dst-range 10.0.0.9-10.0.0.2 -j ACCEPT",
+     "an empty address range 10.0.0.9-10.0.0.2"),
+    ("-A FORWARD -m iprange --dst-range 10.0.0.1-2001:2::1 -j ACCEPT",
+     "not an IPv4 address range: 10.0.0.1-2001:2::1"),
+    ("-A FORWARD -m iprange --dst-range 10.0.0.x -j ACCEPT",
+     "not an address range: '10.0.0.x'"),
+])
+def test_iprange_refusals(line, what):
+    with pytest.raises(RuleSetError) as e:
+        ipt_rules(line)
+    assert str(e.value) == f"f.rules:5: {what}"

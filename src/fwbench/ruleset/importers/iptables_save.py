@@ -62,7 +62,7 @@ _REFUSED_PROTOS = {
     "132": "conntrack's SCTP tracker reads a packet's chunks, which the model does "
            "not hold"}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
-                      "mark", "set", "limit", "comment", "quota"})
+                      "mark", "set", "limit", "comment", "quota", "iprange"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
                       "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG", "REDIRECT"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
@@ -131,7 +131,7 @@ _OPTS = {
     "--ctstate": "ctstate", "--state": "state", "--comment": "comment", "--mark": "mark",
     "--match-set": "match-set", "--limit": "limit", "--limit-burst": "limit-burst",
     "--icmp-type": "icmp", "--icmpv6-type": "icmpv6",
-    "--quota": "quota",
+    "--quota": "quota", "--src-range": "srcrange", "--dst-range": "dstrange",
     "-c": "counters", "--set-counters": "counters", "-f": "fragment", "--fragment": "fragment",
     "!": "!",
 }
@@ -223,6 +223,7 @@ class _Parser:
         self.tables: list[Table] = []
         self.ids: dict[str, int] = {}   # rule id -> line
         self.notes: list[str] = []
+        self.ranges = 0                   # iprange sets made so far
         self._prefix_cache: dict[str, Prefix] = {}
         self._ports_cache: dict[tuple[str, bool, bool], Ports] = {}
         self._iface_cache: dict[str, Iface] = {}
@@ -519,6 +520,11 @@ class _Parser:
                 if typ is not None:
                     kw["icmp_type"] = typ
                 kw["proto"] = want
+            elif code == "srcrange" or code == "dstrange":
+                if "iprange" not in mods:
+                    raise _Fail(f"{t} needs -m iprange")
+                self._range(kw, sets, "saddr" if code == "srcrange" else "daddr", v, neg,
+                            lineno)
             elif code == "quota":
                 if "quota" not in mods:
                     raise _Fail("--quota needs -m quota")
@@ -570,6 +576,40 @@ class _Parser:
                 p = Prefix(self.mover.addr(p.net))
             self._prefix_cache[v] = p
         return p
+
+    def _range(self, kw: dict, sets: list[SetRef], field: str, v: str, neg: bool,
+               lineno: int) -> None:
+        """`-m iprange --src-range A-B` (or --dst-range): the prefix it is, or an
+        interval set of the prefixes that cover it exactly, named `iprangeN` (as
+        nft's anonymous sets become named ones). networks() does not see ranges,
+        so load_file() moves such a file after parsing (remap), which moves an
+        interval set's adjacent prefixes as one block: a range stays a range."""
+        lo_text, sep, hi_text = v.partition("-")
+        try:
+            lo, hi = ipaddress.ip_address(lo_text), ipaddress.ip_address(hi_text or lo_text)
+        except ValueError:
+            raise _Fail(f"not an address range: {v!r}") from None
+        if lo.version != self.version or hi.version != self.version:
+            raise _Fail(f"not an IPv{self.version} address range: {v}")
+        if hi < lo:
+            raise _Fail(f"an empty address range {v}")
+        nets = [self._addr(str(n)).net
+                for n in ipaddress.summarize_address_range(lo, hi)]
+        key = "src" if field == "saddr" else "dst"
+        if len(nets) == 1 and key not in kw:
+            kw[key] = Prefix(nets[0], neg)
+            return
+        elements = tuple((n.removesuffix("/32") if self.version == 4
+                          else n.removesuffix("/128"),) for n in nets)
+        # One name space for all tables: the iptables backends load sets into ipset.
+        taken = set(self.ipsets.creates if self.ipsets else ())
+        self.ranges += 1
+        while f"iprange{self.ranges}" in taken:
+            self.ranges += 1
+        name = f"iprange{self.ranges}"
+        self.table_sets[name] = Set(name, ("addr",), elements, self.version, True)
+        self.notes.append(f"{self.source}:{lineno}: address range {v} became set {name}")
+        sets.append(SetRef(name, (field,), neg))
 
     def _ports(self, v: str, neg: bool, single: bool) -> Ports:
         key = (v, neg, single)
