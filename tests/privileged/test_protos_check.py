@@ -28,7 +28,8 @@ def run_check(tmp_path, name: str, corpus: int = 300) -> dict:
     return rep
 
 
-@pytest.mark.parametrize("name", ["ipsec-gre.rules", "ipsec-gre.nft"])
+@pytest.mark.parametrize("name", ["ipsec-gre.rules", "ipsec-gre.nft", "ipsec-gre6.rules",
+                                  "ipsec-gre-inet.nft"])
 def test_esp_ah_gre_by_name_and_number(tmp_path, name):
     rep = run_check(tmp_path, name)
     checked = {b["backend"] for b in rep["backends"] if b["refused"] is None}

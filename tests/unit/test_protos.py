@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from fwbench.errors import FwbenchError
 from fwbench.ruleset import corpus
 from fwbench.ruleset.evaluate import Evaluator, RateLimits
 from fwbench.ruleset.importers import iptables_save, nft_json
@@ -93,6 +94,34 @@ def test_what_the_model_does_not_hold_is_refused(line, what):
     assert str(e.value) == f"f.rules:5: {what}"
 
 
+def test_ah_is_ipv4_s_only_protocol_match():
+    """In IPv6, AH is an extension header: ip6tables' -p and nft's meta l4proto
+    skip it (measured: they never match an IPv6 AH packet)."""
+    with pytest.raises(RuleSetError) as e:
+        ipt_rules("-A FORWARD -p ah -j ACCEPT", version=6)
+    assert str(e.value) == ("f.rules:5: unsupported: -p ah in an IPv6 rule set (AH is an "
+                            "extension header there, which -p skips)")
+    doc = nft_doc([l4proto("ah"), {"accept": None}])
+    for item in doc["nftables"][1:]:
+        (obj,) = item.values()
+        obj["family"] = "ip6"
+    with pytest.raises(RuleSetError, match=r"rule 1 \(handle 10\): unsupported: ah in table "
+                                           r"ip6 \(AH is an extension header in IPv6"):
+        nft_json.parse(doc, "f.json")
+    assert Match(proto="ah").version == 4
+    # In inet, `ip protocol` and `ip6 nexthdr` pin the rule to their IP version.
+    for item in doc["nftables"][1:]:
+        (obj,) = item.values()
+        obj["family"] = "inet"
+    assert nft_json.parse(doc, "f.json").rule("t-1").match.version == 4
+    nexthdr = {"match": {"op": "==", "left": {"payload": {"protocol": "ip6",
+                                                          "field": "nexthdr"}},
+                         "right": "esp"}}
+    doc["nftables"][-1]["rule"]["expr"] = [nexthdr, {"accept": None}]
+    m = nft_json.parse(doc, "f.json").rule("t-1").match
+    assert (m.proto, m.src, m.version) == ("esp", Prefix("::/0"), 6)
+
+
 def test_nft_esp_spi_is_refused():
     spi = {"match": {"op": "==", "left": {"payload": {"protocol": "esp", "field": "spi"}},
                      "right": 5}}
@@ -140,6 +169,10 @@ def test_frames_of_portless_protocols_carry_the_marker_after_their_header(
         proto, head, version, saddr, daddr):
     nonce = b"\1\2\3\4"
     p = Packet(version, "client", saddr, daddr, proto)
+    if (proto, version) == ("ah", 6):
+        with pytest.raises(FwbenchError, match="^packets: packet 7: ah in an IPv6 packet$"):
+            packets.build_frame(p, 7, nonce, "02:00:00:00:00:01", "02:00:00:00:00:02")
+        return
     frame = packets.build_frame(p, 7, nonce, "02:00:00:00:00:01", "02:00:00:00:00:02")
     ip_len = 20 if version == 4 else 40
     l4 = frame[14 + ip_len:]
@@ -158,6 +191,7 @@ def test_the_corpus_sends_each_portless_protocol_a_rule_names_and_near_misses():
     pkts = corpus.build(rs, size=120)
     protos = {p.proto for p in pkts}
     assert {"esp", "gre", "ah", "udp"} <= protos
+    assert not [p for p in pkts if p.proto == "ah" and p.version == 6]
     ev = Evaluator(rs)
     assert any(p.proto == "esp" and ev.evaluate(p).forward for p in pkts)
     assert any(p.proto == "ah" and not ev.evaluate(p).forward for p in pkts)

@@ -48,6 +48,8 @@ _HOST = {v: {"client": int(ipaddress.ip_address(addresses.CLIENT[v])),
              "server": int(ipaddress.ip_address(addresses.SERVER[v]))} for v in (4, 6)}
 _ICMP = {4: "icmp", 6: "icmpv6"}
 _ECHO = {4: (8, 0), 6: (128, 129)}        # request, reply
+# The portless protocols of each IP version (model.PORTLESS: AH is IPv4's only).
+_PORTLESS = {4: PORTLESS, 6: tuple(p for p in PORTLESS if p != "ah")}
 _SIDES = ("client", "server")
 _OTHER = {"client": "server", "server": "client"}
 _CT_PREFERENCE = ("new", "established", "related", "invalid")
@@ -245,7 +247,7 @@ class _Solver:
         rng = self.rng
         pos = {f: [x for x in need.pos[f]] for f in need.pos}
         ports = {f: list(need.ports[f]) for f in need.ports}
-        protos = [p for p in ("tcp", "udp", _ICMP[v]) + PORTLESS
+        protos = [p for p in ("tcp", "udp", _ICMP[v]) + _PORTLESS[v]
                   if need.protos is None and p not in PORTLESS
                   or need.protos is not None and p in need.protos]
         # Positive set lookups pin fields to one element.
@@ -541,7 +543,8 @@ def _near_misses(firsts: Iterable[Packet]) -> list[Packet]:
                     _reproto(p, _ICMP[p.version])]
         elif p.proto in PORTLESS:
             # The next portless protocol: a rule on one must not take another.
-            others = PORTLESS[PORTLESS.index(p.proto) + 1:] + PORTLESS
+            mine = _PORTLESS[p.version]
+            others = mine[mine.index(p.proto) + 1:] + mine
             out += [_reproto(p, "udp"), _reproto(p, others[0])]
         else:
             out += [_reproto(p, "udp"), replace(p, icmp_type=_ECHO[p.version][1])
@@ -617,7 +620,8 @@ class _Random:
         saddr, daddr = self._addr(v, iif), self._addr(v, _OTHER[iif])
         if not (_valid(v, saddr) and _valid(v, daddr)) or saddr == daddr:
             return None
-        proto = rng.choice(("tcp", "udp", _ICMP[v]) + self.portless)
+        proto = rng.choice(("tcp", "udp", _ICMP[v])
+                           + tuple(p for p in self.portless if p in _PORTLESS[v]))
         sport = dport = icmp = None
         if proto == _ICMP[v]:
             icmp = rng.choice(self.icmp_sorted[v])

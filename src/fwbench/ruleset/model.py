@@ -45,6 +45,9 @@ PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58, "esp": 50, "ah": 
                  "gre": 47}
 # Protocols without ports or types: ESP, AH and GRE version 0 (conntrack tracks
 # them by addresses alone; GRE's tracker keys only PPTP's version 1 by call id).
+# AH is IPv4's only: in IPv6 it is an extension header, which ip6tables' -p and
+# nft's meta l4proto skip to the upper layer (measured: an IPv6 AH packet never
+# matches them, and ip6tables drops one without an upper layer at any -p rule).
 PORTLESS = ("esp", "ah", "gre")
 CT_STATES = ("new", "established", "related", "invalid", "untracked")
 PACKET_FIELDS = ("saddr", "daddr", "proto", "sport", "dport")
@@ -229,7 +232,7 @@ class Match:
     def version(self) -> int | None:
         """4 or 6 when an address or protocol pins the IP version, else None."""
         versions = {p.version for p in (self.src, self.dst) if p}
-        if self.proto == "icmp":
+        if self.proto == "icmp" or self.proto == "ah":
             versions.add(4)
         elif self.proto == "icmpv6":
             versions.add(6)
@@ -657,7 +660,7 @@ def validate(rs: RuleSet) -> RuleSet:
                 if m.proto:
                     if m.proto not in PROTOCOLS:
                         raise RuleSetError(f"rule {r.id}: unknown protocol {m.proto!r}")
-                    if m.proto[:4] == "icmp":
+                    if m.proto[:4] == "icmp" or m.proto == "ah":
                         m.version  # raises on a mixed rule
                 if m.src is not None and m.dst is not None:
                     m.version  # raises on a mixed rule

@@ -119,7 +119,7 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
     index) as the whole payload."""
     if p.proto not in PROTO_NUMBERS:
         raise FwbenchError(f"packets: packet {index}: protocol {p.proto!r} cannot be sent")
-    if (p.proto, p.version) in (("icmp", 6), ("icmpv6", 4)):
+    if (p.proto, p.version) in (("icmp", 6), ("icmpv6", 4), ("ah", 6)):
         raise FwbenchError(f"packets: packet {index}: {p.proto} in an IPv{p.version} packet")
     if p.mark or p.ct_state != "new":
         # The mark does not cross namespaces, and conntrack state comes from earlier

@@ -456,6 +456,9 @@ class _Parser:
                 proto = _PROTOS[pl]
                 if proto == ("icmpv6" if self.version == 4 else "icmp"):
                     raise _Fail(f"-p {v} in an IPv{self.version} rule set")
+                if proto == "ah" and self.version == 6:
+                    raise _Fail(f"unsupported: -p {v} in an IPv6 rule set (AH is an "
+                                f"extension header there, which -p skips)")
                 if proto:
                     kw["proto"] = proto
             elif code == "jump" or code == "goto":

@@ -378,6 +378,9 @@ class _Importer:
             raise _Fail("unsupported: th port match without meta l4proto tcp or udp")
         if ctx.nfproto:
             self._pin_version(t, ctx)
+        if kw.get("proto") == "ah" and t["family"] == "ip6":
+            raise _Fail("unsupported: ah in table ip6 (AH is an extension header in IPv6, "
+                        "which the protocol match skips)")
         match = Match(**kw)
         comment = r.get("comment")
         rid = None
@@ -453,6 +456,9 @@ class _Importer:
             if neg:
                 raise _Fail(f"unsupported: {proto} {field} !=")
             ctx.proto(_proto(right))
+            if t["family"] not in ("ip", "ip6"):
+                # The field is one IP version's: in inet it matches that version only.
+                ctx.pin(4 if proto == "ip" else 6)
         elif proto in ("tcp", "udp", "th") and field in ("sport", "dport"):
             if proto == "th":
                 ctx.th = True
@@ -520,8 +526,8 @@ class _Importer:
         pinned = {p.version for p in (kw.get("src"), kw.get("dst")) if p}
         pinned |= {t["sets"][r.name].version for r in ctx.sets
                    if {"saddr", "daddr"} & set(r.fields)}
-        if kw.get("proto") in ("icmp", "icmpv6"):
-            pinned.add(4 if kw["proto"] == "icmp" else 6)
+        if kw.get("proto") in ("icmp", "icmpv6", "ah"):
+            pinned.add(6 if kw["proto"] == "icmpv6" else 4)
         if pinned - {v}:
             raise _Fail(f"unsupported: meta nfproto ipv{v} with IPv{(pinned - {v}).pop()} "
                         f"matches (a rule that never matches)")
@@ -619,6 +625,13 @@ class _Rule:
         if field in self.kw:
             raise _Fail(f"unsupported: two matches on {field}")
         self.kw[field] = value
+
+    def pin(self, version: int) -> None:
+        """The rule matches IPv`version` packets only (_pin_version holds it)."""
+        if self.nfproto and self.nfproto != version:
+            raise _Fail("unsupported: IPv4 and IPv6 header matches in one rule (a rule "
+                        "that never matches)")
+        self.nfproto = version
 
     def proto(self, proto: str) -> None:
         have = self.kw.get("proto")
