@@ -600,3 +600,14 @@ def test_iprange_refusals(line, what):
     with pytest.raises(RuleSetError) as e:
         ipt_rules(line)
     assert str(e.value) == f"f.rules:5: {what}"
+
+
+def test_a_quota_keeps_nft_from_folding_the_protocol_into_a_tcp_reset():
+    """Measured: nft lists `meta l4proto tcp quota 100 bytes reject with tcp
+    reset` as loaded; without the quota it folds the protocol into the reject."""
+    rs = validate(RuleSet("t", (Table("ip", "t", (Chain("c", (
+        Rule("r", Match(proto="tcp", quota=Quota(100)), Action("reject",
+                                                              reject_with="tcp-reset"),
+             False),), hook="forward"),)),)))
+    assert nft.strip_ids(nft.render(rs, IFS).splitlines()[3].strip()) == \
+        "meta l4proto tcp quota 100 bytes reject with tcp reset"

@@ -587,7 +587,7 @@ class _Parser:
         nft's anonymous sets become named ones). networks() does not see ranges,
         so load_file() moves such a file after parsing (remap), which moves an
         interval set's adjacent prefixes as one block: a range stays a range."""
-        lo_text, sep, hi_text = v.partition("-")
+        lo_text, _, hi_text = v.partition("-")
         try:
             lo, hi = ipaddress.ip_address(lo_text), ipaddress.ip_address(hi_text or lo_text)
         except ValueError:

@@ -446,10 +446,10 @@ class _Renderer:
             f in ("sport", "dport") for ref in m.sets for f in ref.fields)
         # In ip and ip6, `reject with tcp reset` brings its own `meta l4proto tcp`,
         # which nft then lists as part of the reject, unless a statement (counter,
-        # limit) stands between them (measured).
+        # limit, quota) stands between them (measured).
         implied = implied or (fam in ("ip", "ip6") and a.kind == "reject"
                               and a.reject_with == "tcp-reset" and not r.counter
-                              and not m.limit)
+                              and not m.limit and not m.quota)
         if proto and not implied:
             parts.append(f"meta l4proto {_PROTO_NAME[proto]}")
         elif proto is None and any(self.guarded(ref) for ref in m.sets):
