@@ -78,7 +78,7 @@ def test_sctp_is_refused_in_one_line_naming_the_line():
     with pytest.raises(RuleSetError, match=r"^f.rules:5: unsupported protocol -p 132: "):
         ipt_rules("-A FORWARD -p 132 -j ACCEPT")
     with pytest.raises(RuleSetError, match=r'rule 1 \(handle 10\): unsupported protocol '
-                                           r'"sctp"$'):
+                                           r'"sctp": conntrack\'s SCTP tracker reads'):
         nft_json.parse(nft_doc([l4proto("sctp"), {"accept": None}]), "f.json")
 
 

@@ -55,12 +55,10 @@ _PROTOS = {"tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "icmp": "icmp", 
            "ipv6-icmp": "icmpv6", "icmpv6": "icmpv6", "icmp6": "icmpv6", "58": "icmpv6",
            "all": None, "0": None, "esp": "esp", "50": "esp", "ah": "ah", "51": "ah",
            "gre": "gre", "47": "gre"}
-# Protocols that load but that the model does not hold, and why (one line).
-_REFUSED_PROTOS = {
-    "sctp": "conntrack's SCTP tracker reads a packet's chunks, which the model does "
-            "not hold",
-    "132": "conntrack's SCTP tracker reads a packet's chunks, which the model does "
-           "not hold"}
+# Protocols that load but that the model does not hold, and why (one line); the
+# nft importer says the same.
+_SCTP = "conntrack's SCTP tracker reads a packet's chunks, which the model does not hold"
+REFUSED_PROTOS = {"sctp": _SCTP, "132": _SCTP}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment", "quota", "iprange"})
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
@@ -451,7 +449,7 @@ class _Parser:
                     raise _Fail(f"unsupported: negated protocol ! -p {v}")
                 pl = v.lower()
                 if pl not in _PROTOS:
-                    why = _REFUSED_PROTOS.get(pl)
+                    why = REFUSED_PROTOS.get(pl)
                     raise _Fail(f"unsupported protocol -p {v}" + (f": {why}" if why else ""))
                 proto = _PROTOS[pl]
                 if proto == ("icmpv6" if self.version == 4 else "icmp"):

@@ -38,7 +38,7 @@ from fwbench.ruleset.model import (CT_STATES, FAMILIES, PRIORITIES, PROTO_NUMBER
                                    Chain, Iface, Limit, Match, Ports, Prefix, Quota, Rule,
                                    RuleSet, RuleSetError, Set, SetRef, Table, timeout_note,
                                    validate)
-from fwbench.ruleset.importers.iptables_save import canonical4
+from fwbench.ruleset.importers.iptables_save import REFUSED_PROTOS, canonical4
 from fwbench.ruleset.render import ID_TAG
 
 ICMP_TYPES = {
@@ -654,7 +654,8 @@ def _int(v) -> int:
 def _proto(v) -> str:
     p = _PROTO_NAMES.get(str(v).lower())
     if p is None:
-        raise _Fail(f"unsupported protocol {json.dumps(v)}")
+        why = REFUSED_PROTOS.get(str(v).lower())
+        raise _Fail(f"unsupported protocol {json.dumps(v)}" + (f": {why}" if why else ""))
     return p
 
 
