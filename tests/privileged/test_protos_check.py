@@ -82,3 +82,10 @@ def test_redirect_delivers_to_the_firewall_and_its_counters_prove_it(tmp_path, n
 def test_interval_and_concatenated_sets_agree_with_their_original(tmp_path, name):
     rep = run_check(tmp_path, name)
     assert not [n for n in rep["notes"] if "set" in n and "left out" in n]
+
+
+@pytest.mark.parametrize("name", ["masquerade-port.rules", "masquerade-port.nft"])
+def test_masquerade_to_one_port_agrees_with_its_original(tmp_path, name):
+    rep = run_check(tmp_path, name)
+    assert {"iptables-legacy", "nftables"} <= {b["backend"] for b in rep["backends"]
+                                               if b["refused"] is None}

@@ -402,8 +402,8 @@ def test_iptables_redirect(line, action):
      "unsupported: -j REDIRECT --to-ports 3128-3130 (one port only)"),
     ("-A PREROUTING -p tcp -j REDIRECT --random",
      "unsupported option --random of -j REDIRECT"),
-    ("-A POSTROUTING -j MASQUERADE --to-ports 1024-2000",
-     "unsupported option --to-ports of -j MASQUERADE"),
+    ("-A POSTROUTING -p udp -j MASQUERADE --to-ports 1024-2000",
+     "unsupported: -j MASQUERADE --to-ports 1024-2000 (one port only)"),
     ("-A POSTROUTING -j MASQUERADE --random", "unsupported option --random of -j MASQUERADE"),
     ("-A POSTROUTING -j MASQUERADE --random-fully",
      "unsupported option --random-fully of -j MASQUERADE"),
@@ -611,3 +611,21 @@ def test_a_quota_keeps_nft_from_folding_the_protocol_into_a_tcp_reset():
              False),), hook="forward"),)),)))
     assert nft.strip_ids(nft.render(rs, IFS).splitlines()[3].strip()) == \
         "meta l4proto tcp quota 100 bytes reject with tcp reset"
+
+
+def test_masquerade_to_one_port_is_held_rendered_and_judged():
+    rs = ipt_nat("-A POSTROUTING -o eth1 -p udp -j MASQUERADE --to-ports 2000")
+    assert rs.rule("nat-1").action == Action("masquerade", port=2000)
+    assert nft_json.parse(nft_doc([{"masquerade": {"port": 2000}}]), "f.json") \
+        .rule("t-1").action == Action("masquerade", port=2000)
+    masq = validate(RuleSet("t", (Table("ip", "t", (
+        Chain("POSTROUTING", (Rule("r", Match(proto="udp"), Action("masquerade", port=2000)),),
+              hook="postrouting", type="nat", priority=100),)),)))
+    assert '-A POSTROUTING -p udp -m comment --comment "fwb:r" -j MASQUERADE --to-ports 2000' \
+        in ipt.render(masq, IFS, 4).splitlines()
+    assert 'meta l4proto udp counter masquerade to :2000 comment "fwb:r"' in \
+        nft.render(masq, IFS)
+    v = Evaluator(masq, local={"client": "198.18.0.1", "server": "198.19.0.1"}).evaluate(
+        Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 40000, 53))
+    assert (v.forward, v.translated.saddr, v.translated.sport, v.translated.dport) == \
+        (True, "198.19.0.1", 2000, 53)

@@ -697,13 +697,13 @@ class Evaluator:
                         addr = nat_address(a.addr)
                         v, i = address_interval(addr)[:2]
                         arg = (address_text(v, i), i, a.port)
+                    elif code == _MASQ or code == _REDIRECT:
+                        arg = a.port    # the new source / destination port, or None
                     if code == _NOTRACK and not (c.hook == "prerouting"
                                                  and c.priority < _CONNTRACK_PRIORITY):
                         # After conntrack attached, notrack does nothing (nft checks
                         # for an existing entry; iptables allows it in raw only).
                         code = _NOP
-                    elif code == _REDIRECT:
-                        arg = a.port
                     if code in (_DNAT, _SNAT, _MASQ, _REDIRECT) and not cc.nat:
                         code = _ACCEPT
                     rules.append((r.id, test, code, arg))
@@ -860,6 +860,8 @@ class Evaluator:
     def _translate(self, code: int, arg, s: _State) -> None:
         if code == _MASQ:
             s.saddr = self.local[s.version][s.side_out][1]
+            if arg is not None and s.sport is not None:
+                s.sport = arg
             return
         if code == _REDIRECT:
             # To the input interface's address (nf_nat_redirect): delivered locally.

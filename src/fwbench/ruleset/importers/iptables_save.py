@@ -143,7 +143,7 @@ _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully
                         "--log-uid", "--log-macdecode"})
 _TARGET_OPTS = {"REJECT": ("--reject-with",), "CT": ("--notrack",),
                 "DNAT": ("--to-destination",), "SNAT": ("--to-source",),
-                "REDIRECT": ("--to-ports",)}
+                "REDIRECT": ("--to-ports",), "MASQUERADE": ("--to-ports",)}
 _NFLOG_OPTS = frozenset({"--nflog-group", "--nflog-prefix", "--nflog-range", "--nflog-size",
                          "--nflog-threshold"})
 _SIMPLE = {"ACCEPT": Action("accept"), "DROP": Action("drop"), "RETURN": Action("return"),
@@ -720,18 +720,16 @@ class _Parser:
                 raise _Fail(f"-j {target} without {key}")
             addr, port = self._nat_to(opts[key] or "")
             return Action(target.lower(), addr=addr, port=port)
-        if target == "MASQUERADE":
-            return _MASQUERADE
-        if target == "REDIRECT":
+        if target == "MASQUERADE" or target == "REDIRECT":
             ports = opts.get("--to-ports")
             if ports is None:
-                return Action("redirect")
+                return _MASQUERADE if target == "MASQUERADE" else Action("redirect")
             if not ports.isdigit():
-                raise _Fail(f"unsupported: -j REDIRECT --to-ports {ports} (one port only)")
+                raise _Fail(f"unsupported: -j {target} --to-ports {ports} (one port only)")
             p = int(ports)
             if not 0 < p < 65536:
                 raise _Fail(f"bad port {p}")
-            return Action("redirect", port=p)
+            return Action(target.lower(), port=p)
         return _SIMPLE[target]   # with no options, as checked above
 
     def _nflog(self, opts: dict, lineno: int) -> Action:

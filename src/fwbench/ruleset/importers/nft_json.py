@@ -578,18 +578,14 @@ class _Importer:
             if port is not None and not isinstance(port, int):
                 raise _Fail(f"unsupported: {key} to port {json.dumps(port)}")
             return Action(key, addr=addr, port=port)
-        if key == "redirect":
+        if key == "redirect" or key == "masquerade":
             val = dict(val or {})
             port = val.pop("port", None)
             if val:
-                raise _Fail(f"unsupported: redirect {sorted(val)[0]}")
+                raise _Fail(f"unsupported: {key} {sorted(val)[0]}")
             if port is not None and not (isinstance(port, int) and 0 < port < 65536):
-                raise _Fail(f"unsupported: redirect to port {json.dumps(port)}")
-            return Action("redirect", port=port)
-        if key == "masquerade":
-            if val:
-                raise _Fail(f"unsupported: masquerade {sorted(val)[0]}")
-            return Action("masquerade")
+                raise _Fail(f"unsupported: {key} to port {json.dumps(port)}")
+            return Action(key, port=port)
         if key == "log":
             val = dict(val or {})
             prefix = val.pop("prefix", None)

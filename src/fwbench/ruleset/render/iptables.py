@@ -576,10 +576,12 @@ class _Emitter:
         if kind == "drop" and ipt == "nat":
             # iptables itself refuses: "the nat table is not intended for filtering".
             raise Unsupported("drop in table nat", where)
+        if kind in ("redirect", "masquerade") and a.port is not None:
+            if r.match.proto not in ("tcp", "udp") or not 0 < a.port <= 65535:
+                raise RuleSetError(f"{where}: {kind} to port {a.port} needs tcp or udp")
+            return f" -j {kind.upper()} --to-ports {a.port}"
         simple = _SIMPLE_TARGETS.get(kind)
         if simple is not None:
-            if kind == "masquerade" and a.port is not None:
-                raise Unsupported("masquerade to a port", where)
             return simple
         if kind == "jump" or kind == "goto":
             name = self.targets.get(a.chain)
@@ -589,11 +591,7 @@ class _Emitter:
         if kind == "reject":
             return " -j REJECT --reject-with " + self._reject(r)
         if kind == "redirect":
-            if a.port is None:
-                return " -j REDIRECT"
-            if r.match.proto not in ("tcp", "udp") or not 0 < a.port <= 65535:
-                raise RuleSetError(f"{where}: redirect to port {a.port} needs tcp or udp")
-            return f" -j REDIRECT --to-ports {a.port}"
+            return " -j REDIRECT"
         if kind == "dnat" or kind == "snat":
             return ((" -j DNAT --to-destination " if kind == "dnat"
                      else " -j SNAT --to-source ") + self._nat_to(r))
