@@ -1,6 +1,7 @@
-"""`fwbench check FILE` on issue 34's protocol-level example files, with the
-original row: the file itself, loaded by its own tool, must give the reference's
-verdict for every packet, as must every backend that holds the rule set."""
+"""`fwbench check FILE` on issue 34's example files (tests/data/constructs/protos:
+each construct in iptables-save and nft form), with the original row: the file
+itself, loaded by its own tool, must give the reference's verdict for every
+packet it judges, as must every backend that holds the rule set."""
 import json
 import subprocess
 import sys

@@ -1,6 +1,8 @@
-"""Issue 34's protocol-level constructs, unit by unit: ESP, AH and GRE (by name and
-by number), and the refusals of what the model does not hold (SCTP, ESP/AH SPIs,
-conntrack beyond the state), each from the importers through the renderers and
+"""Issue 34's constructs, unit by unit, with literal expected values: ESP, AH and
+GRE (by name and by number), NFLOG, quota, redirect and masquerade to a port, set
+element timeouts, iprange, and the one-line refusals of what the model does not
+hold (SCTP, ESP/AH SPIs, conntrack beyond the state, sets the packet path
+updates, ipset types and nomatch), from the importers through the renderers and
 the reference evaluator to the injector's frames and the corpus. The files under
 tests/data/constructs/protos go through the real `check` in
 tests/privileged/test_protos_check.py."""
