@@ -71,10 +71,13 @@ class CheckReport:
     corpus: int
     results: list[BackendResult]
     between: list[str]             # packets on which backends disagree among themselves
-    limited: int = 0               # packets not judged: a rate limit may decide them
+    limited: int = 0               # packets not judged: a rate limit or quota may decide them
     limit_rules: tuple[str, ...] = ()
     # Packets a packet counter (nth, numgen inc) may decide: either verdict passes.
     counter_choices: int = 0
+    # What the import kept in another form or left out, deciding no verdict
+    # (RuleSet.notes): NFLOG as a log action, options of LOG, ...
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -96,6 +99,7 @@ class CheckReport:
                 "random_choice_test": {"test": "chi-square", "level": CHANCE_LEVEL,
                                        "correction": "Bonferroni over groups"},
                 "counter_choice_packets": self.counter_choices,
+                "notes": list(self.notes),
                 "original": orig.as_dict() if orig else None,
                 "backends": [r.as_dict() for r in self.results if r is not orig],
                 "between": self.between}
@@ -166,7 +170,7 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
     limits, ev = rate_limits(rs), evaluator(rs)
     return CheckReport(rs.name, len(pkts), results, _between(rs, pkts, results),
                        sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)),
-                       sum(1 for p in pkts if ev.evaluate(p).counter_choice))
+                       sum(1 for p in pkts if ev.evaluate(p).counter_choice), rs.notes)
 
 
 def against_original(orig: OriginalFile, tb, rs: RuleSet,

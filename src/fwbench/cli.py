@@ -288,6 +288,8 @@ def cmd_check(args, out: Console) -> int:
               f"{sum(len(s.elements) for t in rs.tables for s in t.sets):,} set elements")
     for orig, mapped in rs.address_map:
         out.print(f"  address {orig} -> {mapped}")
+    for note in rs.notes:
+        out.print(f"  note: {note}", markup=False, soft_wrap=True)
     for name, why in skipped.items():
         out.print(f"[yellow]skipping {name}: {why}[/]")
     original = check.original_of(args.ruleset, args.ipsets)
@@ -311,9 +313,9 @@ def cmd_check(args, out: Console) -> int:
         if r.disagreements > check.SHOWN:
             out.print(f"    ... and {r.disagreements - check.SHOWN} more")
     if report.limited:
-        out.print(f"{report.limited:,} packets not judged: they reach a rate limit "
-                  f"(rules {', '.join(report.limit_rules)}), which each "
-                  f"kernel applies at its own time")
+        out.print(f"{report.limited:,} packets not judged: they reach a rate limit or "
+                  f"quota (rules {', '.join(report.limit_rules)}), which each "
+                  f"kernel spends at its own time")
     if report.counter_choices:
         out.print(f"{report.counter_choices:,} packets reach a packet counter (statistic "
                   f"nth, numgen inc): either verdict is allowed, as which one they get "

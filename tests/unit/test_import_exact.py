@@ -397,10 +397,10 @@ def test_nft_counter_kept_its_values_noted():
 
 
 def test_nft_log_options_noted():
-    rs = nft_json.parse(doc([{"log": {"prefix": "x", "group": 3}}]), "f.json")
+    rs = nft_json.parse(doc([{"log": {"prefix": "x", "level": "info"}}]), "f.json")
     (_, _, r), = rs.rules()
     assert r.action == Action("log", log_prefix="x")
-    assert rs.notes == (f"f.json: {WHERE[8:]}: log group ignored (only the prefix is "
+    assert rs.notes == (f"f.json: {WHERE[8:]}: log level ignored (only the prefix is "
                         f"kept)",)
 
 
@@ -459,8 +459,9 @@ def test_ipset_flags_in_key_order_size_and_counters_kept_tuning_noted():
 
 
 @pytest.mark.parametrize("sets, message", [
-    ("create s hash:ip family inet timeout 300\n",
-     "ipsets:1: unsupported: timeout (set s: its elements expire)"),
+    ("create s hash:ip family inet timeout 300\nadd s 198.18.0.1\n",
+     "ipsets:2: set s: unsupported: an element that expires in 300 s (under 3600 s, it "
+     "could expire during a check)"),
     ("create s hash:net family inet\nadd s 198.18.0.0/24 nomatch\n",
      "ipsets:2: unsupported element option nomatch (set s)"),
     ("create s hash:ip family inet netmask 24\n", "ipsets:1: unsupported option netmask (set s)"),
@@ -506,10 +507,13 @@ def test_nft_set_element_counters_and_comments_noted():
 
 
 @pytest.mark.parametrize("raw, message", [
-    (_set(flags=["timeout"], timeout=60), "unsupported: timeout"),
+    (_set(flags=["timeout"], timeout=60, elem=["198.18.0.1"]),
+     "unsupported: an element that expires in 60 s (under 3600 s, it could expire during "
+     "a check)"),
     (_set(flags=["timeout"], elem=[{"elem": {"val": "198.18.0.1", "timeout": 30,
                                              "expires": 29}}]),
-     "unsupported: element timeout"),
+     "unsupported: an element that expires in 29 s (under 3600 s, it could expire during "
+     "a check)"),
     (_set(typeof={"payload": {"protocol": "ip", "field": "saddr"}}), "unsupported: typeof"),
     (_set(stmt=[{"limit": {"rate": 1, "per": "second"}}]), "unsupported: stmt"),
 ])

@@ -27,7 +27,7 @@ from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.backends import kernel
 from fwbench.ruleset import corpus as corpora
 from fwbench.ruleset.evaluate import Evaluator, RateLimits, Verdict
-from fwbench.ruleset.model import ROLES, Interfaces, Packet, RuleSet, Unsupported
+from fwbench.ruleset.model import PORTLESS, ROLES, Interfaces, Packet, RuleSet, Unsupported
 from fwbench.testbed import packets
 from fwbench.testbed.base import Testbed
 
@@ -366,7 +366,9 @@ def _rounds(rs: RuleSet, pkts: list[Packet]) -> list[list[int]]:
     ev = evaluator(rs)
     rounds: list[tuple[set, list[int]]] = []
     for i, p in enumerate(pkts):
-        if p.sport is None:   # ICMP: the injector gives every packet its own id
+        if p.sport is None and p.proto not in PORTLESS:
+            # ICMP: the injector gives every packet its own id. ESP, AH and GRE
+            # have no ports: conntrack links them by addresses, as below.
             keys, links = {i}, {i}
         else:
             # Every translation the packet may get (a random choice may have several).

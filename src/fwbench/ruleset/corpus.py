@@ -25,8 +25,8 @@ from fwbench.ruleset.evaluate import (FORWARD_HOOKS, CompiledSet, Evaluator,
                                       address_interval, address_text,
                                       complement_ranges, iface_sides, merge_ranges,
                                       nat_address, packet_length, rule_version)
-from fwbench.ruleset.model import (AddrType, Chain, Match, Packet, Ports, Range, Rule,
-                                   RuleSet, RuleSetError, Table, TcpFlags)
+from fwbench.ruleset.model import (PORTLESS, AddrType, Chain, Match, Packet, Ports, Range,
+                                   Rule, RuleSet, RuleSetError, Table, TcpFlags)
 
 __all__ = ["build", "sample", "RANGES", "RESERVED"]
 
@@ -48,6 +48,8 @@ _HOST = {v: {"client": int(ipaddress.ip_address(addresses.CLIENT[v])),
              "server": int(ipaddress.ip_address(addresses.SERVER[v]))} for v in (4, 6)}
 _ICMP = {4: "icmp", 6: "icmpv6"}
 _ECHO = {4: (8, 0), 6: (128, 129)}        # request, reply
+# The portless protocols of each IP version (model.PORTLESS: AH is IPv4's only).
+_PORTLESS = {4: PORTLESS, 6: tuple(p for p in PORTLESS if p != "ah")}
 _SIDES = ("client", "server")
 _OTHER = {"client": "server", "server": "client"}
 _CT_PREFERENCE = ("new", "established", "related", "invalid")
@@ -330,8 +332,9 @@ class _Solver:
         rng = self.rng
         pos = {f: [x for x in need.pos[f]] for f in need.pos}
         ports = {f: list(need.ports[f]) for f in need.ports}
-        protos = [p for p in ("tcp", "udp", _ICMP[v])
-                  if need.protos is None or p in need.protos]
+        protos = [p for p in ("tcp", "udp", _ICMP[v]) + _PORTLESS[v]
+                  if need.protos is None and p not in PORTLESS
+                  or need.protos is not None and p in need.protos]
         # Positive set lookups pin fields to one element.
         for cs, fields, neg in need.sets:
             if neg:
@@ -367,7 +370,7 @@ class _Solver:
             dport = self._port(ports["dport"], attempt, default=(1, 65535))
             if sport is None or dport is None:
                 return None
-        else:
+        elif proto not in PORTLESS:
             icmp = _ECHO[v][0] if need.icmp is None else min(need.icmp)
         extra = _everyday(need, proto, v)
         if extra is None:
@@ -650,6 +653,8 @@ def _reproto(p: Packet, proto: str) -> Packet | None:
         if p.proto in ("tcp", "udp"):
             return replace(p, proto=proto)
         return replace(p, proto=proto, sport=40404, dport=5201, icmp_type=None)
+    if proto in PORTLESS:
+        return replace(p, proto=proto, sport=None, dport=None, icmp_type=None)
     if proto != _ICMP[p.version]:
         return None
     return replace(p, proto=proto, sport=None, dport=None, icmp_type=_ECHO[p.version][0])
@@ -666,6 +671,11 @@ def _near_misses(firsts: Iterable[Packet]) -> list[Packet]:
             out += [_with_port(p, "dport", p.dport + 1), _with_port(p, "sport", p.sport + 1),
                     _reproto(p, "udp" if p.proto == "tcp" else "tcp"),
                     _reproto(p, _ICMP[p.version])]
+        elif p.proto in PORTLESS:
+            # The next portless protocol: a rule on one must not take another.
+            mine = _PORTLESS[p.version]
+            others = mine[mine.index(p.proto) + 1:] + mine
+            out += [_reproto(p, "udp"), _reproto(p, others[0])]
         else:
             out += [_reproto(p, "udp"), replace(p, icmp_type=_ECHO[p.version][1])
                     if p.icmp_type != _ECHO[p.version][1] else None]
@@ -687,6 +697,7 @@ class _Random:
         self.pools: dict[int, list[tuple[int, int]]] = {4: [], 6: []}
         self.ports: list[tuple[int, int]] = []
         self.icmp = {4: {0, 3, 8, 11}, 6: {1, 128, 129}}
+        portless: set[str] = set()
         ct: set[str] = set()
         for t in rs.tables:
             for c in t.chains:
@@ -701,6 +712,8 @@ class _Random:
                             self.ports += [(max(lo, 1), hi) for lo, hi in p.ranges if hi >= 1]
                     if m.icmp_type is not None:
                         self.icmp[4 if m.proto == "icmp" else 6].add(m.icmp_type)
+                    if m.proto in PORTLESS:
+                        portless.add(m.proto)
                     if m.ct_state:
                         ct |= set(m.ct_state)
             for cs in solver.sets[(t.family, t.name)].values():
@@ -711,6 +724,8 @@ class _Random:
                         elif kind == "port":
                             self.ports.append((max(e[k][0], 1), e[k][1]))
         self.ct = sorted(ct & {"established", "related", "invalid"})
+        # Only those a rule names: a rule set without them keeps its seeded corpus.
+        self.portless = tuple(p for p in PORTLESS if p in portless)
         self.icmp_sorted = {v: sorted(s) for v, s in self.icmp.items()}
 
     def _pool(self, v: int, lo: int, hi: int) -> None:
@@ -735,11 +750,12 @@ class _Random:
         saddr, daddr = self._addr(v, iif), self._addr(v, _OTHER[iif])
         if not (_valid(v, saddr) and _valid(v, daddr)) or saddr == daddr:
             return None
-        proto = rng.choice(("tcp", "udp", _ICMP[v]))
+        proto = rng.choice(("tcp", "udp", _ICMP[v])
+                           + tuple(p for p in self.portless if p in _PORTLESS[v]))
         sport = dport = icmp = None
         if proto == _ICMP[v]:
             icmp = rng.choice(self.icmp_sorted[v])
-        else:
+        elif proto not in PORTLESS:
             sport = rng.randint(1024, 65535)
             if self.ports and rng.random() < 0.5:
                 lo, hi = rng.choice(self.ports)

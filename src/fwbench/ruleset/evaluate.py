@@ -49,7 +49,9 @@ ct mark match nor its negation matches it. What a connection's mark does to its
 later packets is beyond a per-packet reference.
 
 Limits, by design: `limit` always matches (a reference cannot model rates; which
-packets a spent limit may decide otherwise, RateLimits says), while a payload string
+packets a spent limit may decide otherwise, RateLimits says), and so does a
+quota with bytes left (`quota over` does not match), as for a firewall's first
+packets (RateLimits covers the quota's other state too), while a payload string
 match and hashlimit, which decide what they match by a packet's payload or by the
 rate of its source's packets, are refused (Unsupported, one line): a verdict
 that would guess them would be no reference. NAT translates only a
@@ -93,12 +95,12 @@ _PROTO_NAMES = {v: k for k, v in PROTO_NUMBERS.items()}
 # Action codes, compared in the inner loop.
 _ACCEPT, _DROP, _REJECT, _JUMP, _GOTO, _RETURN = 0, 1, 2, 3, 4, 5
 _DNAT, _SNAT, _MASQ, _NOP, _MARK, _NOTRACK, _VMAP = 6, 7, 8, 9, 10, 11, 12
-_CTMARK, _SAVEMARK, _RESTOREMARK = 13, 14, 15
+_CTMARK, _SAVEMARK, _RESTOREMARK, _REDIRECT = 13, 14, 15, 16
 _CODES = {"accept": _ACCEPT, "drop": _DROP, "reject": _REJECT, "jump": _JUMP,
           "goto": _GOTO, "return": _RETURN, "dnat": _DNAT, "snat": _SNAT,
           "masquerade": _MASQ, "counter": _NOP, "log": _NOP, "mark": _MARK,
           "notrack": _NOTRACK, "ct": _NOP, "vmap": _VMAP, "ctmark": _CTMARK,
-          "savemark": _SAVEMARK, "restoremark": _RESTOREMARK}
+          "savemark": _SAVEMARK, "restoremark": _RESTOREMARK, "redirect": _REDIRECT}
 # The conntrack states of a packet that has a connection (and so a ct mark).
 _TRACKED = frozenset({"new", "established", "related"})
 # Chains shorter than this are walked rule by rule; longer ones get an index.
@@ -432,6 +434,8 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
         version = rule_version(r, raw_sets)
     except RuleSetError:
         return _NEVER
+    if m.quota is not None and m.quota.over:
+        return _NEVER   # its bytes not yet spent (see the module docstring)
     if m.proto is not None:
         proto = m.proto
         tests.append(lambda s: s.proto == proto)
@@ -545,7 +549,7 @@ def _vmap_lookup(r: Rule, maps: Mapping[str, Set], chains: Mapping[str, "_CChain
 # Lengths the injector's packets have before any padding: IP header, L4 header,
 # the marker (packets.MARKER_LEN).
 _IP_HEADER = {4: 20, 6: 40}
-_L4_HEADER = {"tcp": 20, "udp": 8, "icmp": 8, "icmpv6": 8}
+_L4_HEADER = {"tcp": 20, "udp": 8, "icmp": 8, "icmpv6": 8, "esp": 8, "ah": 12, "gre": 4}
 _MARKER_LEN = 12
 
 
@@ -874,7 +878,9 @@ class Evaluator:
                         v, i = address_interval(addr)[:2]
                         arg = (address_text(v, i), i, a.port, a.random_port)
                     elif code == _MASQ:
-                        arg = a.random_port
+                        arg = (a.port, a.random_port)   # the new source port, or None
+                    elif code == _REDIRECT:
+                        arg = a.port    # the new destination port, or None
                     elif code == _VMAP:
                         arg = _vmap_lookup(r, raw_sets, chains)
                     if code == _NOTRACK and not (c.hook == "prerouting"
@@ -882,7 +888,7 @@ class Evaluator:
                         # After conntrack attached, notrack does nothing (nft checks
                         # for an existing entry; iptables allows it in raw only).
                         code = _NOP
-                    if code in (_DNAT, _SNAT, _MASQ) and c.base and not cc.nat:
+                    if code in (_DNAT, _SNAT, _MASQ, _REDIRECT) and c.base and not cc.nat:
                         code = _ACCEPT      # a user chain's: decided by its base, in _walk
                     rules.append((r.id, test, code, arg))
                     kept.append(r)
@@ -1097,7 +1103,7 @@ class Evaluator:
                 s.untracked = True
                 s.ct = "untracked"
                 continue
-            elif code >= _CTMARK:
+            elif code == _CTMARK or code == _SAVEMARK or code == _RESTOREMARK:
                 if s.ct in _TRACKED:   # without a connection there is no ct mark
                     self._ctmark(code, arg, s)
                 continue
@@ -1129,7 +1135,16 @@ class Evaluator:
     def _translate(self, code: int, arg, s: _State) -> None:
         if code == _MASQ:
             s.saddr = self.local[s.version][s.side_out][1]
-            s.sport_random = s.sport_random or arg
+            port, random_port = arg
+            if port is not None and s.sport is not None:
+                s.sport = port
+            s.sport_random = s.sport_random or random_port
+            return
+        if code == _REDIRECT:
+            # To the input interface's address (nf_nat_redirect): delivered locally.
+            s.daddr = self.local[s.version][s.side_in][1]
+            if arg is not None and s.dport is not None:
+                s.dport = arg
             return
         _, addr_i, port, random_port = arg
         if code == _DNAT:
@@ -1223,26 +1238,44 @@ def expected_counts(rs: RuleSet, packets: Iterable[Packet],
 _REACH = "\0reach:"   # ids of the counting twins; no rule id can start so
 
 
+def traffic_decides(r: Rule) -> bool:
+    """Whether the packets before decide if the rule matches: a rate limit or a
+    quota."""
+    return r.match.limit is not None or r.match.quota is not None
+
+
+def _spent(r: Rule) -> tuple[Rule, ...]:
+    """The rule once its limit or quota is spent: gone, or for `quota over`
+    matching without it."""
+    q = r.match.quota
+    if r.match.limit is None and q is not None and q.over:
+        return (replace(r, match=replace(r.match, quota=None)),)
+    return ()
+
+
 class RateLimits:
-    """Which packets a rate limit may decide, so comparisons can leave them out.
+    """Which packets a rate limit or a quota may decide, so comparisons can leave
+    them out.
 
     The reference lets every `limit` match; a kernel matches only while the
     limit's bucket holds tokens, which depends on what came before and when. A
     packet whose path reaches a limit rule (every other condition of it met) may
     go either way, and so may the counters of every rule it could then reach.
-    Found with the evaluator itself: a counting twin without the limit before
-    each limit rule says who reached it; a copy without the limit rules says
-    where a packet goes when every limit is spent. Counters a packet reaches only
-    with one limit spent and another not are not covered."""
+    A quota is the same: it matches until its bytes are spent (`quota over`:
+    only after). Found with the evaluator itself: a counting twin without the
+    limit or quota before each such rule says who reached it; a copy with each
+    spent says where a packet goes when every limit and quota is. Counters a
+    packet reaches only with one spent and another not are not covered."""
 
     def __init__(self, rs: RuleSet):
-        self.ids = frozenset(r.id for _, _, r in rs.rules() if r.match.limit is not None)
+        self.ids = frozenset(r.id for _, _, r in rs.rules() if traffic_decides(r))
         self._reach = self._spent = None
         self._reached: dict[Packet, tuple[str, ...]] = {}   # asked per backend
         if self.ids:
             self._reach = Evaluator(_rewrite(rs, lambda r: (
-                Rule(_REACH + r.id, replace(r.match, limit=None), Action("counter")), r)))
-            self._spent = Evaluator(_rewrite(rs, lambda r: ()))
+                Rule(_REACH + r.id, replace(r.match, limit=None, quota=None),
+                     Action("counter")), r)))
+            self._spent = Evaluator(_rewrite(rs, _spent))
 
     def reached(self, p: Packet) -> tuple[str, ...]:
         """The limit rules `p` reaches: its verdict may be theirs to decide."""
@@ -1271,8 +1304,8 @@ class RateLimits:
 
 
 def _rewrite(rs: RuleSet, limited: Callable[[Rule], tuple[Rule, ...]]) -> RuleSet:
-    """`rs` with every limit rule replaced by what `limited` makes of it."""
+    """`rs` with every limit and quota rule replaced by what `limited` makes of it."""
     tables = tuple(replace(t, chains=tuple(replace(c, rules=tuple(
-        x for r in c.rules for x in (limited(r) if r.match.limit is not None else (r,))))
+        x for r in c.rules for x in (limited(r) if traffic_decides(r) else (r,))))
         for c in t.chains)) for t in rs.tables)
     return rs.with_tables(tables)

@@ -12,7 +12,9 @@ Conventions the renderers, importers, templates and the evaluator share:
 - Addresses are IPv4 or IPv6 networks in their canonical text ("198.18.0.0/24",
   "2001:2::1/128"); a rule's family follows from them, from an ICMP protocol,
   or from Match.ip_version where nothing else says it.
-- Protocols are names: tcp, udp, icmp, icmpv6.
+- Protocols are names: tcp, udp, icmp, icmpv6, and the portless esp, ah and gre
+  (PORTLESS), which conntrack tracks by addresses alone and a firewall judges by
+  protocol number.
 - A rule has one action. `counter` on a rule means it counts packets; iptables
   always counts, nft only when asked.
 - Some matches and actions exist in one syntax only (a payload string, hashlimit,
@@ -39,8 +41,15 @@ POLICIES = ("accept", "drop")
 # nft's named priorities; iptables' tables sit at these.
 PRIORITIES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0,
               "security": 50, "srcnat": 100}
-PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6")
-PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
+PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6", "esp", "ah", "gre")
+PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58, "esp": 50, "ah": 51,
+                 "gre": 47}
+# Protocols without ports or types: ESP, AH and GRE version 0 (conntrack tracks
+# them by addresses alone; GRE's tracker keys only PPTP's version 1 by call id).
+# AH is IPv4's only: in IPv6 it is an extension header, which ip6tables' -p and
+# nft's meta l4proto skip to the upper layer (measured: an IPv6 AH packet never
+# matches them, and ip6tables drops one without an upper layer at any -p rule).
+PORTLESS = ("esp", "ah", "gre")
 CT_STATES = ("new", "established", "related", "invalid", "untracked")
 PACKET_FIELDS = ("saddr", "daddr", "proto", "sport", "dport")
 SET_KEYS = ("addr", "proto", "port")
@@ -51,8 +60,11 @@ MAP_KEYS = SET_KEYS + ("number",)
 # iptables' statistic (a 31-bit threshold) and every numgen bucket exactly.
 RANDOM_SCALE = 1 << 32
 # Terminal actions end the rule walk; the others let the packet go on.
+# `redirect` is a dnat to the firewall's own address on the packet's input
+# interface, the port kept or `port`: the packet is then delivered to the firewall.
 TERMINAL = frozenset({"accept", "drop", "reject", "jump", "goto", "return",
-                      "dnat", "snat", "masquerade", "vmap"})
+                      "dnat", "snat", "masquerade", "vmap",
+                      "redirect"})
 # `ct` is iptables' `-j CT` without options: conntrack's default template, so the
 # packet is tracked as it would be anyway; loading it registers conntrack's hooks
 # in the namespace (nft has no such statement).
@@ -63,6 +75,11 @@ NONTERMINAL = frozenset({"counter", "mark", "notrack", "log", "ct",
 ACTIONS = TERMINAL | NONTERMINAL
 LIMIT_UNITS = ("second", "minute", "hour", "day")
 STRING_ALGOS = ("bm", "kmp")    # Boyer-Moore, Knuth-Morris-Pratt (the kernel's textsearch)
+# A set element that times out is held as a permanent one when it cannot expire
+# while its file and its import are compared: `check` takes minutes, so an hour
+# or more left changes no verdict it sees; importers refuse shorter timeouts.
+SET_TIMEOUT_FLOOR_S = 3600
+
 
 CLIENT = "{client}"
 SERVER = "{server}"
@@ -236,6 +253,17 @@ class Range:
 
 
 @dataclass(frozen=True)
+class Quota:
+    """Matches while the packets that reached it so far hold fewer than `bytes`
+    bytes, counting from `used` (iptables' quota, nft `quota N bytes [used U
+    bytes]`); with `over`, only once they hold more (nft `quota over`, iptables
+    `! --quota`). What came before decides, as for a rate limit."""
+    bytes: int
+    over: bool = False
+    used: int = 0
+
+
+@dataclass(frozen=True)
 class Match:
     """All given conditions must hold (an empty Match matches every packet)."""
     iif: Iface | None = None
@@ -282,6 +310,7 @@ class Match:
     length: Range | None = field(default=None, metadata=_LATER)
     pkttype: frozenset[str] | None = field(default=None, metadata=_LATER)
     pkttype_negate: bool = field(default=False, metadata=_LATER)
+    quota: Quota | None = field(default=None, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -290,7 +319,7 @@ class Match:
         versions = {p.version for p in (self.src, self.dst) if p}
         if self.ip_version is not None:
             versions.add(self.ip_version)
-        if self.proto == "icmp":
+        if self.proto == "icmp" or self.proto == "ah":
             versions.add(4)
         elif self.proto == "icmpv6":
             versions.add(6)
@@ -310,7 +339,7 @@ class Action:
     mark: int | None = None
     mark_mask: int = 0xFFFFFFFF
     addr: str | None = None         # dnat, snat: the new address
-    port: int | None = None         # dnat, snat: the new port (None keeps it)
+    port: int | None = None         # dnat, snat, redirect: the new port (None keeps it)
     reject_with: str | None = None  # reject: e.g. "icmp-port-unreachable", "tcp-reset"
     log_prefix: str | None = None   # log
     # vmap: the verdict map looked up with the packet's fields (`fields` of the
@@ -407,6 +436,17 @@ class Set:
     # goto). `inline`: written in its one rule (nft's anonymous `vmap { ... }`).
     verdicts: tuple["Action", ...] = field(default=(), metadata=_LATER)
     inline: bool = field(default=False, metadata=_LATER)
+
+
+def timeout_note(where: str, shortest_s: int) -> str:
+    """The note, or (below SET_TIMEOUT_FLOOR_S) the refusal, for the timeouts of
+    a set's elements: one line, `where` names the set in the user's file."""
+    if shortest_s < SET_TIMEOUT_FLOOR_S:
+        raise RuleSetError(f"{where}: unsupported: an element that expires in "
+                           f"{shortest_s} s (under {SET_TIMEOUT_FLOOR_S} s, it could "
+                           f"expire during a check)")
+    return (f"{where}: element timeouts left out (the shortest {shortest_s} s): none "
+            f"expires within {SET_TIMEOUT_FLOOR_S} s, longer than a check takes")
 
 
 @dataclass(frozen=True)
@@ -649,6 +689,8 @@ def rule_features(r: Rule) -> list[str]:
         out.append("ct mark match")
         if m.ct_mark_negate:
             out.append("negation")
+    if m.quota:
+        out.append("quota")
     out += _everyday_features(m)
     if a.random_port:
         out.append("random port")
@@ -782,7 +824,7 @@ def validate(rs: RuleSet) -> RuleSet:
                 if m.proto:
                     if m.proto not in PROTOCOLS:
                         raise RuleSetError(f"rule {r.id}: unknown protocol {m.proto!r}")
-                    if m.proto[:4] == "icmp":
+                    if m.proto[:4] == "icmp" or m.proto == "ah":
                         m.version  # raises on a mixed rule
                 if m.src is not None and m.dst is not None:
                     m.version  # raises on a mixed rule
@@ -809,6 +851,9 @@ def validate(rs: RuleSet) -> RuleSet:
                 if m.random is not None and not 0 < m.random < RANDOM_SCALE:
                     raise RuleSetError(f"rule {r.id}: random match {m.random} is not "
                                        f"strictly between 0 and {RANDOM_SCALE}")
+                if m.quota is not None and min(m.quota.bytes, m.quota.used) < 0:
+                    raise RuleSetError(f"rule {r.id}: quota of {m.quota.bytes} bytes, "
+                                       f"{m.quota.used} used: neither may be negative")
                 for ref in m.sets:
                     if ref.name not in sets:
                         raise RuleSetError(f"rule {r.id}: no set {ref.name!r}")

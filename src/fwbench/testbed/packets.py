@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from fwbench import addresses
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.ruleset.model import PROTO_NUMBERS, Packet
+from fwbench.ruleset.model import PORTLESS, PROTO_NUMBERS, Packet
 
 if TYPE_CHECKING:
     from fwbench.testbed.base import Testbed
@@ -53,6 +53,15 @@ _SNDBUF = 128 << 10
 _ETHERTYPE = {4: 0x0800, 6: 0x86DD}
 _PROTO_NAME = {v: k for k, v in PROTO_NUMBERS.items()}
 _ECHO_REQUEST = {"icmp": 8, "icmpv6": 128}
+# The portless protocols' headers before the marker: ESP's SPI and sequence
+# number; AH's next header (59, none), length (3 words - 2: no ICV), reserved,
+# SPI, sequence; GRE version 0 without options and an ethertype from the local
+# experimental range, so nothing takes the payload for a packet to decapsulate.
+# A forwarding firewall checks none of them (no SA, no tunnel).
+_PORTLESS_HEAD = {"esp": lambda spi, seq: struct.pack("!II", spi, seq),
+                  "ah": lambda spi, seq: struct.pack("!BBHII", 59, 1, 0, spi, seq),
+                  "gre": lambda spi, seq: struct.pack("!HH", 0, 0x88B5)}
+_PORTLESS_LEN = {"esp": 8, "ah": 12, "gre": 4}
 
 
 @dataclass(frozen=True)
@@ -103,13 +112,14 @@ def _address(text: str, version: int, what: str, index: int) -> bytes:
 
 
 def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str) -> bytes:
-    """The Ethernet frame that carries packet `p`: TCP with `p.tcp_flags`, UDP, or
-    ICMP/ICMPv6 of `p.icmp_type` (an echo request when None) and `p.icmp_code`,
-    TTL (hop limit) `p.ttl`, checksums computed, and as the payload the marker
-    (MAGIC, nonce, index) followed by `p.pad` zero bytes."""
+    """The Ethernet frame that carries packet `p`: TCP with `p.tcp_flags`, UDP,
+    ICMP/ICMPv6 of `p.icmp_type` (an echo request when None) and `p.icmp_code`, or
+    an ESP, AH or GRE header (_PORTLESS_HEAD); TTL (hop limit) `p.ttl`, checksums
+    computed, and as the payload the marker (MAGIC, nonce, index) followed by
+    `p.pad` zero bytes."""
     if p.proto not in PROTO_NUMBERS:
         raise FwbenchError(f"packets: packet {index}: protocol {p.proto!r} cannot be sent")
-    if (p.proto, p.version) in (("icmp", 6), ("icmpv6", 4)):
+    if (p.proto, p.version) in (("icmp", 6), ("icmpv6", 4), ("ah", 6)):
         raise FwbenchError(f"packets: packet {index}: {p.proto} in an IPv{p.version} packet")
     if p.mark or p.ct_state != "new":
         # The mark does not cross namespaces, and conntrack state comes from earlier
@@ -135,6 +145,8 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
                          65535, 0, 0)
     elif p.proto == "udp":
         l4 = struct.pack("!HHHH", p.sport, p.dport, 8 + len(payload), 0)
+    elif p.proto in PORTLESS:
+        l4 = _PORTLESS_HEAD[p.proto](0x100 + index, index + 1)
     else:
         t = _ECHO_REQUEST[p.proto] if p.icmp_type is None else p.icmp_type
         if not 0 <= t <= 255:
@@ -144,14 +156,15 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
         ident = (int.from_bytes(nonce[:2], "big") ^ index) & 0xFFFF
         l4 = struct.pack("!BBHHH", t, p.icmp_code, 0, ident, index & 0xFFFF)
     seg = l4 + payload
-    csum_at = {"tcp": 16, "udp": 6}.get(p.proto, 2)
-    if p.proto == "icmp":
-        c = _csum(seg)                  # ICMPv4 has no pseudo-header
-    else:
-        c = _csum(_pseudo(p.version, src, dst, proto, len(seg)) + seg)
-        if p.proto == "udp" and c == 0:
-            c = 0xFFFF                  # 0 would mean "no checksum"
-    seg = seg[:csum_at] + struct.pack("!H", c) + seg[csum_at + 2:]
+    if p.proto not in PORTLESS:        # ESP, AH and GRE carry no checksum of their own
+        csum_at = {"tcp": 16, "udp": 6}.get(p.proto, 2)
+        if p.proto == "icmp":
+            c = _csum(seg)                  # ICMPv4 has no pseudo-header
+        else:
+            c = _csum(_pseudo(p.version, src, dst, proto, len(seg)) + seg)
+            if p.proto == "udp" and c == 0:
+                c = 0xFFFF                  # 0 would mean "no checksum"
+        seg = seg[:csum_at] + struct.pack("!H", c) + seg[csum_at + 2:]
     if p.version == 4:
         ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(seg), index & 0xFFFF, 0,
                          p.ttl, proto, 0, src, dst)
@@ -181,10 +194,10 @@ class Parsed:
 
 
 def parse_frame(frame: bytes, nonce: bytes) -> Parsed | None:
-    """The packet in `frame` if it is one of ours: IPv4/IPv6 carrying TCP, UDP or
-    ICMP whose payload starts with this exchange's marker. The marker must sit
-    exactly at the start of the L4 payload, so an ICMP error quoting one of our
-    packets is not mistaken for the packet itself."""
+    """The packet in `frame` if it is one of ours: IPv4/IPv6 carrying TCP, UDP,
+    ICMP, ESP, AH or GRE whose payload starts with this exchange's marker. The
+    marker must sit exactly at the start of the L4 payload, so an ICMP error
+    quoting one of our packets is not mistaken for the packet itself."""
     if len(frame) < 14:
         return None
     ethertype = struct.unpack_from("!H", frame, 12)[0]
@@ -215,12 +228,14 @@ def parse_frame(frame: bytes, nonce: bytes) -> Parsed | None:
             return None
         off = (seg[12] >> 4) * 4
     else:
-        off = 8
+        off = _PORTLESS_LEN.get(name, 8)
     marker = seg[off:off + MARKER_LEN]
     if len(marker) != MARKER_LEN or marker[:8] != MAGIC + nonce:
         return None
     index = struct.unpack("!I", marker[8:])[0]
-    if name == "icmp":
+    if name in PORTLESS:
+        l4_ok = True
+    elif name == "icmp":
         l4_ok = _sum16(seg) == 0xFFFF
     elif name == "udp" and version == 4 and seg[6:8] == b"\0\0":
         l4_ok = True

@@ -47,9 +47,9 @@ import socket
 from typing import Protocol
 
 from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, EMPTY_MATCH, RANDOM_SCALE, RULE,
-                                   TCP_FLAGS, Action, AddrType, Chain, Iface, Limit, Range,
-                                   Rule, Ports, Prefix, RuleSet, RuleSetError, Set, SetRef,
-                                   Table, TcpFlags, evolve)
+                                   TCP_FLAGS, Action, AddrType, Chain, Iface, Limit, Quota,
+                                   Range, Rule, Ports, Prefix, RuleSet, RuleSetError, Set,
+                                   SetRef, Table, TcpFlags, evolve, timeout_note)
 from fwbench.ruleset.render import ID_TAG
 
 BUILTIN = {
@@ -66,22 +66,28 @@ _NAT_PRIORITY = {"PREROUTING": -100, "OUTPUT": -100, "POSTROUTING": 100, "INPUT"
 
 _PROTOS = {"tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "icmp": "icmp", "1": "icmp",
            "ipv6-icmp": "icmpv6", "icmpv6": "icmpv6", "icmp6": "icmpv6", "58": "icmpv6",
-           "all": None, "0": None}
+           "all": None, "0": None, "esp": "esp", "50": "esp", "ah": "ah", "51": "ah",
+           "gre": "gre", "47": "gre"}
+# Protocols that load but that the model does not hold, and why (one line); the
+# nft importer says the same.
+_SCTP = "conntrack's SCTP tracker reads a packet's chunks, which the model does not hold"
+REFUSED_PROTOS = {"sctp": _SCTP, "132": _SCTP}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment", "statistic", "connmark", "addrtype", "pkttype", "ttl", "hl",
-                      "length"})
+                      "length", "quota", "iprange"})
 # Matches that need an IPv6 extension header (a routing header, a fragment
 # header): xt_rt and xt_frag match no packet without one, whatever their options
 # say, and the testbed sends none. Such rules are set aside with a note.
 _HEADER_ONLY = {"rt": "a routing header", "frag": "a fragment header"}
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
-                      "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG", "CONNMARK"})
+                      "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG", "CONNMARK",
+                      "REDIRECT"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
 # as such and not as a jump to a missing chain.
 _OTHER_TARGETS = frozenset({
     "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNSECMARK", "DNPT",
     "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFQUEUE",
-    "QUEUE", "RATEEST", "REDIRECT", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
+    "QUEUE", "RATEEST", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
     "TCPOPTSTRIP", "TEE", "TOS", "TPROXY", "TRACE", "TTL", "ULOG"})
 # libxt_limit: a unit is any start of these words; the rate is held as a whole
 # period in units of 1/10000 s.
@@ -161,6 +167,7 @@ _OPTS = {
     "--ctstate": "ctstate", "--state": "state", "--comment": "comment", "--mark": "mark",
     "--match-set": "match-set", "--limit": "limit", "--limit-burst": "limit-burst",
     "--icmp-type": "icmp", "--icmpv6-type": "icmpv6",
+    "--quota": "quota", "--src-range": "srcrange", "--dst-range": "dstrange",
     "-c": "counters", "--set-counters": "counters", "-f": "fragment", "--fragment": "fragment",
     "--mode": "stat-mode", "--probability": "probability", "--every": "every",
     "--packet": "packet",
@@ -180,6 +187,10 @@ _TCP_FLAG_NAMES = {**{k.upper(): v for k, v in TCP_FLAGS.items() if v <= 0x20},
 # libxt_pkttype's names -> the kernel's packet types as the model names them.
 _PKT_TYPES = {"unicast": "host", "host": "host", "broadcast": "broadcast",
               "multicast": "multicast", "otherhost": "otherhost"}
+# What may follow `-m quota --quota N`: the IP header's matches (the kernel tests
+# them before every -m match), comments, the target, counters.
+_AFTER_QUOTA = frozenset({"iif", "oif", "src", "dst", "proto", "comment", "jump", "goto",
+                          "counters"})
 _OLD_NEGATION = frozenset({"-i", "-o", "-s", "-d", "-p", "--dport", "--sport"})
 _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully",
                         "--save-mark", "--restore-mark",
@@ -187,13 +198,13 @@ _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully
                         "--log-uid", "--log-macdecode"})
 _TARGET_OPTS = {"REJECT": ("--reject-with",), "CT": ("--notrack",),
                 "DNAT": ("--to-destination",), "SNAT": ("--to-source",),
-                "MASQUERADE": ("--random-fully",)}
+                "MASQUERADE": ("--random-fully", "--to-ports"), "REDIRECT": ("--to-ports",)}
 _SIMPLE = {"ACCEPT": Action("accept"), "DROP": Action("drop"), "RETURN": Action("return"),
            "NOTRACK": Action("notrack")}
 _COUNTER = Action("counter")
 _MASQUERADE = Action("masquerade")
 _MASQUERADE_FULLY_RANDOM = Action("masquerade", random_port=True)
-_NAT_TARGETS = frozenset({"DNAT", "SNAT", "MASQUERADE"})
+_NAT_TARGETS = frozenset({"DNAT", "SNAT", "MASQUERADE", "REDIRECT"})
 
 
 class _Fail(Exception):
@@ -285,6 +296,7 @@ class _Parser:
         self.native = False
         # Coverage: refused rules as (where, why), the rest of the file read on.
         self.refused: list[tuple[str, str]] | None = None
+        self.ranges = 0                   # iprange sets made so far
         self._prefix_cache: dict[str, Prefix] = {}
         self._ports_cache: dict[tuple[str, bool, bool], Ports] = {}
         self._iface_cache: dict[str, Iface] = {}
@@ -534,6 +546,7 @@ class _Parser:
         limit_rate = limit_burst = None
         module = None   # the latest -m: mark and connmark share --mark
         nth: dict[str, int] = {}
+        quota = None
         neg = False
         i, n = 2, len(toks)
         opts_get, prefixes, ifaces = _OPTS.get, self._prefix_cache, self._iface_cache
@@ -546,6 +559,12 @@ class _Parser:
                 neg = True
                 i += 1
                 continue
+            if quota is not None and code not in _AFTER_QUOTA and \
+                    not (code == "mod" and toks[i + 1] == "comment"):
+                # The quota counts every packet that reaches it: a match after it
+                # would refuse packets it has already counted, which the model's
+                # one quota per rule, checked last, does not say.
+                raise _Fail(f"unsupported: {t} after -m quota")
             if code in _NO_VALUE:
                 i += 1
                 self._flag_option(code, neg, proto, kw)
@@ -583,10 +602,14 @@ class _Parser:
                     raise _Fail(f"unsupported: negated protocol ! -p {v}")
                 pl = v.lower()
                 if pl not in _PROTOS:
-                    raise _Fail(f"unsupported protocol -p {v}")
+                    why = REFUSED_PROTOS.get(pl)
+                    raise _Fail(f"unsupported protocol -p {v}" + (f": {why}" if why else ""))
                 proto = _PROTOS[pl]
                 if proto == ("icmpv6" if self.version == 4 else "icmp"):
                     raise _Fail(f"-p {v} in an IPv{self.version} rule set")
+                if proto == "ah" and self.version == 6:
+                    raise _Fail(f"unsupported: -p {v} in an IPv6 rule set (AH is an "
+                                f"extension header there, which -p skips)")
                 if proto:
                     kw["proto"] = proto
             elif code == "jump" or code == "goto":
@@ -669,6 +692,15 @@ class _Parser:
                     if neg:
                         raise _Fail(f"unsupported: negated {t}")
                     nth[code] = _int(v, t)
+            elif code == "srcrange" or code == "dstrange":
+                if "iprange" not in mods:
+                    raise _Fail(f"{t} needs -m iprange")
+                self._range(kw, sets, "saddr" if code == "srcrange" else "daddr", v, neg,
+                            lineno)
+            elif code == "quota":
+                if "quota" not in mods:
+                    raise _Fail("--quota needs -m quota")
+                quota = Quota(_int(v, t), over=neg)
             elif code == "counters":
                 i += 1  # -c PACKETS BYTES: the old kernel's counts, not policy
                 if v != "0" or toks[i - 1] != "0":
@@ -683,6 +715,8 @@ class _Parser:
             kw["limit"] = Limit(rate, per, 5 if limit_burst is None else limit_burst)
         if sets:
             kw["sets"] = tuple(sets)
+        if quota is not None:
+            kw["quota"] = quota
         if ("sport" in kw or "dport" in kw) and proto != "tcp" and proto != "udp":
             raise _Fail("a port match needs -p tcp or -p udp")
         self.n += 1
@@ -800,6 +834,40 @@ class _Parser:
                 p = Prefix(self.mover.addr(p.net))
             self._prefix_cache[v] = p
         return p
+
+    def _range(self, kw: dict, sets: list[SetRef], field: str, v: str, neg: bool,
+               lineno: int) -> None:
+        """`-m iprange --src-range A-B` (or --dst-range): the prefix it is, or an
+        interval set of the prefixes that cover it exactly, named `iprangeN` (as
+        nft's anonymous sets become named ones). networks() does not see ranges,
+        so load_file() moves such a file after parsing (remap), which moves an
+        interval set's adjacent prefixes as one block: a range stays a range."""
+        lo_text, _, hi_text = v.partition("-")
+        try:
+            lo, hi = ipaddress.ip_address(lo_text), ipaddress.ip_address(hi_text or lo_text)
+        except ValueError:
+            raise _Fail(f"not an address range: {v!r}") from None
+        if lo.version != self.version or hi.version != self.version:
+            raise _Fail(f"not an IPv{self.version} address range: {v}")
+        if hi < lo:
+            raise _Fail(f"an empty address range {v}")
+        nets = [self._addr(str(n)).net
+                for n in ipaddress.summarize_address_range(lo, hi)]
+        key = "src" if field == "saddr" else "dst"
+        if len(nets) == 1 and key not in kw:
+            kw[key] = Prefix(nets[0], neg)
+            return
+        elements = tuple((n.removesuffix("/32") if self.version == 4
+                          else n.removesuffix("/128"),) for n in nets)
+        # One name space for all tables: the iptables backends load sets into ipset.
+        taken = set(self.ipsets.creates if self.ipsets else ())
+        self.ranges += 1
+        while f"iprange{self.ranges}" in taken:
+            self.ranges += 1
+        name = f"iprange{self.ranges}"
+        self.table_sets[name] = Set(name, ("addr",), elements, self.version, True)
+        self.notes.append(f"{self.source}:{lineno}: address range {v} became set {name}")
+        sets.append(SetRef(name, (field,), neg))
 
     def _ports(self, v: str, neg: bool, single: bool) -> Ports:
         key = (v, neg, single)
@@ -925,8 +993,19 @@ class _Parser:
                 raise _Fail(f"-j {target} without {key}")
             addr, port = self._nat_to(opts[key] or "")
             return Action(target.lower(), addr=addr, port=port)
-        if target == "MASQUERADE":
-            return _MASQUERADE_FULLY_RANDOM if "--random-fully" in opts else _MASQUERADE
+        if target == "MASQUERADE" or target == "REDIRECT":
+            ports = opts.get("--to-ports")
+            if ports is None:
+                if target == "REDIRECT":
+                    return Action("redirect")
+                return _MASQUERADE_FULLY_RANDOM if "--random-fully" in opts else _MASQUERADE
+            if not ports.isdigit():
+                raise _Fail(f"unsupported: -j {target} --to-ports {ports} (one port only)")
+            p = int(ports)
+            if not 0 < p < 65536:
+                raise _Fail(f"bad port {p}")
+            # One port: --random-fully has no other to choose.
+            return Action(target.lower(), port=p)
         return _SIMPLE[target]   # with no options, as checked above
 
     def _nat_to(self, v: str) -> tuple[str, int | None]:
@@ -1176,6 +1255,7 @@ class _IpsetDefs:
 
     def __init__(self, text: str, source: str, version: int, mover: Mover | None):
         self.source, self.version, self.mover = source, version, mover
+        self.notes: list[str] = []
         self.creates: dict[str, tuple[int, list[str]]] = {}
         self.adds: dict[str, list[tuple[int, list[str]]]] = {}
         self.done: dict[str, Set] = {}
@@ -1211,6 +1291,7 @@ class _IpsetDefs:
             self._fail(lineno, f"unsupported set type {kind} (set {name})")
         family = "inet"
         size, counters, tuning = None, False, []
+        timeout = 0   # the elements' default: 0, none
         j = 0
         while j < len(opts):
             o = opts[j]
@@ -1220,12 +1301,12 @@ class _IpsetDefs:
             elif o == "maxelem":
                 size = self._number(lineno, opts[j + 1] if j + 1 < len(opts) else "", o)
                 j += 2
+            elif o == "timeout":
+                timeout = self._seconds(lineno, opts[j + 1:j + 2])
+                j += 2
             elif o in ("hashsize", "bucketsize", "initval"):
                 tuning.append(" ".join(opts[j:j + 2]))
                 j += 2
-            elif o == "timeout":
-                self._fail(lineno, f"unsupported: timeout (set {name}: its elements "
-                                   f"expire)")
             elif o == "counters":
                 counters = True
                 j += 1
@@ -1244,13 +1325,20 @@ class _IpsetDefs:
             self._fail(lineno, f"set {name} is IPv{version}, the rule set IPv{self.version}")
         keys = self._KEYS[kind]
         interval = kind.startswith("hash:net")
-        elements, dropped = [], set()
+        elements, dropped, expiring = [], set(), []
         for eline, etoks in self.adds.get(name, ()):
             elements.append(self._element(eline, etoks, keys, interval, version, name,
                                           dropped))
+            seconds = self._expires(eline, etoks, timeout)
+            if seconds:
+                expiring.append((seconds, eline))
         for what in sorted(dropped):
             self.notes.append(f"{self.source}: set {name}: element {what} not kept (no "
                               f"verdict depends on them)")
+        if expiring:
+            # The line of the element that expires first: refused there, or noted.
+            seconds, eline = min(expiring)
+            self.notes.append(timeout_note(f"{self.source}:{eline}: set {name}", seconds))
         if size is not None and size < len(elements):
             self._fail(lineno, f"set {name}: maxelem {size} below its {len(elements)} "
                                f"elements")
@@ -1263,12 +1351,27 @@ class _IpsetDefs:
             self._fail(lineno, f"{what} {v!r}: not a number")
         return int(v)
 
+    def _expires(self, lineno: int, toks: list[str], default: int) -> int:
+        """In how many seconds an element expires: its own timeout, else its set's;
+        0 for never."""
+        for j in range(1, len(toks) - 1):
+            if toks[j] == "timeout":
+                return self._seconds(lineno, toks[j + 1:j + 2])
+        return default
+
+    def _seconds(self, lineno: int, v: list[str]) -> int:
+        if not v or not v[0].isdigit():
+            self._fail(lineno, f"timeout: not a number of seconds: {' '.join(v)!r}")
+        return int(v[0])
+
     def _element(self, lineno: int, toks: list[str], keys: tuple[str, ...],
                  interval: bool, version: int, name: str, dropped: set[str]) -> tuple:
         j = 1
         while j < len(toks):
             o = toks[j]
-            if o in ("packets", "bytes", "comment"):
+            if o == "timeout":
+                j += 2   # get() reads it: noted, or refused
+            elif o in ("packets", "bytes", "comment"):
                 dropped.add("comments" if o == "comment" else "packet and byte counts")
                 j += 2
             else:

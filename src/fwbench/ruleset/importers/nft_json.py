@@ -51,10 +51,10 @@ import re
 from fwbench.ruleset.evaluate import numgen_weights
 from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, FAMILIES, PKT_TYPES, PRIORITIES,
                                    PROTO_NUMBERS, RANDOM_SCALE, TCP_FLAGS, Action, AddrType,
-                                   Chain, Iface, Limit, Match, Ports, Prefix, Range, Rule,
-                                   RuleSet, RuleSetError, Set, SetRef, Table, TcpFlags,
-                                   validate)
-from fwbench.ruleset.importers.iptables_save import canonical4
+                                   Chain, Iface, Limit, Match, Ports, Prefix, Quota, Range,
+                                   Rule, RuleSet, RuleSetError, Set, SetRef, Table, TcpFlags,
+                                   timeout_note, validate)
+from fwbench.ruleset.importers.iptables_save import REFUSED_PROTOS, canonical4
 from fwbench.ruleset.render import ID_TAG
 
 ICMP_TYPES = {
@@ -74,7 +74,8 @@ ICMPV6_TYPES = {
     "mld2-listener-report": 143,
 }
 _PROTO_NAMES = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "ipv6-icmp": "icmpv6",
-                "icmpv6": "icmpv6", **{str(v): k for k, v in PROTO_NUMBERS.items()}}
+                "icmpv6": "icmpv6", "esp": "esp", "ah": "ah", "gre": "gre",
+                **{str(v): k for k, v in PROTO_NUMBERS.items()}}
 _SET_KEYS = {"ipv4_addr": ("addr", 4), "ipv6_addr": ("addr", 6),
              "inet_proto": ("proto", None), "inet_service": ("port", None)}
 # nft reject types -> the iptables --reject-with names the model uses; nft's
@@ -100,7 +101,7 @@ _NAMED_OBJECTS = ("counter", "quota", "limit", "ct helper", "ct timeout",
 # A named set's keys: kept (auto-merge only merges what the elements list shows
 # merged already), or left out with a note, being hints or comments.
 _SET_KEPT = frozenset({"family", "name", "table", "type", "handle", "flags", "elem",
-                       "size", "auto-merge"})
+                       "size", "auto-merge", "timeout"})
 _SET_NOTED = {"policy": "a hint for nft's choice of set type",
               "gc-interval": "how often expired elements are collected",
               "comment": "a comment"}
@@ -472,18 +473,21 @@ class _Importer:
                 self.notes.append(f"{where}: {key} not kept ({_SET_NOTED.get(key, 'counters')}"
                                   f", no verdict depends on it)")
             elif key not in _SET_KEPT and not (is_map and key == "map"):
-                # timeout: elements that expire during a run
                 raise RuleSetError(f"{where}: unsupported: {key}")
         if is_map:
             return self._vmap_set(t, raw, tuple(keys), version, where)
         try:
             elements = self._elements(tuple(keys), version, raw.get("elem", ()), where)
+            expiring = [s for s in (_expires(e, raw.get("timeout", 0))
+                                    for e in raw.get("elem", ())) if s]
         except (_Fail, RuleSetError) as e:
             raise RuleSetError(f"{where}: {e}") from None
         except (TypeError, KeyError, ValueError, AttributeError, IndexError):
             raise RuleSetError(f"{where}: malformed element") from None
         interval = any(k == "addr" and "/" in str(e[i])
                        for e in elements for i, k in enumerate(keys))
+        if expiring:
+            self.notes.append(timeout_note(where, min(expiring)))
         size = raw.get("size")
         if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
             raise RuleSetError(f"{where}: size {size!r} is not a number")
@@ -618,9 +622,9 @@ class _Importer:
                 for key in e["elem"]:
                     if key in ("comment", "counter"):
                         noted.add(key)
-                    elif key != "val":
-                        # timeout, expires: an element that goes during a run
+                    elif key not in ("val", "timeout", "expires"):
                         raise _Fail(f"unsupported: element {key}")
+                    # timeout, expires: _expires() reads them for the set's note
                 e = e["elem"].get("val")
             parts = e["concat"] if isinstance(e, dict) and "concat" in e else [e]
             if len(parts) != len(keys):
@@ -657,6 +661,9 @@ class _Importer:
             if key == "match":
                 if ctx.actions:
                     raise _Fail("unsupported: a match after a statement")
+                if "quota" in ctx.kw:
+                    # It would refuse packets the quota has counted.
+                    raise _Fail("unsupported: a match after a quota")
                 self._match(t, ctx, val)
             elif key == "counter":
                 if val is not None and not isinstance(val, dict):
@@ -667,9 +674,15 @@ class _Importer:
             elif key == "limit":
                 if ctx.actions:
                     raise _Fail("unsupported: a limit after a statement")
+                if "quota" in ctx.kw:
+                    raise _Fail("unsupported: a limit after a quota")
                 ctx.kw["limit"] = _limit(val)
             elif key == "vmap":
                 ctx.actions.append(self._vmap(t, ctx, val))
+            elif key == "quota":
+                if ctx.actions:
+                    raise _Fail("unsupported: a quota after a statement")
+                ctx.set("quota", _quota(val))
             else:
                 ctx.actions.append(self._action(t, ctx, key, val))
         if ctx.sets:
@@ -701,6 +714,9 @@ class _Importer:
     def _one_match(self, t: dict, ctx: "_Rule", kw: dict) -> Match:
         if ctx.th and kw.get("proto") not in ("tcp", "udp"):
             raise _Fail("unsupported: th port match without meta l4proto tcp or udp")
+        if kw.get("proto") == "ah" and t["family"] == "ip6":
+            raise _Fail("unsupported: ah in table ip6 (AH is an extension header in IPv6, "
+                        "which the protocol match skips)")
         if ctx.pins:
             ctx.kw = kw
             self._pin_version(t, ctx)
@@ -749,7 +765,8 @@ class _Importer:
             ctx.kw["ct_mark_negate"] = neg
         elif lk == "ct":
             if lv.get("key") != "state" or len(lv) != 1:
-                raise _Fail(f"unsupported expression ct {lv.get('key')}")
+                what = " ".join(str(lv[k]) for k in ("dir", "key") if k in lv)
+                raise _Fail(f"unsupported expression ct {what}")
             ctx.kw["ct_state"] = _ct_states(right, neg)
         elif lk == "&":
             what, mask = lv
@@ -881,8 +898,8 @@ class _Importer:
         pinned |= {"ip": {4}, "ip6": {6}}.get(t["family"], set())
         pinned |= {t["sets"][r.name].version for r in ctx.sets
                    if {"saddr", "daddr"} & set(r.fields)}
-        if kw.get("proto") in ("icmp", "icmpv6"):
-            pinned.add(4 if kw["proto"] == "icmp" else 6)
+        if kw.get("proto") in ("icmp", "icmpv6", "ah"):
+            pinned.add(6 if kw["proto"] == "icmpv6" else 4)
         if pinned - {v}:
             raise _Fail(f"unsupported: {what} with IPv{(pinned - {v}).pop()} matches (a "
                         f"rule that never matches)")
@@ -943,19 +960,35 @@ class _Importer:
             if port is not None and not isinstance(port, int):
                 raise _Fail(f"unsupported: {key} to port {json.dumps(port)}")
             return Action(key, addr=addr, port=port, random_port=random_port)
-        if key == "masquerade":
+        if key == "redirect" or key == "masquerade":
             val = dict(val or {})
-            random_port = _fully_random(val)
+            random_port = _fully_random(val) if key == "masquerade" else False
+            port = val.pop("port", None)
             if val:
-                raise _Fail(f"unsupported: masquerade {sorted(val)[0]}")
-            return Action("masquerade", random_port=random_port)
+                raise _Fail(f"unsupported: {key} {sorted(val)[0]}")
+            if port is not None and not (isinstance(port, int) and 0 < port < 65536):
+                raise _Fail(f"unsupported: {key} to port {json.dumps(port)}")
+            # To one port, fully-random has no other to choose.
+            return Action(key, port=port, random_port=random_port and port is None)
         if key == "log":
             val = dict(val or {})
             prefix = val.pop("prefix", None)
+            if "group" in val:
+                # nflog, to a netlink listener, as iptables' NFLOG: held as iptables'
+                # is (a rule that only counts), not as a log to the kernel's ring.
+                self.notes.append(f"{self.source}: {self.where}: log group {val['group']} "
+                                  f"left out (the rule only counts; no verdict depends "
+                                  f"on it)")
+                return Action("counter")
             if val:
                 self.notes.append(f"{self.source}: {self.where}: log "
                                   f"{', '.join(sorted(val))} ignored (only the prefix is kept)")
             return Action("log", log_prefix=prefix)
+        if key in ("set", "meter") and isinstance(val, dict):
+            # The model's sets are what the file says; these change with traffic.
+            what = f"{val.get('op')} {val.get('set')}" if key == "set" \
+                else f"meter {val.get('name')}"
+            raise _Fail(f"unsupported: {what} (a set the packet path updates)")
         raise _Fail(f"unsupported expression {key}")
 
 
@@ -1191,7 +1224,8 @@ def _int(v) -> int:
 def _proto(v) -> str:
     p = _PROTO_NAMES.get(str(v).lower())
     if p is None:
-        raise _Fail(f"unsupported protocol {json.dumps(v)}")
+        why = REFUSED_PROTOS.get(str(v).lower())
+        raise _Fail(f"unsupported protocol {json.dumps(v)}" + (f": {why}" if why else ""))
     return p
 
 
@@ -1230,6 +1264,19 @@ def _networks(v, version: int) -> list:
     return nets
 
 
+def _expires(e, default) -> int:
+    """In how many seconds a set element expires (0: never): what the kernel's
+    listing says is left, else its timeout, else its set's."""
+    if isinstance(e, dict) and "elem" in e:
+        e = e["elem"]
+        left = e.get("expires", e.get("timeout", default))
+    else:
+        left = default
+    if not isinstance(left, int) or isinstance(left, bool) or left < 0:
+        raise _Fail(f"unsupported: element timeout {json.dumps(left)}")
+    return left
+
+
 def _elem_text(n) -> str:
     """A set element's address as the model writes it: plain for one address."""
     return str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n)
@@ -1261,6 +1308,26 @@ def _limit(v: dict) -> Limit:
     if v:
         raise _Fail(f"unsupported: limit {sorted(v)[0]}")
     return Limit(rate, per, burst)
+
+
+_BYTE_UNITS = {"bytes": 1, "kbytes": 1024, "mbytes": 1024 ** 2}
+
+
+def _quota(v) -> Quota:
+    """An anonymous quota. A named one (`quota name "q"`) shares its bytes with
+    every rule that names it, which the model's one quota per rule cannot say."""
+    if not isinstance(v, dict):
+        raise _Fail(f"unsupported: named quota {json.dumps(v)}")
+    raw, v = v, dict(v)
+    over = bool(v.pop("inv", False))
+    try:
+        total = _int(v.pop("val")) * _BYTE_UNITS[v.pop("val_unit", "bytes")]
+        used = _int(v.pop("used", 0)) * _BYTE_UNITS[v.pop("used_unit", "bytes")]
+    except KeyError:
+        raise _Fail(f"unsupported: quota {json.dumps(raw)}") from None
+    if v:
+        raise _Fail(f"unsupported: quota {sorted(v)[0]}")
+    return Quota(total, over, used)
 
 
 def _reject(v) -> tuple[str | None, int | None]:

@@ -121,7 +121,7 @@ def _plain(r: Rule) -> bool:
             and m.mark is None and m.limit is None and m.string is None
             and m.hashlimit is None and m.ip_version in (None, 4) and m.tcp_flags is None and m.icmp_code is None
             and m.icmp_types is None and m.addrtype is None and m.ttl is None
-            and m.length is None and m.pkttype is None
+            and m.length is None and m.pkttype is None and m.quota is None
             and (m.iif is None or not m.iif.negate)
             and (m.dst is None or (not m.dst.negate and m.dst.net.endswith("/32")
                                    and "." in m.dst.net))

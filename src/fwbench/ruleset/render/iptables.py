@@ -47,10 +47,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from fwbench.ruleset.evaluate import numgen_weights
-from fwbench.ruleset.model import (ADDR_TYPES, RANDOM_SCALE, Action, Chain, HashLimit,
-                                   Interfaces, Ports, Prefix, Rule, RuleSet, RuleSetError,
-                                   Set, SetRef, StringMatch, Table, Unsupported, evolve,
-                                   jump_targets)
+from fwbench.ruleset.model import (ADDR_TYPES, PORTLESS, RANDOM_SCALE, Action, Chain,
+                                   HashLimit, Interfaces, Ports, Prefix, Quota, Rule, RuleSet,
+                                   RuleSetError, Set, SetRef, StringMatch, Table, Unsupported,
+                                   evolve, jump_targets)
 from fwbench.ruleset.render import ID_TAG
 from fwbench.ruleset.render import ipset as _ipset
 
@@ -59,12 +59,12 @@ SUPPORTS: frozenset[str] = frozenset({
     "hook prerouting", "hook input", "hook forward", "hook output", "hook postrouting",
     "chain type filter", "chain type nat", "policy accept", "policy drop", "user chain",
     "iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix", "ipv6",
-    "proto tcp", "proto udp", "proto icmp", "proto icmpv6",
-    "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
+    "proto tcp", "proto udp", "proto icmp", "proto icmpv6", "proto esp", "proto ah",
+    "proto gre", "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
     "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match",
-    "hashlimit", "tcp flags", "icmp code", "addrtype", "pkttype", "ttl", "length",
+    "hashlimit", "quota", "tcp flags", "icmp code", "addrtype", "pkttype", "ttl", "length",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
-    "counter", "mark set", "notrack", "log", "ct",
+    "counter", "mark set", "notrack", "log", "ct", "redirect",
     "random match", "verdict map", "numgen map", "random port",
     "ct mark match", "ct mark set", "ct mark save", "ct mark restore", "nth match",
 }) | _ipset.SUPPORTS
@@ -83,9 +83,9 @@ _HOOKS = {"prerouting": "PREROUTING", "input": "INPUT", "forward": "FORWARD",
 _POLICIES = {"accept": "ACCEPT", "drop": "DROP"}
 # Targets the kernel (or iptables itself) accepts only in some tables or hooks.
 _TARGET_TABLES = {"reject": "filter", "dnat": "nat", "snat": "nat", "masquerade": "nat",
-                  "notrack": "raw", "ct": "raw"}
+                  "notrack": "raw", "ct": "raw", "redirect": "nat"}
 _TARGET_HOOKS = {"dnat": ("PREROUTING", "OUTPUT"), "snat": ("POSTROUTING", "INPUT"),
-                 "masquerade": ("POSTROUTING",)}
+                 "masquerade": ("POSTROUTING",), "redirect": ("PREROUTING", "OUTPUT")}
 _SIMPLE_TARGETS = {"accept": " -j ACCEPT", "drop": " -j DROP", "return": " -j RETURN",
                    "masquerade": " -j MASQUERADE", "notrack": " -j CT --notrack",
                    "ct": " -j CT", "counter": ""}
@@ -515,6 +515,8 @@ class _Emitter:
                     parts.append(str(m.icmp_type))
                     if m.icmp_code is not None:
                         parts.append(f"/{m.icmp_code}")
+            elif proto in PORTLESS:
+                parts.append(" -p " + proto)
             else:
                 raise Unsupported(f"proto {proto}", f"rule {rid}")
         if m.icmp_types is not None:
@@ -552,6 +554,8 @@ class _Emitter:
             every, phase = m.nth
             parts.append(f" -m statistic --mode nth --every {every} "
                          f"--packet {(every - phase) % every}")
+        if m.quota is not None:
+            parts.append(_quota(m.quota, rid))
         if r.comment is not None:
             parts.append(" -m comment --comment ")
             parts.append(_comment(r.comment, rid))
@@ -680,10 +684,12 @@ class _Emitter:
         if kind == "drop" and ipt == "nat":
             # iptables itself refuses: "the nat table is not intended for filtering".
             raise Unsupported("drop in table nat", where)
+        if kind in ("redirect", "masquerade") and a.port is not None:
+            if r.match.proto not in ("tcp", "udp") or not 0 < a.port <= 65535:
+                raise RuleSetError(f"{where}: {kind} to port {a.port} needs tcp or udp")
+            return f" -j {kind.upper()} --to-ports {a.port}"
         simple = _SIMPLE_TARGETS.get(kind)
         if simple is not None:
-            if kind == "masquerade" and a.port is not None:
-                raise Unsupported("masquerade to a port", where)
             if a.random_port:
                 return simple + " --random-fully"
             return simple
@@ -694,6 +700,8 @@ class _Emitter:
             return (" -j " if kind == "jump" else " -g ") + name
         if kind == "reject":
             return " -j REJECT --reject-with " + self._reject(r)
+        if kind == "redirect":
+            return " -j REDIRECT"
         if kind == "dnat" or kind == "snat":
             return ((" -j DNAT --to-destination " if kind == "dnat"
                      else " -j SNAT --to-source ") + self._nat_to(r))
@@ -937,6 +945,14 @@ def _rate(rate: int, per: str, scale: int, what: str, rid: str,
         raise Unsupported(f"{what} rate {rate}/{per} (iptables-save prints it as "
                           f"{unit // period}/{name})", f"rule {rid}")
     return f"{unit // period}/{name}"
+
+
+def _quota(q: Quota, rid: str) -> str:
+    """xt_quota: the bytes left live in the kernel's copy of the rule; a file cannot
+    load a quota partly used, and save prints the bytes it was given."""
+    if q.used:
+        raise Unsupported("quota already partly used", f"rule {rid}")
+    return f" -m quota {'! ' if q.over else ''}--quota {q.bytes}"
 
 
 def _string(s: StringMatch, rid: str) -> str:

@@ -38,7 +38,7 @@ from functools import lru_cache
 
 from fwbench.ruleset.model import (ADDR_TYPES, CLIENT, FAMILIES, HOOKS, PROTOCOLS,
                                    RANDOM_SCALE, SET_KEYS, TCP_FLAGS, Action, Chain, Iface,
-                                   Interfaces, Limit, Match, Ports, Prefix, Range, Rule,
+                                   Interfaces, Limit, Match, Ports, Prefix, Quota, Range, Rule,
                                    RuleSet, RuleSetError, Set, SetRef, Table, Unsupported,
                                    jump_targets)
 from fwbench.ruleset.render import ID_TAG
@@ -57,10 +57,11 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix"]
     + [f"proto {p}" for p in PROTOCOLS]
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
-       "ip version", "negation", "ct state", "mark match", "set match", "limit", "counter"]
+       "ip version", "negation", "ct state", "mark match", "set match", "limit", "quota",
+       "counter"]
     + ["tcp flags", "icmp code", "icmp type set", "addrtype", "pkttype", "ttl", "length"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
-       "masquerade", "mark set", "notrack", "log"]
+       "masquerade", "mark set", "notrack", "log", "redirect"]
     + ["random match", "verdict map", "numgen map", "random port"]
     + ["ct mark match", "ct mark set", "ct mark save", "ct mark restore", "nth match"])
 
@@ -93,7 +94,8 @@ _PRIO_NAMES = (("raw", -300, None), ("mangle", -150, None), ("dstnat", -100, "pr
 _PRIO_NEAR = 10
 
 # nft's names for protocols where they are not the model's.
-_PROTO_NAME = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "icmpv6": "ipv6-icmp"}
+_PROTO_NAME = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "icmpv6": "ipv6-icmp",
+               "esp": "esp", "ah": "ah", "gre": "gre"}
 _PROTO_BY_NUMBER = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6"}
 # nft prints conntrack states in the order of their bits.
 _CT_ORDER = ("invalid", "established", "related", "new", "untracked")
@@ -142,7 +144,7 @@ _FROM_ICMPX = {4: {"port-unreachable": "port-unreachable",
 
 # Where the kernel takes each (measured: masquerade at input is refused).
 _NAT_HOOKS = {"dnat": ("prerouting", "output"), "snat": ("postrouting", "input"),
-              "masquerade": ("postrouting",)}
+              "masquerade": ("postrouting",), "redirect": ("prerouting", "output")}
 _REJECT_HOOKS = ("prerouting", "input", "forward", "output", "ingress")
 # Conntrack, and so NAT, is registered at -200: a nat chain must come after it.
 _CONNTRACK_PRIORITY = -200
@@ -527,10 +529,10 @@ class _Renderer:
             f in ("sport", "dport") for ref in m.sets for f in ref.fields)
         # In ip and ip6, `reject with tcp reset` brings its own `meta l4proto tcp`,
         # which nft then lists as part of the reject, unless a statement (counter,
-        # limit) stands between them (measured).
+        # limit, quota) stands between them (measured).
         implied = implied or (fam in ("ip", "ip6") and a.kind == "reject"
                               and a.reject_with == "tcp-reset" and not r.counter
-                              and not m.limit)
+                              and not m.limit and not m.quota)
         if proto and not implied:
             parts.append(f"meta l4proto {_PROTO_NAME[proto]}")
         elif proto is None and any(self.guarded(ref) for ref in m.sets):
@@ -565,6 +567,8 @@ class _Renderer:
             parts.append(f"numgen inc mod {m.nth[0]} {m.nth[1]}")
         if m.random is not None:
             parts.append(_random_match(m.random, where))
+        if m.quota:
+            parts.append(_quota(m.quota))
         if r.counter and a.kind != "counter":
             parts.append("counter")
         parts.append(self.action(a, m, version, where))
@@ -730,10 +734,10 @@ class _Renderer:
                 raise RuleSetError(f"{where}: a {a.kind} port needs protocol tcp or udp")
             if not 0 < a.port <= 65535:
                 raise RuleSetError(f"{where}: {a.kind} to port {a.port}")
-        if a.kind == "masquerade":
+        if a.kind in ("masquerade", "redirect"):
             if a.addr:
-                raise RuleSetError(f"{where}: masquerade takes no address")
-            text = "masquerade" if a.port is None else f"masquerade to :{a.port}"
+                raise RuleSetError(f"{where}: {a.kind} takes no address")
+            text = a.kind if a.port is None else f"{a.kind} to :{a.port}"
             return text + (" fully-random" if a.random_port else "")
         addr, v = _addr(a.addr or "", False)
         rv = m.version
@@ -863,6 +867,23 @@ def _limit(lim: Limit, where: str) -> str:
         raise RuleSetError(f"{where}: limit {lim.rate}/{lim.per} burst {lim.burst}")
     burst = "" if lim.burst == 5 else f" burst {lim.burst} packets"   # 5: nft's default
     return f"limit rate {lim.rate}/{lim.per}{burst}"
+
+
+def _quota(q: Quota) -> str:
+    """As nft lists it: `used` only when some is, each in the largest unit up to
+    mbytes that divides it (quota_stmt_print, get_rate)."""
+    used = f" used {_bytes(q.used)}" if q.used else ""
+    return f"quota {'over ' if q.over else ''}{_bytes(q.bytes)}{used}"
+
+
+def _bytes(n: int) -> str:
+    unit = 0
+    while n and n % 1024 == 0 and unit < len(_BYTE_UNITS) - 1:
+        n, unit = n // 1024, unit + 1
+    return f"{n} {_BYTE_UNITS[unit]}"
+
+
+_BYTE_UNITS = ("bytes", "kbytes", "mbytes")
 
 
 def _no_overlap(where: str, items: list[str]) -> None:
