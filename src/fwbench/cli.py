@@ -316,6 +316,9 @@ def cmd_check(args, out: Console) -> int:
         out.print(f"{report.limited:,} packets not judged: they reach a rate limit or "
                   f"quota (rules {', '.join(report.limit_rules)}), which each "
                   f"kernel spends at its own time")
+    if report.own_only:
+        out.print(f"counters not judged: rules {', '.join(report.own_only)} (only the "
+                  f"firewall's own packets reach their input interface)", highlight=False)
     if report.counter_choices:
         out.print(f"{report.counter_choices:,} packets reach a packet counter (statistic "
                   f"nth, numgen inc): either verdict is allowed, as which one they get "

@@ -38,9 +38,10 @@ def test_esp_ah_gre_by_name_and_number(tmp_path, name):
 
 
 @pytest.mark.parametrize("name, note", [
-    ("nflog.rules", "nflog.rules:7: NFLOG kept as a log action that decides no verdict"),
-    ("nflog.nft", "rule 1 (handle 2): log group 5 kept as a log action that decides no "
-                  "verdict"),
+    ("nflog.rules", "nflog.rules:7: -j NFLOG left out (the rule only counts; no verdict "
+                    "depends on it)"),
+    ("nflog.nft", "rule 1 (handle 2): log group 5 left out (the rule only counts; no "
+                  "verdict depends on it)"),
 ])
 def test_nflog_decides_no_verdict_and_the_check_says_so(tmp_path, name, note):
     rep = run_check(tmp_path, name)

@@ -19,7 +19,7 @@ IFACES = {
     "nft-router.nft": "enp2s0=client,enp1s0=server",
 }
 # Those that import whole today: one that stops doing so is a regression.
-WHOLE = {"home-router.rules", "vpn-gateway.rules", "pbx-host.rules", "libvirt-host.rules",
+WHOLE = {"home-router.rules", "vpn-gateway.rules", "pbx-host.rules",
          "proxy-gateway.rules", "nft-server.nft", "nft-router.nft"}
 FILES = sorted(p.name for p in DATA.iterdir())
 

@@ -531,12 +531,34 @@ def test_nft_named_anonymous_and_negated_sets():
     assert r2.match == Match(sets=(SetRef("anon1", ("daddr",), True),))
 
 
-def test_nft_ct_state_kept_ct_status_refused():
+def test_nft_ct_state_kept_ct_status_nat_kept_other_status_refused():
     r, = nft_rules([match({"ct": {"key": "state"}}, {"set": ["established", "related"]}),
                     ACCEPT])
     assert r.match == Match(ct_state=frozenset({"established", "related"}))
-    assert nft_refused([match({"ct": {"key": "status"}}, "dnat"), ACCEPT]) == \
+    r, = nft_rules([match({"ct": {"key": "status"}}, "dnat"), ACCEPT])
+    assert r.match == Match(ct_status=frozenset({"dnat"}))
+    assert nft_refused([match({"ct": {"key": "status"}}, "assured"), ACCEPT]) == \
         f"{WHERE}: unsupported expression ct status"
+
+
+def test_iptables_ctstate_dnat_is_the_connections_nat_status():
+    r = one4("-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT")
+    assert r.match == Match(ct_status=frozenset({"dnat"}))
+    assert ipt.render(ipt4("-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT\n"), IFS, 4) \
+        .count("-m conntrack --ctstate DNAT") == 1
+    assert refused4("-A FORWARD -m conntrack --ctstate DNAT,ESTABLISHED -j ACCEPT") == \
+        ("f.rules:5: unsupported: --ctstate DNAT,ESTABLISHED (DNAT or SNAT with other "
+         "states, or negated)")
+    # A packet a DNAT rule translated has the status in forward; one it did not, not.
+    rs = iptables_save.parse(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT "
+        "--to-destination 198.19.0.9\nCOMMIT\n*filter\n:FORWARD DROP [0:0]\n-A FORWARD -m "
+        "conntrack --ctstate DNAT -j ACCEPT\nCOMMIT\n", "f.rules")
+    from fwbench.ruleset.evaluate import Evaluator
+    e = Evaluator(rs)
+    hit = Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 1000, 80)
+    assert e.evaluate(hit).forward and not e.evaluate(
+        Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 1000, 81)).forward
 
 
 def test_nft_l4proto_and_th_ports():
@@ -573,3 +595,39 @@ def test_coverage_lists_dropped_and_refused_constructs(tmp_path):
         ("f.rules:8", "refused", "unsupported: -j REJECT --reject-with icmp6-no-route in an "
                                  "IPv4 rule set"),
         ("f.rules:9", "imported", "")]
+
+
+# --- packet rewrites that decide no verdict: TCPMSS, CHECKSUM -------------------------
+
+def test_iptables_tcpmss_and_checksum_are_held_and_rendered_back_exactly():
+    ipt_render = ipt
+    rs = ipt4("-A FORWARD -p tcp -m tcp --tcp-flags SYN,RST SYN -j TCPMSS "
+              "--clamp-mss-to-pmtu\n"
+              "-A FORWARD -p tcp -m tcp --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 1400\n")
+    clamp, fixed = (r for _, _, r in rs.rules())
+    assert clamp.action == Action("tcpmss") and fixed.action == Action("tcpmss", mss=1400)
+    text = ipt_render.render(rs, IFS, 4)
+    assert "-j TCPMSS --clamp-mss-to-pmtu" in text and "-j TCPMSS --set-mss 1400" in text
+    assert refused4("-A FORWARD -p tcp -j TCPMSS") == \
+        "f.rules:5: -j TCPMSS needs one of --set-mss, --clamp-mss-to-pmtu"
+    assert refused4("-A FORWARD -j CHECKSUM") == "f.rules:5: -j CHECKSUM needs --checksum-fill"
+
+
+def test_tcpmss_renders_only_where_the_kernel_takes_it():
+    """iptables' TCPMSS loads only in a rule matching SYNs; nft has no CHECKSUM."""
+    ipt_render, nft_render = ipt, nft
+    rs = ipt4("-A FORWARD -p tcp -j TCPMSS --set-mss 1400\n")
+    with pytest.raises(Unsupported, match="tcp mss without a SYN match"):
+        ipt_render.render(rs, IFS, 4)
+    assert "tcp option maxseg size set 1400" in nft_render.render(rs, IFS)
+    cs = iptables_save.parse("*mangle\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -p udp -m "
+                             "udp --dport 68 -j CHECKSUM --checksum-fill\nCOMMIT\n", "f.rules")
+    with pytest.raises(Unsupported, match="checksum fill"):
+        nft_render.render(cs, IFS)
+
+
+def test_nft_tcp_option_maxseg_set():
+    mss = {"mangle": {"key": {"tcp option": {"name": "maxseg", "field": "size"}},
+                      "value": {"rt": {"key": "mtu"}}}}
+    r1, = nft_rules([match(payload("tcp", "dport"), 22), mss])
+    assert r1.action == Action("tcpmss")

@@ -153,7 +153,7 @@ def ipt(body: str, **kw) -> RuleSet:
      "gw.rules:8: unsupported match -m recent"),
     ("-A FORWARD -p tcp -m tcp --tcp-option 2 -j DROP\n",
      "gw.rules:8: unsupported: --tcp-option 2 (TCP options are not modelled)"),
-    ("-A FORWARD -j TCPMSS --clamp-mss-to-pmtu\n", "gw.rules:8: unsupported target -j TCPMSS"),
+    ("-A FORWARD -j TEE --gateway 198.18.0.9\n", "gw.rules:8: unsupported target -j TEE"),
     ("-A FORWARD -j nowhere\n", "gw.rules:8: -j nowhere: jump to a missing chain"),
     ("-A FORWARD -j ACCEPT\n-A a -j b\n-A b -j a\n", "gw.rules:10: jump loop a -> b -> a"),
     ("-A a -g a\n", "gw.rules:8: jump loop a -> a"),
@@ -169,8 +169,9 @@ def ipt(body: str, **kw) -> RuleSet:
     ("-A FORWARD -m addrtype --dst-type LOCAL --limit-iface-in -j DROP\n",
      "gw.rules:8: unsupported: -m addrtype --limit-iface-in/out (address types on one "
      "interface)"),
-    ("-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT\n",
-     "gw.rules:8: unsupported: ct state DNAT"),
+    ("-A FORWARD -m conntrack --ctstate DNAT,NEW -j ACCEPT\n",
+     "gw.rules:8: unsupported: --ctstate DNAT,NEW (DNAT or SNAT with other states, or "
+     "negated)"),
     ("-A FORWARD -m multiport --dports 1,2 -j DROP\n",
      "gw.rules:8: a port match needs -p tcp or -p udp"),
     ("-A FORWARD -m statistic --mode nth --every 1 --packet 0 -j DROP\n",

@@ -502,7 +502,7 @@ def test_iptables_refusals_name_the_line(line, what):
 
 
 @pytest.mark.parametrize("left, right, what", [
-    ({"ct": {"key": "status"}}, "dnat", "unsupported expression ct status"),
+    ({"ct": {"key": "status"}}, "assured", "unsupported expression ct status"),
     ({"ct": {"key": "direction"}}, "original", "unsupported expression ct direction"),
     ({"ct": {"key": "ip daddr", "dir": "original"}}, "10.0.0.1",
      "unsupported expression ct original ip daddr"),

@@ -100,7 +100,10 @@ _CODES = {"accept": _ACCEPT, "drop": _DROP, "reject": _REJECT, "jump": _JUMP,
           "goto": _GOTO, "return": _RETURN, "dnat": _DNAT, "snat": _SNAT,
           "masquerade": _MASQ, "counter": _NOP, "log": _NOP, "mark": _MARK,
           "notrack": _NOTRACK, "ct": _NOP, "vmap": _VMAP, "ctmark": _CTMARK,
-          "savemark": _SAVEMARK, "restoremark": _RESTOREMARK, "redirect": _REDIRECT}
+          "savemark": _SAVEMARK, "restoremark": _RESTOREMARK, "redirect": _REDIRECT,
+          "tcpmss": _NOP, "checksum": _NOP}
+# The NAT status a translation gives the connection (conntrack's IPS_DST_NAT etc.).
+_NAT_STATUS = {_DNAT: "dnat", _REDIRECT: "dnat", _SNAT: "snat", _MASQ: "snat"}
 # The conntrack states of a packet that has a connection (and so a ct mark).
 _TRACKED = frozenset({"new", "established", "related"})
 # Chains shorter than this are walked rule by rule; longer ones get an index.
@@ -280,7 +283,7 @@ class _State:
     __slots__ = ("version", "iif", "oif", "saddr", "daddr", "proto", "sport", "dport",
                  "icmp", "mark", "ct", "untracked", "side_in", "side_out",
                  "script", "trail", "sport_random", "ctmark",
-                 "flags", "code", "ttl", "length", "addr_type")
+                 "flags", "code", "ttl", "length", "addr_type", "nat_done")
 
     def choose(self, weights: tuple[int, ...], counter: bool = False) -> int:
         """A random choice among options of these weights (out of their sum), or a
@@ -461,6 +464,9 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
     if m.ct_state is not None:
         states = frozenset(m.ct_state)
         tests.append(lambda s: s.ct in states)
+    if m.ct_status is not None:
+        nat_kinds = frozenset(m.ct_status)
+        tests.append(lambda s: s.ct in _TRACKED and not nat_kinds.isdisjoint(s.nat_done))
     if m.mark is not None:
         value, mask = m.mark
         if m.mark_negate:
@@ -970,6 +976,7 @@ class Evaluator:
         s = _State()
         # Every packet the corpus sends opens its connection: its ct mark starts at 0.
         s.script, s.trail, s.sport_random, s.ctmark = script, [], False, 0
+        s.nat_done = frozenset()   # the connection's NAT status: "dnat", "snat"
         return self._walk_hooks(pkt, s), s.trail
 
     def _walk_hooks(self, pkt: Packet, s: _State) -> Verdict:
@@ -1039,6 +1046,7 @@ class Evaluator:
                     if rid is not None:
                         accepted[unit.nat] = rid
                     if code >= _DNAT:   # translated: the NAT walk ends at this hook
+                        s.nat_done = s.nat_done | {_NAT_STATUS[code]}
                         break
             if local:
                 break

@@ -70,8 +70,12 @@ TERMINAL = frozenset({"accept", "drop", "reject", "jump", "goto", "return",
 # in the namespace (nft has no such statement).
 # ctmark sets the connection's mark as `mark` sets the packet's; savemark copies
 # the packet's mark into it, restoremark the other way (iptables' CONNMARK).
+# tcpmss rewrites a TCP SYN's maximum segment size option (iptables' TCPMSS, nft's
+# `tcp option maxseg size set`), checksum fills in a packet's checksum (iptables'
+# CHECKSUM --checksum-fill): they change bytes of the packet, never its verdict or
+# its addresses, and the corpus's SYNs carry no MSS option to rewrite.
 NONTERMINAL = frozenset({"counter", "mark", "notrack", "log", "ct",
-                         "ctmark", "savemark", "restoremark"})
+                         "ctmark", "savemark", "restoremark", "tcpmss", "checksum"})
 ACTIONS = TERMINAL | NONTERMINAL
 LIMIT_UNITS = ("second", "minute", "hour", "day")
 STRING_ALGOS = ("bm", "kmp")    # Boyer-Moore, Knuth-Morris-Pratt (the kernel's textsearch)
@@ -311,6 +315,10 @@ class Match:
     pkttype: frozenset[str] | None = field(default=None, metadata=_LATER)
     pkttype_negate: bool = field(default=False, metadata=_LATER)
     quota: Quota | None = field(default=None, metadata=_LATER)
+    # The connection's NAT status: "dnat" and/or "snat" (any of them), set once a
+    # NAT rule translated its first packet (iptables' --ctstate DNAT/SNAT, nft's
+    # ct status dnat/snat); a packet without a connection has none.
+    ct_status: frozenset[str] | None = field(default=None, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -355,6 +363,8 @@ class Action:
     # mark = (mark & ~nfmask) ^ (ct mark & ctmask), as (nfmask, ctmask). ctmark
     # takes `mark` and `mark_mask` as `mark` does, on the connection's mark.
     ct_masks: tuple[int, int] = field(default=(0xFFFFFFFF, 0xFFFFFFFF), metadata=_LATER)
+    # tcpmss: the MSS set; None clamps it to the route's path MTU.
+    mss: int | None = field(default=None, metadata=_LATER)
 
     @property
     def terminal(self) -> bool:
@@ -691,6 +701,8 @@ def rule_features(r: Rule) -> list[str]:
             out.append("negation")
     if m.quota:
         out.append("quota")
+    if m.ct_status:
+        out.append("ct status")
     out += _everyday_features(m)
     if a.random_port:
         out.append("random port")
@@ -698,6 +710,7 @@ def rule_features(r: Rule) -> list[str]:
         out.append("verdict map" if a.numgen is None else "numgen map")
     else:
         out.append({"mark": "mark set", "ctmark": "ct mark set", "savemark": "ct mark save",
+                    "tcpmss": "tcp mss", "checksum": "checksum fill",
                     "restoremark": "ct mark restore"}.get(a.kind, a.kind))
     if r.counter:
         out.append("counter")
@@ -818,6 +831,13 @@ def validate(rs: RuleSet) -> RuleSet:
                         raise RuleSetError(f"rule {r.id}: {a.kind} to base chain {a.chain}")
                 if a.kind == "vmap":
                     _check_vmap(r.id, a, sets)
+                if r.match.ct_status is not None and not (r.match.ct_status and
+                                                    r.match.ct_status <= {"dnat", "snat"}):
+                    raise RuleSetError(f"rule {r.id}: ct status must be dnat, snat or both")
+                if a.kind == "tcpmss" and (r.match.proto != "tcp" or a.mss is not None
+                                           and not 0 < a.mss < 65536):
+                    raise RuleSetError(f"rule {r.id}: tcpmss needs tcp, and an MSS of "
+                                       f"1..65535")
                 if a.kind in ("dnat", "snat") and not a.addr:
                     raise RuleSetError(f"rule {r.id}: {a.kind} without an address")
                 m = r.match

@@ -81,13 +81,13 @@ _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "
 _HEADER_ONLY = {"rt": "a routing header", "frag": "a fragment header"}
 _TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "CT", "NOTRACK",
                       "DNAT", "SNAT", "MASQUERADE", "LOG", "NFLOG", "CONNMARK",
-                      "REDIRECT"})
+                      "REDIRECT", "TCPMSS", "CHECKSUM"})
 # Targets iptables has that the model cannot hold: named so an unknown target reads
 # as such and not as a jump to a missing chain.
 _OTHER_TARGETS = frozenset({
-    "AUDIT", "CHECKSUM", "CLASSIFY", "CLUSTERIP", "CONNSECMARK", "DNPT",
+    "AUDIT", "CLASSIFY", "CLUSTERIP", "CONNSECMARK", "DNPT",
     "DSCP", "ECN", "HL", "HMARK", "IDLETIMER", "LED", "NETMAP", "NFQUEUE",
-    "QUEUE", "RATEEST", "SECMARK", "SET", "SNPT", "SYNPROXY", "TCPMSS",
+    "QUEUE", "RATEEST", "SECMARK", "SET", "SNPT", "SYNPROXY",
     "TCPOPTSTRIP", "TEE", "TOS", "TPROXY", "TRACE", "TTL", "ULOG"})
 # libxt_limit: a unit is any start of these words; the rate is held as a whole
 # period in units of 1/10000 s.
@@ -193,12 +193,14 @@ _AFTER_QUOTA = frozenset({"iif", "oif", "src", "dst", "proto", "comment", "jump"
                           "counters"})
 _OLD_NEGATION = frozenset({"-i", "-o", "-s", "-d", "-p", "--dport", "--sport"})
 _FLAG_OPTS = frozenset({"--notrack", "--random", "--persistent", "--random-fully",
-                        "--save-mark", "--restore-mark",
+                        "--save-mark", "--restore-mark", "--clamp-mss-to-pmtu",
+                        "--checksum-fill",
                         "--log-tcp-sequence", "--log-tcp-options", "--log-ip-options",
                         "--log-uid", "--log-macdecode"})
 _TARGET_OPTS = {"REJECT": ("--reject-with",), "CT": ("--notrack",),
                 "DNAT": ("--to-destination",), "SNAT": ("--to-source",),
-                "MASQUERADE": ("--random-fully", "--to-ports"), "REDIRECT": ("--to-ports",)}
+                "MASQUERADE": ("--random-fully", "--to-ports"), "REDIRECT": ("--to-ports",),
+                "TCPMSS": ("--clamp-mss-to-pmtu", "--set-mss"), "CHECKSUM": ("--checksum-fill",)}
 _SIMPLE = {"ACCEPT": Action("accept"), "DROP": Action("drop"), "RETURN": Action("return"),
            "NOTRACK": Action("notrack")}
 _COUNTER = Action("counter")
@@ -629,7 +631,15 @@ class _Parser:
                 need = "conntrack" if code == "ctstate" else "state"
                 if need not in mods:
                     raise _Fail(f"{t} needs -m {need}")
-                kw["ct_state"] = self._ct(v, neg)
+                nat = {x.lower() for x in v.split(",")} & {"dnat", "snat"}
+                if nat:
+                    # conntrack's virtual states: the connection's NAT status.
+                    if neg or len(nat) != len(v.split(",")):
+                        raise _Fail(f"unsupported: {'! ' if neg else ''}{t} {v} (DNAT or "
+                                    f"SNAT with other states, or negated)")
+                    kw["ct_status"] = frozenset(nat)
+                else:
+                    kw["ct_state"] = self._ct(v, neg)
             elif code == "comment":
                 if "comment" not in mods:
                     raise _Fail("--comment needs -m comment")
@@ -973,6 +983,15 @@ class _Parser:
         for o in opts:
             if o not in allowed:
                 raise _Fail(f"unsupported option {o} of -j {target}")
+        if target == "TCPMSS":
+            if ("--set-mss" in opts) == ("--clamp-mss-to-pmtu" in opts):
+                raise _Fail("-j TCPMSS needs one of --set-mss, --clamp-mss-to-pmtu")
+            mss = opts.get("--set-mss")
+            return Action("tcpmss", mss=None if mss is None else _int(mss, "--set-mss"))
+        if target == "CHECKSUM":
+            if "--checksum-fill" not in opts:
+                raise _Fail("-j CHECKSUM needs --checksum-fill")
+            return Action("checksum")
         if target == "REJECT":
             given = opts.get("--reject-with")
             with_ = _REJECT_WITH[self.version].get(given) if given else \

@@ -763,6 +763,9 @@ class _Importer:
         elif lk == "ct" and lv == {"key": "mark"}:
             ctx.set("ct_mark", (_int(right), MASK32))
             ctx.kw["ct_mark_negate"] = neg
+        elif lk == "ct" and lv == {"key": "status"} and not neg and \
+                set([right] if isinstance(right, str) else right or ()) <= {"dnat", "snat"}:
+            ctx.set("ct_status", frozenset([right] if isinstance(right, str) else right))
         elif lk == "ct":
             if lv.get("key") != "state" or len(lv) != 1:
                 what = " ".join(str(lv[k]) for k in ("dir", "key") if k in lv)
@@ -1391,6 +1394,13 @@ def _mangle(v: dict) -> Action:
     (mark & ~mask) ^ value` on the packet's or the connection's mark, and the
     copies between the two (CONNMARK's save and restore without masks)."""
     key, val = v.get("key"), v.get("value")
+    if key == {"tcp option": {"name": "maxseg", "field": "size"}}:
+        # MSS clamping: to the route's path MTU, or to a number.
+        if val == {"rt": {"key": "mtu"}}:
+            return Action("tcpmss")
+        if isinstance(val, int) and 0 < val < 65536:
+            return Action("tcpmss", mss=val)
+        raise _Fail(f"unsupported: tcp option maxseg size set {json.dumps(val)}")
     meta_, ct_ = {"meta": {"key": "mark"}}, {"ct": {"key": "mark"}}
     if key == ct_ and val == meta_:
         return Action("savemark")

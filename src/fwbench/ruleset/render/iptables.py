@@ -67,6 +67,7 @@ SUPPORTS: frozenset[str] = frozenset({
     "counter", "mark set", "notrack", "log", "ct", "redirect",
     "random match", "verdict map", "numgen map", "random port",
     "ct mark match", "ct mark set", "ct mark save", "ct mark restore", "nth match",
+    "tcp mss", "checksum fill", "ct status",
 }) | _ipset.SUPPORTS
 
 # iptables-restore's order of tables, and each table's built-in chains in the order
@@ -83,7 +84,7 @@ _HOOKS = {"prerouting": "PREROUTING", "input": "INPUT", "forward": "FORWARD",
 _POLICIES = {"accept": "ACCEPT", "drop": "DROP"}
 # Targets the kernel (or iptables itself) accepts only in some tables or hooks.
 _TARGET_TABLES = {"reject": "filter", "dnat": "nat", "snat": "nat", "masquerade": "nat",
-                  "notrack": "raw", "ct": "raw", "redirect": "nat"}
+                  "notrack": "raw", "ct": "raw", "redirect": "nat", "checksum": "mangle"}
 _TARGET_HOOKS = {"dnat": ("PREROUTING", "OUTPUT"), "snat": ("POSTROUTING", "INPUT"),
                  "masquerade": ("POSTROUTING",), "redirect": ("PREROUTING", "OUTPUT")}
 _SIMPLE_TARGETS = {"accept": " -j ACCEPT", "drop": " -j DROP", "return": " -j RETURN",
@@ -529,6 +530,10 @@ class _Emitter:
         if m.ct_state:
             parts.append(" -m conntrack --ctstate ")
             parts.append(",".join(n for s, n in _CT_ORDER if s in m.ct_state))
+        if m.ct_status:
+            parts.append(" -m conntrack --ctstate ")
+            parts.append(",".join(n for s, n in (("snat", "SNAT"), ("dnat", "DNAT"))
+                                  if s in m.ct_status))
         if m.mark is not None:
             value, mask = m.mark
             _u32(value, rid)
@@ -688,6 +693,10 @@ class _Emitter:
             if r.match.proto not in ("tcp", "udp") or not 0 < a.port <= 65535:
                 raise RuleSetError(f"{where}: {kind} to port {a.port} needs tcp or udp")
             return f" -j {kind.upper()} --to-ports {a.port}"
+        if kind == "tcpmss":
+            return _tcpmss(a.mss, r.match, hooks, where)
+        if kind == "checksum":
+            return " -j CHECKSUM --checksum-fill"
         simple = _SIMPLE_TARGETS.get(kind)
         if simple is not None:
             if a.random_port:
@@ -765,6 +774,21 @@ class _Emitter:
 # Ids of these characters print quoted (the tag's `:` asks for it) and unescaped.
 _SAFE_ID = frozenset(c for c in map(chr, range(32, 127)) if c not in "\"'\\")
 _MAX_ID = MAX_COMMENT - len(ID_TAG)
+
+
+def _tcpmss(mss: int | None, m, hooks: frozenset[str], where: str) -> str:
+    """TCPMSS as libxt_TCPMSS saves it. The kernel loads it only in a rule that
+    matches SYNs (`--tcp-flags` with SYN set, not negated), and clamps to the
+    path MTU only where a route is known: forward, output and postrouting."""
+    f = m.tcp_flags
+    if f is None or f.negate or not f.mask & 0x02 or not all(v & 0x02 for v in f.values):
+        raise Unsupported("tcp mss without a SYN match (TCPMSS takes SYNs only)", where)
+    if mss is not None:
+        return f" -j TCPMSS --set-mss {mss}"
+    for hook in hooks:
+        if hook not in ("FORWARD", "OUTPUT", "POSTROUTING"):
+            raise Unsupported(f"tcp mss clamp in hook {hook.lower()}", where)
+    return " -j TCPMSS --clamp-mss-to-pmtu"
 
 
 def _statistic(random: int, rid: str) -> str:

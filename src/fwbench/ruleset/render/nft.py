@@ -61,7 +61,8 @@ SUPPORTS: frozenset[str] = frozenset(
        "counter"]
     + ["tcp flags", "icmp code", "icmp type set", "addrtype", "pkttype", "ttl", "length"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
-       "masquerade", "mark set", "notrack", "log", "redirect"]
+       "masquerade", "mark set", "notrack", "log", "redirect", "tcp mss",
+       "ct status"]
     + ["random match", "verdict map", "numgen map", "random port"]
     + ["ct mark match", "ct mark set", "ct mark save", "ct mark restore", "nth match"])
 
@@ -552,6 +553,11 @@ class _Renderer:
             if fam == "netdev":
                 raise Unsupported("ct state in family netdev", where)
             parts.append("ct state " + ",".join(s for s in _CT_ORDER if s in m.ct_state))
+        if m.ct_status:
+            if fam == "netdev":
+                raise Unsupported("ct status in family netdev", where)
+            parts.append("ct status " + ",".join(s for s in ("snat", "dnat")
+                                                 if s in m.ct_status))
         if m.mark:
             parts.append(_mark_match(*m.mark, m.mark_negate, where))
         if m.ct_mark is not None:
@@ -631,7 +637,7 @@ class _Renderer:
         reject but icmpx and tcp reset is rendered so), but for the latter only
         when no statement (counter, limit) stands before it (measured)."""
         return (m.src is not None or m.dst is not None
-                or m.proto in ("icmp", "icmpv6")
+                or m.proto in ("icmp", "icmpv6") or m.ttl is not None   # ip ttl, ip6 hoplimit
                 or any("addr" in self.sets[ref.name].keys for ref in m.sets
                        if ref.name in self.sets)
                 or a.kind == "reject" and not statements and not (
@@ -658,6 +664,10 @@ class _Renderer:
             return f"{k} {_name('chain', a.chain or '')}"
         if k == "ct":
             raise Unsupported("ct", where)
+        if k == "tcpmss":
+            return "tcp option maxseg size set " + ("rt mtu" if a.mss is None else str(a.mss))
+        if k == "checksum":
+            raise Unsupported("checksum fill", where)
         if k == "mark":
             return _mark_set(a.mark or 0, a.mark_mask, where)
         if k == "vmap":
