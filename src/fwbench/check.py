@@ -21,6 +21,7 @@ enough for the test.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -147,15 +148,17 @@ def resolve(rs: RuleSet, names: list[str] | None) -> tuple[list[Backend], dict[s
 
 def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: int = 0,
           progress: Callable[[str], None] = lambda _: None,
-          topo: Topology | None = None, original: OriginalFile | None = None) -> CheckReport:
+          topo: Topology | None = None, original: OriginalFile | None = None,
+          tb=None) -> CheckReport:
     """Every backend against the reference; with `original`, the user's file itself
-    too (its `original` row): the proof that the import kept its meaning."""
+    too (its `original` row): the proof that the import kept its meaning. In a
+    testbed of its own, or in `tb` (tests run many checks in one)."""
     rs = with_counters(rs)
     pkts = [as_tracked(p) for p in corpora.build(rs, size=corpus_size, seed=seed)]
     pkts += corpora.chance_copies(rs, pkts, evaluator(rs))
     own_only = own_traffic_rules(rs)
     results = []
-    with NetnsTestbed(topo or Topology.new()) as tb:
+    with nullcontext(tb) if tb is not None else NetnsTestbed(topo or Topology.new()) as tb:
         if original is not None:
             progress(f"original: loading {original.orig.path} with {original.command}")
             results.append(against_original(original, tb, rs, pkts))

@@ -188,3 +188,4 @@ def finished_sweep(tmp_path_factory) -> FinishedRun:
     cp = subprocess.run([sys.executable, "-m", "fwbench", "run", *args, "--out", str(d)],
                         capture_output=True, text=True, timeout=600)
     return FinishedRun(args, cp, d)
+

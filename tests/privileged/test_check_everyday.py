@@ -2,28 +2,31 @@
 itself (the original row), the backends that can hold it and the reference
 evaluator must give every packet the same verdict; and the realistic host files
 (ufw, Docker, OpenWrt fw4) as far as the model holds them."""
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from checkrun import check_in
 from fwbench.ruleset.importers.load import load_file
 
 EXAMPLES = Path(__file__).parent.parent / "data" / "constructs" / "everyday"
 IFACE = "eth0=client,eth1=server"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_testbed(module_testbed):
+    global TB
+    TB = module_testbed
+    yield
+    TB = None
+
+
 def check(name: str, backends: str, iface: str = IFACE, corpus: int = 300,
-          tmp: Path | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
-    out = tmp / "check.json" if tmp else None
-    argv = [sys.executable, "-m", "fwbench", "check", str(EXAMPLES / name), "--iface", iface,
-            "--backends", backends, "--corpus", str(corpus)]
-    if out is not None:
-        argv += ["--json", str(out)]
-    cp = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    return cp, json.loads(out.read_text()) if out is not None and out.exists() else None
+          tmp: Path | None = None):
+    """`fwbench check` of one example file (in the module's testbed)."""
+    return check_in(TB, EXAMPLES / name, iface=iface, backends=backends, corpus=corpus)
 
 
 # Each construct's file, and the backends that hold it (the others refuse it in one
@@ -53,7 +56,9 @@ def test_construct_checks_equal_with_its_original(tmp_path, name, backends):
 
 
 def test_a_backend_that_cannot_hold_a_construct_is_refused_in_one_line(tmp_path):
-    cp, _ = check("icmp.nft", "iptables-legacy", tmp=tmp_path)
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(EXAMPLES / "icmp.nft"),
+                         "--iface", IFACE, "--backends", "iptables-legacy"],
+                        capture_output=True, text=True, timeout=120)
     assert cp.returncode != 0
     assert cp.stderr.strip() == ("fwbench: error: iptables-legacy: unsupported: icmp type "
                                  "set (rule filter-3)")
@@ -62,7 +67,7 @@ def test_a_backend_that_cannot_hold_a_construct_is_refused_in_one_line(tmp_path)
 @pytest.mark.parametrize("name, iface", [("ufw.rules", IFACE),
                                          ("docker.rules", "eth0=client,docker0=server")])
 def test_realistic_hosts_import_whole_and_check_equal(tmp_path, name, iface):
-    cp, rep = check(name, BOTH, iface, corpus=500, tmp=tmp_path)
+    cp, rep = check(name, BOTH, iface, corpus=300, tmp=tmp_path)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "the original and all backends agree with the reference" in cp.stdout
     assert rep["original"]["disagreements"] == 0
@@ -74,7 +79,7 @@ def test_verdicts_agree_where_the_firewall_sends_packets_of_its_own(tmp_path, na
     changed none; the counters of the output hook's rules may not agree: the
     firewall namespace sends packets of its own now and then (IPv6 among them),
     which no reference of the corpus predicts."""
-    cp, rep = check(name, BOTH, corpus=500, tmp=tmp_path)
+    cp, rep = check(name, BOTH, corpus=300, tmp=tmp_path)
     assert rep is not None, cp.stdout + cp.stderr
     assert rep["original"]["disagreements"] == 0
     assert all(b["per_packet"] == [] and b["refused"] is None for b in rep["backends"])
@@ -92,11 +97,13 @@ def test_verdicts_agree_where_the_firewall_sends_packets_of_its_own(tmp_path, na
 
 
 def test_fw4_stops_at_igmp_and_its_core_verdicts_agree(tmp_path):
-    cp, _ = check("fw4.nft", "nftables", "br-lan=client,wan=server", tmp=tmp_path)
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(EXAMPLES / "fw4.nft"),
+                         "--iface", "br-lan=client,wan=server", "--backends", "nftables"],
+                        capture_output=True, text=True, timeout=120)
     assert cp.returncode != 0
     assert cp.stderr.strip().endswith("table inet fw4 chain input_wan rule 3 (handle 47): "
                                       "unsupported protocol \"igmp\"")
-    cp, rep = check("fw4-core.nft", "nftables", "br-lan=client,wan=server", corpus=500,
+    cp, rep = check("fw4-core.nft", "nftables", "br-lan=client,wan=server", corpus=300,
                     tmp=tmp_path)
     assert rep is not None, cp.stdout + cp.stderr
     assert rep["original"]["disagreements"] == 0

@@ -9,20 +9,28 @@ from pathlib import Path
 
 import pytest
 
+from checkrun import check_in
+
 PROTOS = Path(__file__).parent.parent / "data" / "constructs" / "protos"
 
 
-def run_check(tmp_path, name: str, corpus: int = 300) -> dict:
-    out = tmp_path / "check.json"
+@pytest.fixture(scope="module", autouse=True)
+def _one_testbed(module_testbed):
+    global TB
+    TB = module_testbed
+    yield
+    TB = None
+
+
+def run_check(tmp_path, name: str, corpus: int = 200,
+              backends: str = "iptables-legacy,iptables-nft,nftables") -> dict:
+    """`fwbench check` of one example file (in the module's testbed)."""
     ipsets = PROTOS / name.replace(".rules", ".ipset")
-    more = ["--ipsets", str(ipsets)] if name.endswith(".rules") and ipsets.exists() else []
-    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(PROTOS / name),
-                         "--iface", "eth0=client,eth1=server", "--corpus", str(corpus),
-                         "--json", str(out), *more],
-                        capture_output=True, text=True, timeout=600)
+    more = str(ipsets) if name.endswith(".rules") and ipsets.exists() else None
+    cp, rep = check_in(TB, PROTOS / name, iface="eth0=client,eth1=server", corpus=corpus,
+                       backends=backends, ipsets=more)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "the original and all backends agree with the reference" in cp.stdout
-    rep = json.loads(out.read_text())
     orig = rep["original"]
     assert orig["refused"] is None and orig["disagreements"] == 0
     assert 0 < orig["forwarded"] < orig["packets"]
