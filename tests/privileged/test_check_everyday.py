@@ -23,7 +23,7 @@ def _one_testbed(module_testbed):
     TB = None
 
 
-def check(name: str, backends: str, iface: str = IFACE, corpus: int = 300,
+def check(name: str, backends: str, iface: str = IFACE, corpus: int = 200,
           tmp: Path | None = None):
     """`fwbench check` of one example file (in the module's testbed)."""
     return check_in(TB, EXAMPLES / name, iface=iface, backends=backends, corpus=corpus)

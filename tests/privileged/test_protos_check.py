@@ -2,9 +2,6 @@
 each construct in iptables-save and nft form), with the original row: the file
 itself, loaded by its own tool, must give the reference's verdict for every
 packet it judges, as must every backend that holds the rule set."""
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
