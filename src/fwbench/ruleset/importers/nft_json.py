@@ -268,11 +268,12 @@ class _Importer:
                                        f"{obj.get('table')}: chain {obj.get('name')} "
                                        f"appears twice")
                 chains[obj.get("name")] = obj
-            elif kind == "set":
+            elif kind == "set" or kind == "map" and obj.get("map") == "verdict":
+                # A verdict map is held as a set whose elements carry verdicts.
                 t = self._t(obj, kind)
                 if any(s.get("name") == obj.get("name") for s in t["raw_sets"]):
                     raise RuleSetError(f"{self.source}: table {obj.get('family')} "
-                                       f"{obj.get('table')}: set {obj.get('name')} "
+                                       f"{obj.get('table')}: {kind} {obj.get('name')} "
                                        f"appears twice")
                 self.set_names.add(str(obj.get("name")))
                 t["raw_sets"].append(obj)
@@ -282,14 +283,6 @@ class _Importer:
             elif kind in _NAMED_OBJECTS:
                 self.notes.append(f"{self.source}: named {kind} {obj.get('name')} in table "
                                   f"{obj.get('family')} {obj.get('table')} not imported")
-            elif kind == "map" and obj.get("map") == "verdict":
-                t = self._t(obj, kind)
-                if any(s.get("name") == obj.get("name") for s in t["raw_sets"]):
-                    raise RuleSetError(f"{self.source}: table {obj.get('family')} "
-                                       f"{obj.get('table')}: map {obj.get('name')} "
-                                       f"appears twice")
-                self.set_names.add(str(obj.get("name")))
-                t["raw_sets"].append(obj)
             elif kind in ("map", "flowtable") and self.refused is not None:
                 self.refused.append((f"{self.source}: table {obj.get('family')} "
                                      f"{obj.get('table')} {kind} {obj.get('name')}",
