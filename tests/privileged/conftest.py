@@ -125,6 +125,16 @@ def module_testbed():
     assert netns_carrying(tb.topo.run_id) == [], "the testbed left its namespaces"
 
 
+@pytest.fixture(scope="module")
+def check_file(module_testbed):
+    """`fwbench check FILE` in-process in the module's testbed (checkrun.check_in
+    bound to it): a module that checks many files builds one testbed, not one each."""
+    from functools import partial
+
+    from checkrun import check_in
+    return partial(check_in, module_testbed)
+
+
 @pytest.fixture
 def firewall(module_testbed):
     """The module's testbed with every firewall empty: flushed before the test and

@@ -8,25 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from checkrun import check_in
 from fwbench.ruleset.importers.load import load_file
 
 EXAMPLES = Path(__file__).parent.parent / "data" / "constructs" / "everyday"
 IFACE = "eth0=client,eth1=server"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_testbed(module_testbed):
-    global TB
-    TB = module_testbed
-    yield
-    TB = None
-
-
-def check(name: str, backends: str, iface: str = IFACE, corpus: int = 200,
-          tmp: Path | None = None):
+def check(check_file, name: str, backends: str, iface: str = IFACE, corpus: int = 200):
     """`fwbench check` of one example file (in the module's testbed)."""
-    return check_in(TB, EXAMPLES / name, iface=iface, backends=backends, corpus=corpus)
+    return check_file(EXAMPLES / name, iface=iface, backends=backends, corpus=corpus)
 
 
 # Each construct's file, and the backends that hold it (the others refuse it in one
@@ -45,8 +35,8 @@ BOTH = "iptables-legacy,nftables"
     ("ipv6headers.rules", BOTH), ("ipv6headers.nft", BOTH), ("dualstack.rules", BOTH),
     ("sets.nft", "nftables"), ("conntrack6.rules", BOTH),
 ])
-def test_construct_checks_equal_with_its_original(tmp_path, name, backends):
-    cp, rep = check(name, backends, tmp=tmp_path)
+def test_construct_checks_equal_with_its_original(check_file, name, backends):
+    cp, rep = check(check_file, name, backends)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "the original and all backends agree with the reference" in cp.stdout
     orig = rep["original"]
@@ -66,20 +56,20 @@ def test_a_backend_that_cannot_hold_a_construct_is_refused_in_one_line(tmp_path)
 
 @pytest.mark.parametrize("name, iface", [("ufw.rules", IFACE),
                                          ("docker.rules", "eth0=client,docker0=server")])
-def test_realistic_hosts_import_whole_and_check_equal(tmp_path, name, iface):
-    cp, rep = check(name, BOTH, iface, corpus=300, tmp=tmp_path)
+def test_realistic_hosts_import_whole_and_check_equal(check_file, name, iface):
+    cp, rep = check(check_file, name, BOTH, iface, corpus=300)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "the original and all backends agree with the reference" in cp.stdout
     assert rep["original"]["disagreements"] == 0
 
 
 @pytest.mark.parametrize("name", ["ufw6.rules", "output.rules", "output.nft"])
-def test_verdicts_agree_where_the_firewall_sends_packets_of_its_own(tmp_path, name):
+def test_verdicts_agree_where_the_firewall_sends_packets_of_its_own(check_file, name):
     """Every packet's verdict agrees, and rules set aside for the output hook
     changed none; the counters of the output hook's rules may not agree: the
     firewall namespace sends packets of its own now and then (IPv6 among them),
     which no reference of the corpus predicts."""
-    cp, rep = check(name, BOTH, corpus=300, tmp=tmp_path)
+    cp, rep = check(check_file, name, BOTH, corpus=300)
     assert rep is not None, cp.stdout + cp.stderr
     assert rep["original"]["disagreements"] == 0
     assert all(b["per_packet"] == [] and b["refused"] is None for b in rep["backends"])
@@ -96,15 +86,15 @@ def test_verdicts_agree_where_the_firewall_sends_packets_of_its_own(tmp_path, na
         assert {line.split()[1] for line in b["per_rule"]} <= output
 
 
-def test_fw4_stops_at_igmp_and_its_core_verdicts_agree(tmp_path):
+def test_fw4_stops_at_igmp_and_its_core_verdicts_agree(check_file):
     cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(EXAMPLES / "fw4.nft"),
                          "--iface", "br-lan=client,wan=server", "--backends", "nftables"],
                         capture_output=True, text=True, timeout=120)
     assert cp.returncode != 0
     assert cp.stderr.strip().endswith("table inet fw4 chain input_wan rule 3 (handle 47): "
                                       "unsupported protocol \"igmp\"")
-    cp, rep = check("fw4-core.nft", "nftables", "br-lan=client,wan=server", corpus=300,
-                    tmp=tmp_path)
+    cp, rep = check(check_file, "fw4-core.nft", "nftables", "br-lan=client,wan=server",
+                    corpus=300)
     assert rep is not None, cp.stdout + cp.stderr
     assert rep["original"]["disagreements"] == 0
     assert rep["backends"][0]["per_packet"] == []

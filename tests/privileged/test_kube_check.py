@@ -3,9 +3,6 @@ itself (the original row) and the import in iptables-legacy, iptables-nft and
 nftables must give every packet one of the verdicts the reference allows, and
 the random choice of endpoint must pass its chi-square test; and a rendering
 whose endpoint shares are wrong is caught by that test."""
-import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,14 +16,10 @@ BACKENDS = "iptables-legacy,iptables-nft,nftables"
 
 
 @pytest.mark.parametrize("name", ["kube-proxy.rules", "kube-proxy.nft"])
-def test_kube_proxy_file_and_its_import_agree_on_three_backends(tmp_path, name):
-    out = tmp_path / "check.json"
-    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(KUBE / name),
-                         "--backends", BACKENDS, "--corpus", "200", "--json", str(out)],
-                        capture_output=True, text=True, timeout=900)
-    assert cp.returncode == 0, cp.stdout + cp.stderr
+def test_kube_proxy_file_and_its_import_agree_on_three_backends(check_file, name):
+    cp, rep = check_file(KUBE / name, backends=BACKENDS, corpus=200)
+    assert cp.returncode == 0, cp.stdout
     assert "the original and all backends agree with the reference" in cp.stdout
-    rep = json.loads(out.read_text())
     assert rep["random_choice_test"]["level"] == 0.001
     rows = [rep["original"]] + rep["backends"]
     assert [r["backend"] for r in rows] == ["original"] + BACKENDS.split(",")
@@ -40,13 +33,9 @@ def test_kube_proxy_file_and_its_import_agree_on_three_backends(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", ["connmark.rules", "connmark.nft", "nth.rules", "nth.nft"])
-def test_connection_marks_file_and_its_import_agree_on_three_backends(tmp_path, name):
-    out = tmp_path / "check.json"
-    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(KUBE / name),
-                         "--backends", BACKENDS, "--corpus", "200", "--json", str(out)],
-                        capture_output=True, text=True, timeout=900)
-    assert cp.returncode == 0, cp.stdout + cp.stderr
-    rep = json.loads(out.read_text())
+def test_connection_marks_file_and_its_import_agree_on_three_backends(check_file, name):
+    cp, rep = check_file(KUBE / name, backends=BACKENDS, corpus=200)
+    assert cp.returncode == 0, cp.stdout
     for r in [rep["original"]] + rep["backends"]:
         assert r["refused"] is None and r["disagreements"] == 0, r
         assert 0 < r["forwarded"] < r["packets"] and r["random_choices"] is None
@@ -54,7 +43,7 @@ def test_connection_marks_file_and_its_import_agree_on_three_backends(tmp_path, 
     assert (rep["counter_choice_packets"] > 0) == name.startswith("nth")
 
 
-def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test():
+def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test(module_testbed):
     """The import with the 3-endpoint service's first statistic rule at 0.9 in
     place of 1/3: every packet still gets an allowed verdict, only the
     distribution is wrong, and only the chance test sees it."""
@@ -67,7 +56,7 @@ def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test():
         skewed if r.id == first.id else r for r in c.rules)) for c in t.chains))
         for t in rs.tables)
     rep = check.check(rs.with_tables(tables), [backends.get("nftables")], corpus_size=200,
-                      original=check.original_of(path))
+                      original=check.original_of(path), tb=module_testbed)
     orig, nft = rep.original, rep.results[1]
     # The original follows the file (1/3 each), the backend the skewed import
     # (0.9 first): both fall where the skewed reference's shares say they may not.
@@ -75,14 +64,14 @@ def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test():
     assert nft.chances.failed == [] and not rep.ok
 
 
-def test_an_odd_numgen_share_is_exact_in_nftables_and_refused_by_iptables():
+def test_an_odd_numgen_share_is_exact_in_nftables_and_refused_by_iptables(module_testbed):
     path = str(KUBE / "numgen.nft")
     rs = check.ruleset_from(path=path)
     with pytest.raises(Exception, match="unsupported: random match finer than the "
                                         "statistic's 2\\*\\*-31"):
         backends.get("iptables-legacy").check(rs)
     rep = check.check(rs, [backends.get("nftables")], corpus_size=200,
-                      original=check.original_of(path))
+                      original=check.original_of(path), tb=module_testbed)
     assert rep.ok, [r.as_dict() for r in rep.results]
     for r in rep.results:
         tested = [g for g in r.chances.groups if "p_value" in g]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from checkrun import check_in
 
 DATA = Path(__file__).parent.parent / "data" / "realworld"
 # The file's interfaces by role; files without an entry name none the testbed has.
@@ -26,21 +25,13 @@ WHOLE = {"home-router.rules", "vpn-gateway.rules", "pbx-host.rules",
 FILES = sorted(p.name for p in DATA.iterdir())
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_testbed(module_testbed):
-    global TB
-    TB = module_testbed
-    yield
-    TB = None
-
-
 def _fwbench(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fwbench", *args], capture_output=True,
                           text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_a_real_rule_set_checks_equal_against_itself_or_is_refused_in_one_line(name):
+def test_a_real_rule_set_checks_equal_against_itself_or_is_refused_in_one_line(check_file, name):
     iface = ["--iface", IFACES[name]] if name in IFACES else []
     cov = _fwbench("check", str(DATA / name), *iface, "--coverage", "--json", timeout=60)
     assert "Traceback" not in cov.stderr, cov.stderr
@@ -53,7 +44,7 @@ def test_a_real_rule_set_checks_equal_against_itself_or_is_refused_in_one_line(n
         assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
         return
     assert name in WHOLE, f"{name} imports whole now: add it to WHOLE"
-    cp, _ = check_in(TB, DATA / name, iface=IFACES.get(name),
-                     backends="iptables-legacy,nftables", corpus=400)
+    cp, _ = check_file(DATA / name, iface=IFACES.get(name),
+                       backends="iptables-legacy,nftables", corpus=400)
     assert cp.returncode == 0, cp.stdout[-3000:]
     assert "the original and all backends agree with the reference" in cp.stdout
