@@ -21,8 +21,9 @@ def table(*chains: Chain, family: str = "ip", name: str = "t", sets=()) -> Table
 
 
 def base(name: str, *rules: Rule, hook: str = "forward", priority: int = 0,
-         policy: str = "accept", type: str = "filter") -> Chain:
-    return Chain(name, rules, hook=hook, priority=priority, type=type, policy=policy)
+         policy: str = "accept", type: str = "filter", device: str | None = None) -> Chain:
+    return Chain(name, rules, hook=hook, priority=priority, type=type, policy=policy,
+                 device=device)
 
 
 def user(name: str, *rules: Rule) -> Chain:
@@ -241,6 +242,30 @@ def test_netdev_ingress_runs_before_prerouting_raw():
         table(base("ing", Rule("ing", Match(), Action("counter")), hook="ingress",
                    priority=100), family="netdev", name="dev"))
     assert evaluate(rs, pkt()).counted == ("ing", "raw")
+
+
+def test_netdev_egress_sees_packets_leaving_by_its_device_after_nat():
+    """Egress runs last, on the device a packet leaves by: it knows the output
+    interface and not the input one, and sees the addresses NAT gave."""
+    rs = ruleset(
+        table(Chain("pre", (Rule("dnat", Match(proto="tcp", dport=Ports.of(8080)),
+                                 Action("dnat", addr="198.19.0.9", port=80)),),
+                    hook="prerouting", priority=-100, type="nat"), family="ip", name="nat"),
+        table(base("out", Rule("seen", Match(dst=Prefix.of("198.19.0.9"), proto="tcp",
+                                             dport=Ports.of(80)), Action("counter")),
+                   Rule("iif", Match(iif=Iface(CLIENT)), DROP),
+                   Rule("deny", Match(oif=Iface(SERVER), proto="tcp", dport=Ports.of(4)), DROP),
+                   hook="egress", device=SERVER),
+              base("back", Rule("back", Match(proto="tcp", dport=Ports.of(5)), DROP),
+                   hook="egress", device=CLIENT), family="netdev", name="dev"))
+    v = evaluate(rs, pkt("tcp", 8080))
+    assert v.forward and v.counted == ("dnat", "seen")
+    assert not evaluate(rs, pkt("tcp", 4)).forward
+    # Leaving by the client side: only packets the server side sent.
+    assert evaluate(rs, pkt("tcp", 5)).forward
+    assert not evaluate(rs, pkt("tcp", 5, iif="server")).forward
+    with pytest.raises(RuleSetError, match="hook egress in family ip"):
+        validate(ruleset(table(base("e", hook="egress"), family="ip")))
 
 
 def test_a_rule_of_the_other_ip_version_never_matches():

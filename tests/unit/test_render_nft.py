@@ -355,6 +355,16 @@ def test_what_only_iptables_renders_is_refused(rule, sets, message):
     assert {"string match", "hashlimit", "ct", "set counters"}.isdisjoint(nft.SUPPORTS)
 
 
+def test_a_netdev_egress_chain_hooks_the_server_side_unless_told():
+    def header(device):
+        rs = validate(RuleSet("t", (Table("netdev", "t", (
+            Chain("c", (), hook="egress", device=device),)),)))
+        return nft.render(rs, IFS).splitlines()[2].strip()
+    assert header(None) == \
+        'type filter hook egress device "fwb000000-f1" priority filter; policy accept;'
+    assert 'device "fwb000000-f0" ' in header(CLIENT)
+
+
 def test_a_netdev_chain_hooks_its_device():
     def header(device):
         rs = validate(RuleSet("t", (Table("netdev", "t", (

@@ -25,7 +25,7 @@ from fwbench.ruleset.evaluate import (FORWARD_HOOKS, CompiledSet, Evaluator,
                                       address_interval, address_text,
                                       complement_ranges, iface_sides, merge_ranges,
                                       nat_address, packet_length, rule_version)
-from fwbench.ruleset.model import (PORTLESS, AddrType, Chain, Match, Packet, Ports, Range,
+from fwbench.ruleset.model import (PORTLESS, AddrType, Chain, Iface, Match, Packet, Ports, Range,
                                    Rule, RuleSet, RuleSetError, Table, TcpFlags)
 
 __all__ = ["build", "sample", "RANGES", "RESERVED"]
@@ -136,7 +136,7 @@ class _Need:
             if spec is None:
                 continue
             # iif is unknown at postrouting, oif before routing: no match there.
-            if (attr == "iif" and hook == "postrouting") or \
+            if (attr == "iif" and hook in ("postrouting", "egress")) or \
                     (attr == "oif" and hook in ("ingress", "prerouting")):
                 self.possible = False
             sides = iface_sides(spec)
@@ -275,6 +275,10 @@ def _need(site: _Site, sets: dict[tuple[str, str], dict[str, CompiledSet]]) -> _
         if v:
             need.versions &= {v}
         need.add(r.match, base.hook, before_ct, tsets)
+    if base.device is not None:
+        # A netdev chain sees the packets arriving by its device, or (egress) leaving.
+        sides = iface_sides(Iface(base.device))
+        need.sides &= sides if base.hook == "ingress" else {_OTHER[s] for s in sides}
     if base.type == "nat" and base.hook in ("prerouting", "postrouting"):
         need.ct = {"new"} if need.ct is None else need.ct & {"new"}
     if not need.sides or not need.versions or need.protos == set() or \

@@ -7,9 +7,10 @@ must agree with `evaluate` / `expected_counts`.
 
 The path of a forwarded packet: netdev ingress chains (iif is all they know; a
 chain with a device sees only the packets arriving on it), then prerouting,
-forward and postrouting. At each hook every base chain of every
-table whose family applies (ip and inet for IPv4, ip6 and inet for IPv6, netdev for
-both) runs in priority order. An accept ends one base chain only; drop and reject
+forward and postrouting, then netdev egress chains (oif is all they know; a
+chain sees only the packets leaving by its device, as postrouting left them).
+At each hook every base chain of every table whose family applies (ip and inet
+for IPv4, ip6 and inet for IPv6, netdev for both) runs in priority order. An accept ends one base chain only; drop and reject
 end everything; falling off a base chain, or `return` in it, applies its policy.
 Within a chain the first matching rule with a terminal action decides; jump pushes
 a frame, goto replaces the current one, return and falling off a user chain pop.
@@ -86,7 +87,7 @@ DEFAULT_LOCAL: dict[int, dict[str, str]] = {
     v: {"client": addresses.FW_CLIENT_SIDE[v], "server": addresses.FW_SERVER_SIDE[v]}
     for v in (4, 6)
 }
-FORWARD_HOOKS = ("ingress", "prerouting", "forward", "postrouting")
+FORWARD_HOOKS = ("ingress", "prerouting", "forward", "postrouting", "egress")
 _CONNTRACK_PRIORITY = -200
 _NAT_PRIORITY = {"prerouting": -100, "postrouting": 100}
 _OTHER = {"client": "server", "server": "client"}
@@ -1016,10 +1017,14 @@ class Evaluator:
                 if local:
                     break
                 continue
-            s.iif = s.side_in if hook != "postrouting" else None
-            s.oif = s.side_out if hook in ("forward", "postrouting") else None
+            after = hook in ("forward", "postrouting", "egress")
+            # At postrouting and egress the kernel knows no input device.
+            s.iif = s.side_in if hook in ("ingress", "prerouting", "forward") else None
+            s.oif = s.side_out if after else None
             # Forwarding decrements the TTL (hop limit) before the forward hook.
-            s.ttl = pkt.ttl - (hook in ("forward", "postrouting"))
+            s.ttl = pkt.ttl - after
+            # A netdev chain sees its device's packets: arriving (ingress) or leaving.
+            side = s.side_out if hook == "egress" else s.side_in
             for unit in units:
                 if unit.nat:
                     # NAT runs the nat chains for a connection's first packet only;
@@ -1032,7 +1037,7 @@ class Evaluator:
                 else:
                     s.ct = "untracked" if s.untracked else pkt.ct_state
                 for chain in unit.chains:
-                    if chain.sides is not None and s.side_in not in chain.sides:
+                    if chain.sides is not None and side not in chain.sides:
                         continue
                     code, rid = self._walk(chain, s, counted)
                     if code == _DROP or code == _REJECT:

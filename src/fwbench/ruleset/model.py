@@ -35,7 +35,9 @@ from typing import Iterator
 from fwbench.errors import FwbenchError
 
 FAMILIES = ("ip", "ip6", "inet", "netdev")
-HOOKS = ("prerouting", "input", "forward", "output", "postrouting", "ingress")
+HOOKS = ("prerouting", "input", "forward", "output", "postrouting", "ingress", "egress")
+# The netdev family's hooks: a chain there sees the packets of one device.
+NETDEV_HOOKS = ("ingress", "egress")
 CHAIN_TYPES = ("filter", "nat", "route")
 POLICIES = ("accept", "drop")
 # nft's named priorities; iptables' tables sit at these.
@@ -418,8 +420,10 @@ class Chain:
     priority: int = 0
     type: str = "filter"
     policy: str = "accept"          # base chains only
-    # A netdev ingress chain's interface (a name, CLIENT or SERVER): it sees only
-    # packets arriving there. None: the renderers' default, the client side.
+    # A netdev chain's interface (a name, CLIENT or SERVER): an ingress chain sees
+    # only packets arriving there, an egress chain only packets leaving by it.
+    # None: the renderers' default, the client side for ingress, the server side
+    # for egress (where forwarded packets arrive, and leave).
     device: str | None = field(default=None, metadata=_LATER)
 
     @property
@@ -809,11 +813,11 @@ def validate(rs: RuleSet) -> RuleSet:
                     raise RuleSetError(f"chain {c.name}: unknown type {c.type!r}")
                 if c.policy not in POLICIES:
                     raise RuleSetError(f"chain {c.name}: unknown policy {c.policy!r}")
-                if (c.hook == "ingress") != (t.family == "netdev"):
+                if (c.hook in NETDEV_HOOKS) != (t.family == "netdev"):
                     raise RuleSetError(f"chain {c.name}: hook {c.hook} in family {t.family}")
-            if c.device is not None and (c.hook != "ingress" or not c.device):
+            if c.device is not None and (c.hook not in NETDEV_HOOKS or not c.device):
                 raise RuleSetError(f"chain {c.name}: a device belongs to a netdev ingress "
-                                   f"chain only, and is not empty")
+                                   f"or egress chain only, and is not empty")
             for r in c.rules:
                 if not r.id:
                     raise RuleSetError(f"chain {c.name}: a rule without an id")

@@ -49,11 +49,11 @@ import os
 import re
 
 from fwbench.ruleset.evaluate import numgen_weights
-from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, FAMILIES, PKT_TYPES, PRIORITIES,
-                                   PROTO_NUMBERS, RANDOM_SCALE, TCP_FLAGS, Action, AddrType,
-                                   Chain, Iface, Limit, Match, Ports, Prefix, Quota, Range,
-                                   Rule, RuleSet, RuleSetError, Set, SetRef, Table, TcpFlags,
-                                   timeout_note, validate)
+from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, FAMILIES, NETDEV_HOOKS, PKT_TYPES,
+                                   PRIORITIES, PROTO_NUMBERS, RANDOM_SCALE, TCP_FLAGS, Action,
+                                   AddrType, Chain, Iface, Limit, Match, Ports, Prefix, Quota,
+                                   Range, Rule, RuleSet, RuleSetError, Set, SetRef, Table,
+                                   TcpFlags, timeout_note, validate)
 from fwbench.ruleset.importers.iptables_save import REFUSED_PROTOS, canonical4
 from fwbench.ruleset.render import ID_TAG
 
@@ -187,11 +187,12 @@ def parse_text(text: str, source: str,
 _LISTING = "--- fwbench: nft list ruleset ---"
 _TABLE = re.compile(r"^table (\S+) (\S+) \{")
 _CHAIN = re.compile(r"^\s*chain (\S+) \{")
-_HOOK_DEVICES = re.compile(r"hook ingress (?:device \"?([^\"\s;]+)\"?|devices = \{([^}]*)\})")
+_HOOK_DEVICES = re.compile(r"hook (?:ingress|egress) "
+                           r"(?:device \"?([^\"\s;]+)\"?|devices = \{([^}]*)\})")
 
 
 def _with_devices(doc: str, listing: str) -> dict:
-    """nft's JSON listing with every ingress chain's devices, which nft 1.0.6 lists
+    """nft's JSON listing with every netdev chain's devices, which nft 1.0.6 lists
     in text only (its JSON leaves `dev` out)."""
     devices: dict[tuple, list[str]] = {}
     table = chain = None
@@ -206,7 +207,7 @@ def _with_devices(doc: str, listing: str) -> dict:
     parsed = json.loads(doc)
     for item in parsed.get("nftables", []):
         c = item.get("chain") if isinstance(item, dict) else None
-        if isinstance(c, dict) and c.get("hook") == "ingress" and "dev" not in c:
+        if isinstance(c, dict) and c.get("hook") in NETDEV_HOOKS and "dev" not in c:
             found = devices.get((c.get("family"), c.get("table"), c.get("name")))
             if found:
                 c["dev"] = found[0] if len(found) == 1 else found
@@ -430,8 +431,8 @@ class _Importer:
             dev = dev[0]
         if dev is not None and not isinstance(dev, str):
             raise RuleSetError(f"{where}: device {dev!r} is not a name")
-        if c["hook"] == "ingress" and not dev:
-            raise RuleSetError(f"{where}: unsupported: an ingress chain on no device")
+        if c["hook"] in NETDEV_HOOKS and not dev:
+            raise RuleSetError(f"{where}: unsupported: an {c['hook']} chain on no device")
         prio = c.get("prio", 0)
         if isinstance(prio, str):   # hand-written JSON may name it
             prio = PRIORITIES.get(prio, prio)

@@ -36,7 +36,7 @@ import itertools
 import re
 from functools import lru_cache
 
-from fwbench.ruleset.model import (ADDR_TYPES, CLIENT, FAMILIES, HOOKS, PROTOCOLS,
+from fwbench.ruleset.model import (ADDR_TYPES, CLIENT, FAMILIES, HOOKS, PROTOCOLS, SERVER,
                                    RANDOM_SCALE, SET_KEYS, TCP_FLAGS, Action, Chain, Iface,
                                    Interfaces, Limit, Match, Ports, Prefix, Quota, Range, Rule,
                                    RuleSet, RuleSetError, Set, SetRef, Table, Unsupported,
@@ -486,8 +486,10 @@ class _Renderer:
             raise RuleSetError(f"{where}: a route chain is only at hook output")
         device = ""
         if self.fam == "netdev":
+            # Unnamed: where forwarded packets arrive (ingress) or leave (egress).
+            default = SERVER if c.hook == "egress" else CLIENT
             device = " device " + _quoted(f"{where}: device",
-                                          self.ifs.resolve(c.device or CLIENT), 15)
+                                          self.ifs.resolve(c.device or default), 15)
         prio = priority_text(self.fam, c.hook, c.priority)
         return f"type {c.type} hook {c.hook}{device} priority {prio}; policy {c.policy};"
 
