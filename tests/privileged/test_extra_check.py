@@ -26,3 +26,7 @@ def test_netdev_egress_sees_forwarded_packets_as_nat_left_them(check_file):
     # The per-rule counters agreed with the reference's too: out-1 counts the
     # DNAT'd packets by their new address, out-2 (their old one) none.
     assert rep["backends"][0]["per_rule"] == []
+
+
+def test_sets_of_ttl_length_and_mark_values_split_exactly(check_file):
+    agree(check_file, "value-sets.nft", "nftables", corpus=300)

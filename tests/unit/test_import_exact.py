@@ -631,3 +631,38 @@ def test_nft_tcp_option_maxseg_set():
                       "value": {"rt": {"key": "mtu"}}}}
     r1, = nft_rules([match(payload("tcp", "dport"), 22), mss])
     assert r1.action == Action("tcpmss")
+
+
+# --- anonymous sets of values, split into disjoint rules ----------------------------------
+
+def _anon(*items):
+    return {"set": list(items)}
+
+
+def _range(lo, hi):
+    return {"range": [lo, hi]}
+
+
+def test_nft_length_and_ttl_sets_become_one_rule_per_disjoint_range():
+    from fwbench.ruleset.model import Range
+    rs = nft_rules([match(meta("length"), _anon(_range(33, 55), _range(56, 88), 100)), ACCEPT])
+    # Adjacent ranges merge: no packet can match two of the rules.
+    assert [r.match.length for r in rs] == [Range(33, 88), Range(100, 100)]
+    rs = nft_rules([match(payload("ip", "ttl"), _anon(63, _range(30, 40)), "!="), ACCEPT])
+    assert [r.match.ttl for r in rs] == [Range(0, 29), Range(41, 62), Range(64, 255)]
+    assert {r.match.ip_version for r in rs} == {4}
+    assert "that matches no packet" in nft_refused(
+        [match(payload("ip6", "hoplimit"), _anon(_range(0, 255)), "!="), ACCEPT])
+
+
+def test_nft_mark_sets_and_prefixes():
+    rs = nft_rules([match({"ct": {"key": "mark"}}, _anon(0x2222, 0x32)), ACCEPT])
+    assert [r.match.ct_mark for r in rs] == [(0x32, 0xFFFFFFFF), (0x2222, 0xFFFFFFFF)]
+    (r,) = nft_rules([match(meta("mark"), {"prefix": {"addr": 0xFFFFFF07, "len": 24}},
+                            "!="), ACCEPT])
+    assert r.match.mark == (0xFFFFFF00, 0xFFFFFF00) and r.match.mark_negate
+    assert nft_refused([match({"ct": {"key": "mark"}}, _anon(1, 2), "!="), ACCEPT]) == (
+        f"{WHERE}: unsupported: ct mark != a set (the model holds one value under a "
+        f"mask, or its negation)")
+    assert "ct mark range" in nft_refused(
+        [match({"ct": {"key": "mark"}}, _range(0x32, 0x45)), ACCEPT])

@@ -48,7 +48,7 @@ import json
 import os
 import re
 
-from fwbench.ruleset.evaluate import numgen_weights
+from fwbench.ruleset.evaluate import complement_ranges, merge_ranges, numgen_weights
 from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, FAMILIES, NETDEV_HOOKS, PKT_TYPES,
                                    PRIORITIES, PROTO_NUMBERS, RANDOM_SCALE, TCP_FLAGS, Action,
                                    AddrType, Chain, Iface, Limit, Match, Ports, Prefix, Quota,
@@ -755,8 +755,7 @@ class _Importer:
         elif lk == "meta":
             self._meta(ctx, lv.get("key"), right, neg, t["family"])
         elif lk == "ct" and lv == {"key": "mark"}:
-            ctx.set("ct_mark", (_int(right), MASK32))
-            ctx.kw["ct_mark_negate"] = neg
+            _mark(ctx, "ct_mark", right, neg)
         elif lk == "ct" and lv == {"key": "status"} and not neg and \
                 set([right] if isinstance(right, str) else right or ()) <= {"dnat", "snat"}:
             ctx.set("ct_status", frozenset([right] if isinstance(right, str) else right))
@@ -854,8 +853,7 @@ class _Importer:
                 raise _Fail("unsupported: meta l4proto !=")
             ctx.proto(_proto(right))
         elif key == "mark":
-            ctx.set("mark", (_int(right), MASK32))
-            ctx.kw["mark_negate"] = neg
+            _mark(ctx, "mark", right, neg)
         elif key == "nfproto" and right in ("ipv4", "ipv6") and family != "netdev":
             # inet and the ip families see IPv4 and IPv6 only: `!=` is the other.
             ctx.pin(4 if (right == "ipv4") != neg else 6, f"meta nfproto {right}")
@@ -1082,6 +1080,16 @@ def _everyday(t: dict, ctx: "_Rule", op, left: dict, right) -> bool:
             ctx.pin(4, "ip length")
         what, top = "length", 65535
     if what is not None:
+        if isinstance(right, dict) and "set" in right and op in ("==", "!="):
+            # One rule per disjoint range of the set (`!=`: of what it leaves out).
+            ranges = merge_ranges(_int_range(x) for x in right["set"])
+            if op == "!=":
+                ranges = complement_ranges(ranges, 0, top)
+            if not ranges or ranges[-1][1] > top:
+                raise _Fail(f"unsupported: {what} set {json.dumps(right)} "
+                            f"that matches no packet, or past {top}")
+            ctx.splits.append((what, [Range(lo, hi) for lo, hi in ranges]))
+            return True
         ctx.set(what, _relation(op, right, top))
         return True
     if left == {"meta": {"key": "pkttype"}}:
@@ -1110,6 +1118,31 @@ def _everyday(t: dict, ctx: "_Rule", op, left: dict, right) -> bool:
         ctx.fib = True
         return True
     return False
+
+
+def _mark(ctx: "_Rule", field: str, right, neg: bool) -> None:
+    """`meta mark` / `ct mark` against a value, a prefix (`0xffffff00/24`: the
+    mask of its first bits) or a set of values (one rule per value: a packet has
+    one mark, so at most one of them matches)."""
+    if isinstance(right, dict) and "prefix" in right:
+        bits = _int(right["prefix"].get("len"))
+        if not 0 <= bits <= 32:
+            raise _Fail(f"unsupported: mark prefix /{bits}")
+        mask = (MASK32 << (32 - bits)) & MASK32
+        ctx.set(field, (_int(right["prefix"].get("addr")) & mask, mask))
+    elif isinstance(right, dict) and "set" in right:
+        if neg:
+            raise _Fail(f"unsupported: {field.replace('_', ' ')} != a set (the model "
+                        f"holds one value under a mask, or its negation)")
+        values = sorted({_int(x) & MASK32 for x in right["set"]})
+        ctx.splits.append((field, [(v, MASK32) for v in values]))
+        return
+    elif isinstance(right, dict) and "range" in right:
+        raise _Fail(f"unsupported: {field.replace('_', ' ')} range (the model holds "
+                    f"a value under a mask)")
+    else:
+        ctx.set(field, (_int(right) & MASK32, MASK32))
+    ctx.kw[f"{field}_negate"] = neg
 
 
 def _icmp_pairs(ctx: "_Rule", parts: list, right, neg: bool) -> bool:
@@ -1187,6 +1220,10 @@ def _variants(ctx: "_Rule") -> list[dict]:
                     if "icmp_type" in kw or "icmp_code" in kw or "icmp_types" in kw:
                         raise _Fail("unsupported: two ICMP type matches in one rule")
                     new.append({**kw, "icmp_type": x[0], "icmp_code": x[1]})
+                elif field in ("ttl", "length", "mark", "ct_mark"):
+                    if field in kw:
+                        raise _Fail(f"unsupported: two matches on {field}")
+                    new.append({**kw, field: x})
                 elif field == "proto":
                     p = _proto(x)
                     if kw.get("proto") not in (None, p):
@@ -1224,6 +1261,15 @@ def _proto(v) -> str:
         why = REFUSED_PROTOS.get(str(v).lower())
         raise _Fail(f"unsupported protocol {json.dumps(v)}" + (f": {why}" if why else ""))
     return p
+
+
+def _int_range(v) -> tuple[int, int]:
+    """A number or `{"range": [a, b]}` as an inclusive range."""
+    if isinstance(v, dict) and "range" in v and len(v["range"]) == 2:
+        lo, hi = (_int(x) for x in v["range"])
+        return (lo, hi) if lo <= hi else (hi, lo)
+    n = _int(v)
+    return n, n
 
 
 def _port_range(v) -> tuple[int, int]:
