@@ -30,3 +30,17 @@ def test_netdev_egress_sees_forwarded_packets_as_nat_left_them(check_file):
 
 def test_sets_of_ttl_length_and_mark_values_split_exactly(check_file):
     agree(check_file, "value-sets.nft", "nftables", corpus=300)
+
+
+@pytest.mark.parametrize("name, backends, limited", [
+    ("hashlimit.rules", "iptables-legacy,iptables-nft", ["filter-2", "filter-3", "filter-5"]),
+    ("limit-over.nft", "nftables", ["filter-1", "filter-2", "filter-3", "filter-5"]),
+])
+def test_rate_limits_load_exactly_and_the_rest_is_judged(check_file, name, backends, limited):
+    """hashlimit (upto, above, modes, masks, table tuning) and nft's `limit rate
+    over` and limits in bytes: loaded as the file says (the backends' listings
+    are compared with their rendering), the packets that reach them not judged
+    and every other packet judged."""
+    rep = agree(check_file, name, backends)
+    assert rep["limit_rules"] == limited
+    assert 0 < rep["not_judged_rate_limited"] < rep["corpus"]

@@ -257,10 +257,28 @@ def test_nft_limit_units_and_burst(limit, expected):
     assert r.match.limit == expected
 
 
+@pytest.mark.parametrize("limit, expected, text", [
+    ({"rate": 10, "burst": 3, "per": "minute", "inv": True}, Limit(10, "minute", 3, over=True),
+     "limit rate over 10/minute burst 3 packets"),
+    ({"rate": 1, "burst": 2, "per": "second", "inv": True, "rate_unit": "mbytes",
+      "burst_unit": "kbytes"}, Limit(1 << 20, "second", 2048, over=True, bytes=True),
+     "limit rate over 1 mbytes/second burst 2 kbytes"),
+    ({"rate": 1025, "burst": 0, "per": "second", "rate_unit": "bytes", "burst_unit": "bytes"},
+     Limit(1025, "second", 0, bytes=True), "limit rate 1025 bytes/second"),
+])
+def test_nft_limits_over_and_in_bytes_kept_as_nft_lists_them(limit, expected, text):
+    r, = nft_rules([{"limit": limit}, ACCEPT])
+    assert r.match.limit == expected
+    rs = _in_forward(r)
+    assert f"{text} accept" in nft.render(rs, IFS)
+    with pytest.raises(Unsupported, match="limit (over|in bytes)"):
+        ipt.check(rs)
+
+
 @pytest.mark.parametrize("limit, message", [
     ({"rate": 5, "per": "week"}, "unsupported: limit per week"),
-    ({"rate": 5, "per": "second", "inv": True}, "unsupported: limit rate over"),
-    ({"rate": 1, "per": "second", "rate_unit": "mbytes"}, "unsupported: a limit in bytes"),
+    ({"rate": 1, "per": "second", "rate_unit": "gbytes"},
+     'unsupported: limit {"rate": 1, "per": "second", "rate_unit": "gbytes"}'),
 ])
 def test_nft_limits_the_model_cannot_hold(limit, message):
     assert nft_refused([{"limit": limit}, ACCEPT]) == f"{WHERE}: {message}"
@@ -666,3 +684,67 @@ def test_nft_mark_sets_and_prefixes():
         f"mask, or its negation)")
     assert "ct mark range" in nft_refused(
         [match({"ct": {"key": "mark"}}, _range(0x32, 0x45)), ACCEPT])
+
+
+# --- hashlimit, as iptables-extensions(8) and iptables-save write it ---------------------
+
+@pytest.mark.parametrize("opts, expected", [
+    ("--hashlimit-above 1/sec --hashlimit-burst 5 --hashlimit-name mini1",
+     dict(upto=False, rate=1, per="second", mode=())),
+    ("--hashlimit-upto 1000000/sec --hashlimit-burst 5 --hashlimit-name mini1",
+     dict(upto=True, rate=1000000, mode=())),
+    ("--hashlimit-upto 2/sec --hashlimit-burst 5 --hashlimit-name mini1 "
+     "--hashlimit-htable-expire 60000", dict(expire=60000)),
+    ("--hashlimit-above 3/hour --hashlimit-burst 5 --hashlimit-mode srcip,dstport "
+     "--hashlimit-name mini1 --hashlimit-srcmask 24",
+     dict(per="hour", mode=("srcip", "dstport"), src_prefix=24)),
+    ("--hashlimit-upto 1/sec --hashlimit-burst 1 --hashlimit-mode dstip --hashlimit-name mini1 "
+     "--hashlimit-htable-max 2000 --hashlimit-htable-gcinterval 60000 "
+     "--hashlimit-htable-expire 2000",
+     dict(burst=1, mode=("dstip",), max=2000, gcinterval=60000, expire=2000)),
+    ("--hashlimit-upto 1/day --hashlimit-burst 1 --hashlimit-mode srcip,srcport,dstip,dstport "
+     "--hashlimit-name mini1 --hashlimit-htable-size 64 --hashlimit-dstmask 8",
+     dict(per="day", mode=("srcip", "srcport", "dstip", "dstport"), size=64, dst_prefix=8)),
+])
+def test_hashlimit_kept_exactly_and_rendered_as_save_prints_it(opts, expected):
+    line = f"-A FORWARD -m hashlimit {opts} -j ACCEPT"
+    r = one4(line)
+    for k, v in expected.items():
+        assert getattr(r.match.hashlimit, k) == v, k
+    text = ipt.render(_in_forward(r), IFS, 4)
+    assert f"-m hashlimit {opts} -m comment" in text, text
+
+
+def test_hashlimit_expiry_follows_the_written_unit():
+    """120/min is 2/sec to save, which prints the expiry it was given per minute."""
+    r = one4("-A FORWARD -m hashlimit --hashlimit-upto 120/min --hashlimit-name x -j ACCEPT")
+    assert (r.match.hashlimit.rate, r.match.hashlimit.expire) == (120, 60000)
+    assert "--hashlimit-upto 2/sec --hashlimit-burst 5 --hashlimit-name x " \
+        "--hashlimit-htable-expire 60000" in ipt.render(_in_forward(r), IFS, 4)
+
+
+@pytest.mark.parametrize("opts, message", [
+    ("--hashlimit-upto 3/sec --hashlimit-name x",
+     "unsupported: hashlimit rate 3/sec (iptables holds it as one packet per 333333 us, "
+     "not exactly 3/second)"),
+    ("--hashlimit-upto 4kb/s --hashlimit-burst 400kb --hashlimit-name x",
+     "unsupported: hashlimit rate 4kb/s (a rate in bytes, or not a number of packets)"),
+    ("--hashlimit-upto 1/sec", "-m hashlimit needs --hashlimit-name"),
+    ("--hashlimit-name x", "-m hashlimit needs one of --hashlimit-upto and --hashlimit-above"),
+    ("--hashlimit-upto 1/sec --hashlimit-name x --hashlimit-rate-match",
+     "unsupported option --hashlimit-rate-match"),
+])
+def test_hashlimit_the_model_cannot_hold_is_refused(opts, message):
+    assert refused4(f"-A FORWARD -m hashlimit {opts} -j ACCEPT").endswith(message)
+
+
+def test_a_hashlimit_is_not_judged_but_the_rest_of_the_rule_set_is():
+    from fwbench.ruleset.evaluate import RateLimits
+    rs = ipt4("-A FORWARD -p udp -m hashlimit --hashlimit-above 1/sec --hashlimit-name x "
+              "-j DROP\n-A FORWARD -p udp -j ACCEPT\n")
+    udp = Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1, 53)
+    tcp = Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 1, 80)
+    # Above its rate the rule drops; a bucket starts full, so the reference forwards.
+    assert evaluate(rs, udp).forward and not evaluate(rs, tcp).forward
+    limits = RateLimits(rs)
+    assert limits.reached(udp) == ("filter-1",) and limits.reached(tcp) == ()

@@ -49,13 +49,13 @@ sets, a later chain of the same packet sees; a packet without a connection
 ct mark match nor its negation matches it. What a connection's mark does to its
 later packets is beyond a per-packet reference.
 
-Limits, by design: `limit` always matches (a reference cannot model rates; which
-packets a spent limit may decide otherwise, RateLimits says), and so does a
-quota with bytes left (`quota over` does not match), as for a firewall's first
-packets (RateLimits covers the quota's other state too), while a payload string
-match and hashlimit, which decide what they match by a packet's payload or by the
-rate of its source's packets, are refused (Unsupported, one line): a verdict
-that would guess them would be no reference. NAT translates only a
+Limits, by design: a rate limit is as its bucket is at first, full: `limit`
+and hashlimit's `upto` always match, `limit rate over` and hashlimit's `above`
+never (a reference cannot model rates; which packets a spent bucket may decide
+otherwise, RateLimits says), and a quota is as it is with bytes left (`quota
+over` does not match; RateLimits covers its other state too). A payload string
+match, which decides by a packet's payload, is refused (Unsupported, one line):
+a verdict that would guess it would be no reference. NAT translates only a
 connection's first packet (ct state new): conntrack rewrites later packets from
 the connection's binding without running any nat chain, which a per-packet model
 cannot know; a snat/dnat address range translates to its first address.
@@ -430,16 +430,16 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
                    ifnames: Mapping[str, str] | None, family: str | None = None):
     """A rule's match as one function of the state, or None (matches all) or _NEVER."""
     m: Match = r.match
-    if m.string is not None or m.hashlimit is not None:
-        raise Unsupported("string match" if m.string is not None else "hashlimit",
-                          f"rule {r.id}", "reference evaluator")
+    if m.string is not None:
+        raise Unsupported("string match", f"rule {r.id}", "reference evaluator")
     tests: list = []
     try:
         version = rule_version(r, raw_sets)
     except RuleSetError:
         return _NEVER
-    if m.quota is not None and m.quota.over:
-        return _NEVER   # its bytes not yet spent (see the module docstring)
+    if (m.quota is not None and m.quota.over) or (m.limit is not None and m.limit.over) \
+            or (m.hashlimit is not None and not m.hashlimit.upto):
+        return _NEVER   # its bytes or its bucket not yet spent (the module docstring)
     if m.proto is not None:
         proto = m.proto
         tests.append(lambda s: s.proto == proto)
@@ -1019,7 +1019,7 @@ class Evaluator:
                 continue
             after = hook in ("forward", "postrouting", "egress")
             # At postrouting and egress the kernel knows no input device.
-            s.iif = s.side_in if hook in ("ingress", "prerouting", "forward") else None
+            s.iif = s.side_in if hook not in ("postrouting", "egress") else None
             s.oif = s.side_out if after else None
             # Forwarding decrements the TTL (hop limit) before the forward hook.
             s.ttl = pkt.ttl - after
@@ -1254,16 +1254,21 @@ _REACH = "\0reach:"   # ids of the counting twins; no rule id can start so
 def traffic_decides(r: Rule) -> bool:
     """Whether the packets before decide if the rule matches: a rate limit or a
     quota."""
-    return r.match.limit is not None or r.match.quota is not None
+    m = r.match
+    return m.limit is not None or m.quota is not None or m.hashlimit is not None
 
 
 def _spent(r: Rule) -> tuple[Rule, ...]:
-    """The rule once its limit or quota is spent: gone, or for `quota over`
-    matching without it."""
-    q = r.match.quota
-    if r.match.limit is None and q is not None and q.over:
-        return (replace(r, match=replace(r.match, quota=None)),)
-    return ()
+    """The rule once its limits and quota are spent: gone where one of them then
+    never matches (a limit, a quota), else matching without them (`over`, a
+    hashlimit's `above`)."""
+    m = r.match
+    spent_never = (m.limit is not None and not m.limit.over) \
+        or (m.quota is not None and not m.quota.over) \
+        or (m.hashlimit is not None and m.hashlimit.upto)
+    if spent_never:
+        return ()
+    return (replace(r, match=replace(m, limit=None, quota=None, hashlimit=None)),)
 
 
 class RateLimits:
@@ -1286,7 +1291,8 @@ class RateLimits:
         self._reached: dict[Packet, tuple[str, ...]] = {}   # asked per backend
         if self.ids:
             self._reach = Evaluator(_rewrite(rs, lambda r: (
-                Rule(_REACH + r.id, replace(r.match, limit=None, quota=None),
+                Rule(_REACH + r.id, replace(r.match, limit=None, quota=None,
+                                            hashlimit=None),
                      Action("counter")), r)))
             self._spent = Evaluator(_rewrite(rs, _spent))
 

@@ -179,17 +179,23 @@ class SetRef:
     negate: bool = False
 
 
-@dataclass(frozen=True)
-class Limit:
-    rate: int
-    per: str = "second"
-    burst: int = 5
-
-
 # Fields added to the model later carry this: at their default they are left out
 # of RuleSet.digest() and as_dict(), so a rule set that does not use them keeps the
 # digest it had before they existed.
 _LATER = {"later": True}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A token bucket of `rate` per `per` holding up to `burst`: matches while it
+    has tokens (iptables' limit, nft `limit rate`); with `over`, only when it has
+    none (nft `limit rate over`). `bytes`: rate and burst count bytes, not
+    packets (nft `limit rate N bytes/second`)."""
+    rate: int
+    per: str = "second"
+    burst: int = 5
+    over: bool = field(default=False, metadata=_LATER)
+    bytes: bool = field(default=False, metadata=_LATER)
 
 
 @dataclass(frozen=True)
@@ -202,16 +208,31 @@ class StringMatch:
 
 @dataclass(frozen=True)
 class HashLimit:
-    """Matches the packets above `rate` per `per` (after a burst of `burst`),
-    counted per source: sources that share their first `src_prefix` bits share one
-    budget (None: each address its own). iptables' hashlimit with
-    `--hashlimit-above` and mode srcip; `name` names the kernel's table of budgets
-    (/proc/net/ipt_hashlimit/NAME), prefixed like chains (RuleSet.ipt_prefix)."""
+    """A token bucket per key: the packets above `rate` per `per` (after a burst
+    of `burst`) match, or with `upto` those within it. The key is `mode`'s fields
+    of the packet (HASHLIMIT_MODES; none: one bucket for all), addresses cut to
+    their first `src_prefix` / `dst_prefix` bits (None: the whole address).
+    iptables' hashlimit; `name` names the kernel's table of buckets
+    (/proc/net/ipt_hashlimit/NAME), prefixed like chains (RuleSet.ipt_prefix);
+    `size`, `max`, `expire` (ms) and `gcinterval` (ms) tune that table (None:
+    the kernel's default). `max` decides too: past it a new key's packet does
+    not match."""
     name: str
     rate: int
     per: str = "second"         # from LIMIT_UNITS
     burst: int = 5
     src_prefix: int | None = None
+    upto: bool = field(default=False, metadata=_LATER)
+    mode: tuple[str, ...] = field(default=("srcip",), metadata=_LATER)
+    dst_prefix: int | None = field(default=None, metadata=_LATER)
+    size: int | None = field(default=None, metadata=_LATER)
+    max: int | None = field(default=None, metadata=_LATER)
+    expire: int | None = field(default=None, metadata=_LATER)
+    gcinterval: int | None = field(default=None, metadata=_LATER)
+
+
+# The packet fields a hashlimit may key on, in the order iptables-save prints them.
+HASHLIMIT_MODES = ("srcip", "srcport", "dstip", "dstport")
 
 
 # TCP header flag bits, as iptables and nft name them.
@@ -691,6 +712,10 @@ def rule_features(r: Rule) -> list[str]:
         out.append("set match")
     if m.limit:
         out.append("limit")
+        if m.limit.over:
+            out.append("limit over")
+        if m.limit.bytes:
+            out.append("limit in bytes")
     if m.string:
         out.append("string match")
     if m.hashlimit:
@@ -945,8 +970,16 @@ def _check_hashlimit(rid: str, h: HashLimit) -> None:
     if h.per not in LIMIT_UNITS:
         raise RuleSetError(f"rule {rid}: hashlimit per {h.per!r}, expected one of "
                            f"{', '.join(LIMIT_UNITS)}")
-    if h.src_prefix is not None and not 0 <= h.src_prefix <= 128:
-        raise RuleSetError(f"rule {rid}: hashlimit source prefix /{h.src_prefix}")
+    for side, bits in (("source", h.src_prefix), ("destination", h.dst_prefix)):
+        if bits is not None and not 0 <= bits <= 128:
+            raise RuleSetError(f"rule {rid}: hashlimit {side} prefix /{bits}")
+    if not set(h.mode) <= set(HASHLIMIT_MODES) or len(set(h.mode)) != len(h.mode):
+        raise RuleSetError(f"rule {rid}: hashlimit mode {','.join(h.mode)}: from "
+                           f"{', '.join(HASHLIMIT_MODES)}, each once")
+    for what in ("size", "max", "expire", "gcinterval"):
+        value = getattr(h, what)
+        if value is not None and not 0 < value < 2 ** 32:
+            raise RuleSetError(f"rule {rid}: hashlimit {what} {value}")
 
 
 # What a verdict map's element may do.

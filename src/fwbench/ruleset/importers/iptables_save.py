@@ -46,11 +46,14 @@ import shlex
 import socket
 from typing import Protocol
 
-from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, EMPTY_MATCH, RANDOM_SCALE, RULE,
-                                   TCP_FLAGS, Action, AddrType, Chain, Iface, Limit, Quota,
-                                   Range, Rule, Ports, Prefix, RuleSet, RuleSetError, Set,
-                                   SetRef, Table, TcpFlags, evolve, timeout_note)
+from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, EMPTY_MATCH, HASHLIMIT_MODES,
+                                   RANDOM_SCALE, RULE, TCP_FLAGS, Action, AddrType, Chain,
+                                   HashLimit, Iface, Limit, Ports, Prefix, Quota, Range, Rule,
+                                   RuleSet, RuleSetError, Set, SetRef, Table, TcpFlags, evolve,
+                                   timeout_note)
 from fwbench.ruleset.render import ID_TAG
+from fwbench.ruleset.render.iptables import (HASHLIMIT_GCINTERVAL, HASHLIMIT_SCALE,
+                                             hashlimit_default_expire)
 
 BUILTIN = {
     "raw": ("PREROUTING", "OUTPUT"),
@@ -74,7 +77,7 @@ _SCTP = "conntrack's SCTP tracker reads a packet's chunks, which the model does 
 REFUSED_PROTOS = {"sctp": _SCTP, "132": _SCTP}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment", "statistic", "connmark", "addrtype", "pkttype", "ttl", "hl",
-                      "length", "quota", "iprange"})
+                      "length", "quota", "iprange", "hashlimit"})
 # Matches that need an IPv6 extension header (a routing header, a fragment
 # header): xt_rt and xt_frag match no packet without one, whatever their options
 # say, and the testbed sends none. Such rules are set aside with a note.
@@ -179,6 +182,9 @@ _OPTS = {
     "--ttl-eq": "ttl-eq", "--ttl-gt": "ttl-gt", "--ttl-lt": "ttl-lt",
     "--hl-eq": "hl-eq", "--hl-gt": "hl-gt", "--hl-lt": "hl-lt",
     "-4": "only4", "--ipv4": "only4", "-6": "only6", "--ipv6": "only6",
+    **{f"--hashlimit{o}": "hashlimit" for o in (
+        "", "-upto", "-above", "-burst", "-mode", "-name", "-srcmask", "-dstmask",
+        "-htable-size", "-htable-max", "-htable-expire", "-htable-gcinterval")},
 }
 # Options that take no value.
 _NO_VALUE = frozenset({"syn", "only4", "only6", "fragment", "limit-iface"})
@@ -548,6 +554,7 @@ class _Parser:
         limit_rate = limit_burst = None
         module = None   # the latest -m: mark and connmark share --mark
         nth: dict[str, int] = {}
+        hashlimit: dict[str, str] = {}
         quota = None
         neg = False
         i, n = 2, len(toks)
@@ -707,6 +714,12 @@ class _Parser:
                     raise _Fail(f"{t} needs -m iprange")
                 self._range(kw, sets, "saddr" if code == "srcrange" else "daddr", v, neg,
                             lineno)
+            elif code == "hashlimit":
+                if "hashlimit" not in mods:
+                    raise _Fail(f"{t} needs -m hashlimit")
+                if neg:
+                    raise _Fail(f"unsupported: negated {t}")
+                hashlimit[t] = v
             elif code == "quota":
                 if "quota" not in mods:
                     raise _Fail("--quota needs -m quota")
@@ -720,6 +733,8 @@ class _Parser:
             neg = False
         if nth:
             kw["nth"] = _nth(nth)
+        if hashlimit or "hashlimit" in mods:
+            kw["hashlimit"] = _hashlimit(hashlimit, self.version)
         if limit_rate is not None or limit_burst is not None:
             rate, per = limit_rate or (3, "hour")
             kw["limit"] = Limit(rate, per, 5 if limit_burst is None else limit_burst)
@@ -1233,6 +1248,64 @@ def _rate(v: str, native: bool) -> tuple[int, str]:
         raise _Fail(f"unsupported: --limit {v} (iptables-legacy holds it as one packet "
                     f"per {whole // rate}/{_LIMIT_SCALE} s, not exactly {rate}/{per})")
     return rate, per
+
+
+def _hashlimit(opts: dict[str, str], version: int) -> HashLimit:
+    """-m hashlimit's options as the model's HashLimit, exactly or refused: a rate
+    in packets whose period in microseconds is whole (libxt_hashlimit holds it so),
+    its expiry the written unit's when not given (120/min: 60000 ms)."""
+    upto, above = opts.get("--hashlimit-upto", opts.get("--hashlimit")), \
+        opts.get("--hashlimit-above")
+    if (upto is None) == (above is None):
+        raise _Fail("-m hashlimit needs one of --hashlimit-upto and --hashlimit-above")
+    written = upto or above
+    name = opts.get("--hashlimit-name")
+    if not name:
+        raise _Fail("-m hashlimit needs --hashlimit-name")
+    num, _, unit = written.partition("/")
+    if not num.isdigit() or unit.lower().endswith("b/s") or num.lower().endswith("b"):
+        raise _Fail(f"unsupported: hashlimit rate {written} (a rate in bytes, "
+                    f"or not a number of packets)")
+    unit = unit.lower() or "second"
+    per = next((u for u in _LIMIT_UNITS if u.startswith(unit)), None)
+    if per is None:
+        raise _Fail(f"hashlimit rate {written}: unknown unit {unit!r}")
+    rate = int(num)
+    whole = HASHLIMIT_SCALE * _LIMIT_UNITS[per]
+    if not 0 < rate <= whole:
+        raise _Fail(f"hashlimit rate {written}: iptables takes 1/day to "
+                    f"{HASHLIMIT_SCALE}/second")
+    if whole % rate:
+        raise _Fail(f"unsupported: hashlimit rate {written} (iptables holds it as one "
+                    f"packet per {whole // rate} us, not exactly {rate}/{per})")
+    burst = _int(opts.get("--hashlimit-burst", "5"), "--hashlimit-burst")
+    if not 0 < burst <= _LIMIT_BURST_MAX:
+        raise _Fail(f"--hashlimit-burst {burst}: iptables takes 1 to {_LIMIT_BURST_MAX}")
+    mode = opts.get("--hashlimit-mode")
+    modes = tuple(m for m in HASHLIMIT_MODES if m in (mode or "").split(","))
+    if mode is not None and len(modes) != len(mode.split(",")):
+        raise _Fail(f"--hashlimit-mode {mode}: from {','.join(HASHLIMIT_MODES)}")
+    width = 32 if version == 4 else 128
+    masks = []
+    for opt in ("--hashlimit-srcmask", "--hashlimit-dstmask"):
+        bits = _int(opts[opt], opt) if opt in opts else None
+        if bits is not None and not 0 <= bits <= width:
+            raise _Fail(f"{opt} {bits}: an IPv{version} mask is 0 to {width}")
+        masks.append(None if bits == width else bits)
+    tune = {}
+    for what in ("size", "max", "expire", "gcinterval"):
+        opt = f"--hashlimit-htable-{what}"
+        tune[what] = _int(opts[opt], opt) if opt in opts else None
+    if tune["expire"] is None:
+        tune["expire"] = _LIMIT_UNITS[per] * 1000
+    if tune["expire"] == hashlimit_default_expire(rate, per):
+        tune["expire"] = None
+    if tune["gcinterval"] == HASHLIMIT_GCINTERVAL:
+        tune["gcinterval"] = None
+    tune["size"] = tune["size"] or None
+    tune["max"] = tune["max"] or None
+    return HashLimit(name, rate, per, burst, masks[0], upto=upto is not None, mode=modes,
+                     dst_prefix=masks[1], **tune)
 
 
 def _tcp_flags(v: str) -> int:

@@ -1338,19 +1338,30 @@ def _ct_states(v, neg: bool) -> frozenset[str]:
 
 
 def _limit(v: dict) -> Limit:
-    v = dict(v or {})
-    if v.pop("inv", False):
-        raise _Fail("unsupported: limit rate over")
-    if v.pop("rate_unit", "packets") != "packets":
-        raise _Fail("unsupported: a limit in bytes")
-    v.pop("burst_unit", None)
+    """An anonymous limit, in packets or (held as bytes) in bytes, `over` or not."""
+    if not isinstance(v, dict):
+        raise _Fail(f"unsupported: named limit {json.dumps(v)}")
+    raw, v = v, dict(v)
+    over = bool(v.pop("inv", False))
     per = v.pop("per", "second")
     if per not in _LIMIT_PER:
         raise _Fail(f"unsupported: limit per {per}")
-    rate, burst = _int(v.pop("rate", 0)), _int(v.pop("burst", 5))
+    rate_unit, burst_unit = v.pop("rate_unit", "packets"), v.pop("burst_unit", None)
+    if rate_unit == "packets":
+        if burst_unit not in (None, "packets"):
+            raise _Fail(f"unsupported: limit {json.dumps(raw)}")
+        rate, burst = _int(v.pop("rate", 0)), _int(v.pop("burst", 5))
+        in_bytes = False
+    else:
+        try:
+            rate = _int(v.pop("rate", 0)) * _BYTE_UNITS[rate_unit]
+            burst = _int(v.pop("burst", 0)) * _BYTE_UNITS[burst_unit or "bytes"]
+        except KeyError:
+            raise _Fail(f"unsupported: limit {json.dumps(raw)}") from None
+        in_bytes = True
     if v:
         raise _Fail(f"unsupported: limit {sorted(v)[0]}")
-    return Limit(rate, per, burst)
+    return Limit(rate, per, burst, over=over, bytes=in_bytes)
 
 
 _BYTE_UNITS = {"bytes": 1, "kbytes": 1024, "mbytes": 1024 ** 2}

@@ -128,10 +128,11 @@ _LIMIT_PRINT = (("day", _LIMIT_SCALE * 86400), ("hour", _LIMIT_SCALE * 3600),
 _LIMIT_BURST = 5                  # the default, which save leaves out
 _MAX_CREDITS_A_SECOND = 38400
 # libxt_hashlimit (revisions 2 and 3) keeps a rate as a period in microseconds and
-# prints it as limit does; burst and mode it always prints, the source mask when
-# it is not the whole address, the entries' expiry when it is not the printed
-# unit's (rendering the rate in that unit keeps it so).
-_HASHLIMIT_SCALE = 1_000_000
+# prints it as limit does; the burst it always prints, the mode when there is one,
+# a mask when it is not the whole address, the entries' expiry when it is not the
+# printed unit's (rendering the rate in that unit keeps it so).
+HASHLIMIT_SCALE = 1_000_000
+HASHLIMIT_GCINTERVAL = 1000       # ms, libxt_hashlimit's default
 MAX_HASHLIMIT_NAME = 15           # XT_HASHLIMIT's name: 16 bytes with its NUL
 # libxt_string: a pattern of at most 128 bytes; save prints it quoted, `"` and `\`
 # escaped, or as --hex-string when a byte is not printable.
@@ -583,12 +584,31 @@ class _Emitter:
         if h.src_prefix is not None and h.src_prefix > width:
             raise RuleSetError(f"{where}: hashlimit source prefix /{h.src_prefix} in an "
                                f"IPv{self.version} rule")
-        rate = _rate(h.rate, h.per, _HASHLIMIT_SCALE, "hashlimit", rid)
+        if h.dst_prefix is not None and h.dst_prefix > width:
+            raise RuleSetError(f"{where}: hashlimit destination prefix /{h.dst_prefix} in "
+                               f"an IPv{self.version} rule")
+        rate = _rate(h.rate, h.per, HASHLIMIT_SCALE, "hashlimit", rid)
         if not 1 <= h.burst <= 10000:
             raise Unsupported(f"hashlimit burst {h.burst}", where)
-        mask = "" if h.src_prefix in (None, width) else f" --hashlimit-srcmask {h.src_prefix}"
-        return (f" -m hashlimit --hashlimit-above {rate} --hashlimit-burst {h.burst}"
-                f" --hashlimit-mode srcip --hashlimit-name {name}{mask}")
+        # In iptables-save's order; what it leaves out at its default, so do we.
+        text = [f" -m hashlimit --hashlimit-{'upto' if h.upto else 'above'} {rate}",
+                f" --hashlimit-burst {h.burst}"]
+        if h.mode:
+            text.append(f" --hashlimit-mode {','.join(h.mode)}")
+        text.append(f" --hashlimit-name {name}")
+        if h.size:
+            text.append(f" --hashlimit-htable-size {h.size}")
+        if h.max:
+            text.append(f" --hashlimit-htable-max {h.max}")
+        if h.gcinterval not in (None, HASHLIMIT_GCINTERVAL):
+            text.append(f" --hashlimit-htable-gcinterval {h.gcinterval}")
+        if h.expire not in (None, hashlimit_default_expire(h.rate, h.per)):
+            text.append(f" --hashlimit-htable-expire {h.expire}")
+        if h.src_prefix not in (None, width):
+            text.append(f" --hashlimit-srcmask {h.src_prefix}")
+        if h.dst_prefix not in (None, width):
+            text.append(f" --hashlimit-dstmask {h.dst_prefix}")
+        return "".join(text)
 
     def _addr(self, parts: list[str], opt: str, p: Prefix, rid: str, what: str) -> None:
         net = p.net
@@ -969,6 +989,14 @@ def _rate(rate: int, per: str, scale: int, what: str, rid: str,
         raise Unsupported(f"{what} rate {rate}/{per} (iptables-save prints it as "
                           f"{unit // period}/{name})", f"rule {rid}")
     return f"{unit // period}/{name}"
+
+
+def hashlimit_default_expire(rate: int, per: str) -> int:
+    """libxt_hashlimit's expiry of idle entries when none is given: the rate's
+    unit in milliseconds, the unit as save prints it (120/min is 2/sec there, and
+    its expiry 1000 ms unless given, 60000 when the rule was written per minute)."""
+    text = _rate(rate, per, HASHLIMIT_SCALE, "hashlimit", "-")
+    return {"day": 86400, "hour": 3600, "min": 60, "sec": 1}[text.split("/")[1]] * 1000
 
 
 def _quota(q: Quota, rid: str) -> str:

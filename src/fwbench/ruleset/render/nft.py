@@ -58,7 +58,7 @@ SUPPORTS: frozenset[str] = frozenset(
     + [f"proto {p}" for p in PROTOCOLS]
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
        "ip version", "negation", "ct state", "mark match", "set match", "limit", "quota",
-       "counter"]
+       "counter", "limit over", "limit in bytes"]
     + ["tcp flags", "icmp code", "icmp type set", "addrtype", "pkttype", "ttl", "length"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log", "redirect", "tcp mss",
@@ -875,10 +875,28 @@ def _mark_set(value: int, mask: int, where: str) -> str:
 
 
 def _limit(lim: Limit, where: str) -> str:
-    if lim.rate < 1 or lim.burst < 1 or lim.per not in ("second", "minute", "hour", "day"):
+    if lim.rate < 1 or lim.burst < 0 or lim.per not in ("second", "minute", "hour", "day"):
         raise RuleSetError(f"{where}: limit {lim.rate}/{lim.per} burst {lim.burst}")
+    over = "over " if lim.over else ""
+    if lim.bytes:
+        # In bytes nft's default burst is 0.
+        burst = f" burst {_in_bytes(lim.burst)}" if lim.burst else ""
+        return f"limit rate {over}{_in_bytes(lim.rate)}/{lim.per}{burst}"
+    if lim.burst < 1:
+        raise RuleSetError(f"{where}: limit burst {lim.burst}")
     burst = "" if lim.burst == 5 else f" burst {lim.burst} packets"   # 5: nft's default
-    return f"limit rate {lim.rate}/{lim.per}{burst}"
+    return f"limit rate {over}{lim.rate}/{lim.per}{burst}"
+
+
+def _in_bytes(n: int) -> str:
+    """A count of bytes as nft lists a limit's: in the largest unit that holds it
+    whole (4096 is `4 kbytes`, 1025 `1025 bytes`)."""
+    unit = "bytes"
+    for bigger in ("kbytes", "mbytes"):
+        if n % 1024:
+            break
+        n, unit = n // 1024, bigger
+    return f"{n} {unit}"
 
 
 def _quota(q: Quota) -> str:
