@@ -44,3 +44,13 @@ def test_rate_limits_load_exactly_and_the_rest_is_judged(check_file, name, backe
     rep = agree(check_file, name, backends)
     assert rep["limit_rules"] == limited
     assert 0 < rep["not_judged_rate_limited"] < rep["corpus"]
+
+
+@pytest.mark.parametrize("name, backends", [("sockets.rules", "iptables-legacy,nftables"),
+                                            ("sockets.nft", "nftables")])
+def test_socket_matches_set_aside_change_no_verdict(check_file, name, backends):
+    """Owner, cgroup, skuid and skgid rules are set aside (no testbed packet has a
+    local socket); the original keeps them and agrees on every packet."""
+    rep = agree(check_file, name, backends)
+    aside = [n for n in rep["notes"] if "matches only packets of a local socket" in n]
+    assert len(aside) == 5

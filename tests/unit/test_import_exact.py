@@ -748,3 +748,38 @@ def test_a_hashlimit_is_not_judged_but_the_rest_of_the_rule_set_is():
     assert evaluate(rs, udp).forward and not evaluate(rs, tcp).forward
     limits = RateLimits(rs)
     assert limits.reached(udp) == ("filter-1",) and limits.reached(tcp) == ()
+
+
+# --- matches on the packet's local socket: set aside (no testbed packet has one) -----
+
+MANGLE = "*mangle\n:POSTROUTING ACCEPT [0:0]\n"
+
+
+@pytest.mark.parametrize("opts", [
+    "-m owner --uid-owner 0-10 --gid-owner 0-10", "-m owner --socket-exists",
+    "-m owner --gid-owner 0-10 --suppl-groups", "-m owner --uid-owner 0 ! --gid-owner 1",
+    "-m cgroup --cgroup 1", '-m cgroup ! --path "/"'])
+def test_iptables_socket_matches_are_set_aside_with_a_note(opts):
+    rs = iptables_save.parse(f"{MANGLE}-A POSTROUTING {opts} -j DROP\nCOMMIT\n", "f.rules", 4)
+    assert list(rs.rules()) == []
+    name = opts.split()[1]
+    assert f"f.rules:3: rule set aside: -m {name} matches only packets of a local socket, " \
+           f"which no packet the testbed sends through the firewall has" in rs.notes
+
+
+def test_iptables_owner_with_every_option_negated_is_refused():
+    """xt_owner without a socket matches when every option is negated: every
+    forwarded packet, which is not what the rule says of the firewall's own."""
+    with pytest.raises(RuleSetError, match="unsupported: -m owner with every option negated"):
+        iptables_save.parse(f"{MANGLE}-A POSTROUTING -m owner ! --uid-owner 0 -j DROP\n"
+                            f"COMMIT\n", "f.rules", 4)
+
+
+@pytest.mark.parametrize("key, op, right", [
+    ("skuid", "<", 3000), ("skgid", "==", {"set": ["bin", "root"]}), ("cgroup", "==", 1048577),
+    ("skuid", "!=", 0)])
+def test_nft_socket_meta_keys_are_set_aside_with_a_note(key, op, right):
+    rs = nft_json.parse(doc([match(meta(key), right, op), ACCEPT], [TCP22, ACCEPT]), "f.json")
+    assert [r.match.dport for _, _, r in rs.rules()] == [Ports.of(22)]
+    assert any(f"rule set aside: meta {key} matches only packets of a local socket" in n
+               for n in rs.notes), rs.notes

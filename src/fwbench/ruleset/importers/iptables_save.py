@@ -77,7 +77,7 @@ _SCTP = "conntrack's SCTP tracker reads a packet's chunks, which the model does 
 REFUSED_PROTOS = {"sctp": _SCTP, "132": _SCTP}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment", "statistic", "connmark", "addrtype", "pkttype", "ttl", "hl",
-                      "length", "quota", "iprange", "hashlimit"})
+                      "length", "quota", "iprange", "hashlimit", "owner", "cgroup"})
 # Matches that need an IPv6 extension header (a routing header, a fragment
 # header): xt_rt and xt_frag match no packet without one, whatever their options
 # say, and the testbed sends none. Such rules are set aside with a note.
@@ -182,6 +182,8 @@ _OPTS = {
     "--ttl-eq": "ttl-eq", "--ttl-gt": "ttl-gt", "--ttl-lt": "ttl-lt",
     "--hl-eq": "hl-eq", "--hl-gt": "hl-gt", "--hl-lt": "hl-lt",
     "-4": "only4", "--ipv4": "only4", "-6": "only6", "--ipv6": "only6",
+    "--uid-owner": "socket", "--gid-owner": "socket", "--cgroup": "socket",
+    "--path": "socket", "--socket-exists": "socket-flag", "--suppl-groups": "socket-flag",
     **{f"--hashlimit{o}": "hashlimit" for o in (
         "", "-upto", "-above", "-burst", "-mode", "-name", "-srcmask", "-dstmask",
         "-htable-size", "-htable-max", "-htable-expire", "-htable-gcinterval")},
@@ -555,6 +557,7 @@ class _Parser:
         module = None   # the latest -m: mark and connmark share --mark
         nth: dict[str, int] = {}
         hashlimit: dict[str, str] = {}
+        socket: list[tuple[str, bool]] = []    # -m owner / cgroup options, negated?
         quota = None
         neg = False
         i, n = 2, len(toks)
@@ -574,6 +577,11 @@ class _Parser:
                 # would refuse packets it has already counted, which the model's
                 # one quota per rule, checked last, does not say.
                 raise _Fail(f"unsupported: {t} after -m quota")
+            if code == "socket-flag":
+                i += 1
+                socket.append((t, neg))
+                neg = False
+                continue
             if code in _NO_VALUE:
                 i += 1
                 self._flag_option(code, neg, proto, kw)
@@ -714,6 +722,8 @@ class _Parser:
                     raise _Fail(f"{t} needs -m iprange")
                 self._range(kw, sets, "saddr" if code == "srcrange" else "daddr", v, neg,
                             lineno)
+            elif code == "socket":
+                socket.append((t, neg))
             elif code == "hashlimit":
                 if "hashlimit" not in mods:
                     raise _Fail(f"{t} needs -m hashlimit")
@@ -731,6 +741,8 @@ class _Parser:
             else:
                 i = self._everyday_option(code, t, v, neg, mods, proto, kw, toks, i)
             neg = False
+        if "owner" in mods or "cgroup" in mods:
+            _socket_match(mods, socket)
         if nth:
             kw["nth"] = _nth(nth)
         if hashlimit or "hashlimit" in mods:
@@ -1248,6 +1260,21 @@ def _rate(v: str, native: bool) -> tuple[int, str]:
         raise _Fail(f"unsupported: --limit {v} (iptables-legacy holds it as one packet "
                     f"per {whole // rate}/{_LIMIT_SCALE} s, not exactly {rate}/{per})")
     return rate, per
+
+
+def _socket_match(mods: set[str], opts: list[tuple[str, bool]]) -> None:
+    """-m owner and -m cgroup read the packet's local socket, which no packet the
+    testbed sends through the firewall has: without one xt_cgroup never matches,
+    and xt_owner matches only when every option it was given is negated. So the
+    rule is set aside (_Aside), or refused where it would match every packet."""
+    if not opts:
+        raise _Fail(f"-m {'owner' if 'owner' in mods else 'cgroup'} needs an option")
+    if "cgroup" in mods or not all(neg for _, neg in opts):
+        name = "cgroup" if "cgroup" in mods else "owner"
+        raise _Aside(f"-m {name} matches only packets of a local socket, which no packet "
+                     f"the testbed sends through the firewall has")
+    raise _Fail("unsupported: -m owner with every option negated (it matches every "
+                "packet without a local socket, and the firewall's own by their owner)")
 
 
 def _hashlimit(opts: dict[str, str], version: int) -> HashLimit:

@@ -115,7 +115,8 @@ class _Fail(Exception):
 
 class _Aside(Exception):
     """A rule no packet of the testbed can match (it needs an IPv6 extension
-    header, which the testbed never sends): left out, with a note saying why."""
+    header, or a local socket, which no packet the testbed sends has): left out,
+    with a note saying why."""
 
 
 def parse(doc: dict | str, source: str,
@@ -738,6 +739,13 @@ class _Importer:
             # exthdr breaks the rule where the packet has no such header.
             raise _Aside(f"exthdr {exthdr.get('name')} matches only packets with that "
                          f"IPv6 extension header, which the testbed never sends")
+        if isinstance(left.get("meta"), dict) and left["meta"].get("key") in _SOCKET_META:
+            # nft reads these from the packet's local socket and breaks the rule
+            # where there is none (meta_get: sk NULL or not a full socket), for
+            # `!=` and ranges alike.
+            raise _Aside(f"meta {left['meta']['key']} matches only packets of a local "
+                         f"socket, which no packet the testbed sends through the "
+                         f"firewall has")
         if _everyday(t, ctx, op, left, right):
             return
         if op not in ("==", "!=", "in"):
@@ -1020,6 +1028,8 @@ class _Rule:
 # --- the everyday matches ---------------------------------------------------------
 
 _SPLIT_META = {"l4proto": "proto", "iifname": "iif", "oifname": "oif"}
+# Meta keys of the packet's local socket: the owner's user and group, its cgroup.
+_SOCKET_META = ("skuid", "skgid", "cgroup")
 _TCP_FLAGS_PAYLOAD = {"payload": {"protocol": "tcp", "field": "flags"}}
 # nft's ICMP and ICMPv6 code names.
 ICMP_CODES = {"net-unreachable": 0, "host-unreachable": 1, "prot-unreachable": 2,
