@@ -54,3 +54,10 @@ def test_socket_matches_set_aside_change_no_verdict(check_file, name, backends):
     rep = agree(check_file, name, backends)
     aside = [n for n in rep["notes"] if "matches only packets of a local socket" in n]
     assert len(aside) == 5
+
+
+def test_interface_groups_types_and_priority_take_the_testbed_s_values(check_file):
+    """Group 0 ("default"), type Ethernet and priority 0 (none), which the
+    reference assumes of the testbed, are what the kernel sees; and a forwarded
+    packet's input interface is known at postrouting."""
+    agree(check_file, "meta-attrs.nft", "nftables", corpus=300)

@@ -305,12 +305,15 @@ def test_interfaces_unknown_at_a_hook_never_match_even_negated():
              Rule("pre-not-oif", Match(oif=Iface(CLIENT, negate=True)), DROP),
              Rule("pre-iif", Match(iif=Iface(CLIENT)), Action("counter")),
              hook="prerouting"),
-        base("post", Rule("post-iif", Match(iif=Iface(CLIENT)), DROP),
-             Rule("post-not-iif", Match(iif=Iface(SERVER, negate=True)), DROP),
+        # At postrouting a forwarded packet's input device is known (measured).
+        base("post", Rule("post-iif", Match(iif=Iface(CLIENT)), Action("counter")),
              Rule("post-oif", Match(oif=Iface(SERVER)), Action("counter")),
-             hook="postrouting")))
+             hook="postrouting")),
+        table(base("out", Rule("egress-iif", Match(iif=Iface(CLIENT)), DROP),
+                   Rule("egress-not-iif", Match(iif=Iface(SERVER, negate=True)), DROP),
+                   hook="egress", device=SERVER), family="netdev", name="dev"))
     v = evaluate(rs, pkt())
-    assert v.forward and v.counted == ("pre-iif", "post-oif")
+    assert v.forward and v.counted == ("pre-iif", "post-iif", "post-oif")
 
 
 def test_prefixes_ports_and_negations():

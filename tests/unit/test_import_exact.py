@@ -783,3 +783,56 @@ def test_nft_socket_meta_keys_are_set_aside_with_a_note(key, op, right):
     assert [r.match.dport for _, _, r in rs.rules()] == [Ports.of(22)]
     assert any(f"rule set aside: meta {key} matches only packets of a local socket" in n
                for n in rs.notes), rs.notes
+
+
+# --- attributes the testbed fixes: interface groups and types, priority ------------------
+
+@pytest.mark.parametrize("key, op, right, ranges, negate, text", [
+    ("iifgroup", "==", "default", ((0, 0),), False, 'iifgroup "default"'),
+    ("oifgroup", "!=", {"set": [{"range": [11, 33]}, 44]}, ((11, 33), (44, 44)), True, None),
+    ("iifgroup", "==", {"set": ["default", 11]}, ((0, 0), (11, 11)), False,
+     'iifgroup { "default", 11 }'),
+    ("iifgroup", "==", {"range": [0, 10]}, ((0, 10),), False, "iifgroup 0-10"),
+    ("iiftype", "==", "ether", ((1, 1),), False, "meta iiftype ether"),
+    ("oiftype", "!=", {"set": ["ether", "ppp"]}, ((1, 1), (512, 512)), True,
+     "meta oiftype != { ether, ppp }"),
+    ("priority", "==", "none", ((0, 0),), False, "meta priority none"),
+    ("priority", "==", "1:1234", ((0x11234, 0x11234),), False, "meta priority 1:1234"),
+    ("priority", "!=", "root", ((0xFFFFFFFF, 0xFFFFFFFF),), True, "meta priority != root"),
+    ("priority", ">", 5, ((6, 0xFFFFFFFF),), False, "meta priority 0:6-root"),
+])
+def test_nft_meta_attributes_kept_exactly(key, op, right, ranges, negate, text):
+    from fwbench.ruleset.model import Attr
+    r, = nft_rules([match(meta(key), right, op), ACCEPT])
+    assert r.match.attrs == (Attr(key, ranges, negate),)
+    if text is None:    # a set with a range: nft may list it as a prefix
+        with pytest.raises(Unsupported, match=f"meta {key} set with a range"):
+            nft.render(_in_forward(r), IFS)
+    else:
+        assert f"{text} " in nft.render(_in_forward(r), IFS)
+
+
+def test_nft_meta_attributes_the_model_cannot_hold_are_refused():
+    assert nft_refused([match(meta("iifgroup"), "lan"), ACCEPT]).endswith(
+        'unsupported: meta iifgroup "lan"')
+    assert "byte-swapped" in nft_refused([match(meta("iiftype"), {"range": ["ppp", 5]}),
+                                          ACCEPT])
+
+
+def test_attributes_take_the_testbed_s_values():
+    """Interfaces of group 0 and type Ethernet, priority 0; no input interface at
+    egress, so an iifgroup condition there never holds."""
+    from fwbench.ruleset.model import SERVER, Attr
+    pkt4 = Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1, 53)
+
+    def fate(*attrs, hook="forward", family="inet"):
+        rs = validate(RuleSet("x", (Table(family, "t", (Chain(
+            "c", (Rule("x", Match(attrs=attrs), Action("drop")),), hook=hook,
+            device=SERVER if hook == "egress" else None),)),)))
+        return evaluate(rs, pkt4).forward
+    assert not fate(Attr("iifgroup", ((0, 0),)))
+    assert fate(Attr("iifgroup", ((0, 0),), negate=True))
+    assert not fate(Attr("oiftype", ((1, 1),)), Attr("priority", ((0, 0),)))
+    assert fate(Attr("priority", ((1, 0xFFFFFFFF),)))
+    assert not fate(Attr("oifgroup", ((0, 0),)), hook="egress", family="netdev")
+    assert fate(Attr("iifgroup", ((0, 0),)), hook="egress", family="netdev")

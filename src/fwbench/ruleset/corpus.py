@@ -135,8 +135,8 @@ class _Need:
         for spec, attr in ((m.iif, "iif"), (m.oif, "oif")):
             if spec is None:
                 continue
-            # iif is unknown at postrouting, oif before routing: no match there.
-            if (attr == "iif" and hook in ("postrouting", "egress")) or \
+            # iif is unknown at egress, oif before routing: no match there.
+            if (attr == "iif" and hook == "egress") or \
                     (attr == "oif" and hook in ("ingress", "prerouting")):
                 self.possible = False
             sides = iface_sides(spec)

@@ -73,7 +73,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from fwbench import addresses
-from fwbench.ruleset.model import (PROTO_NUMBERS, RANDOM_SCALE, ROLES, Action, Chain,
+from fwbench.ruleset.model import (PROTO_NUMBERS, RANDOM_SCALE, ROLES, Action, Attr, Chain,
                                    Iface, Match, Packet, Ports, Prefix, Rule, RuleSet,
                                    RuleSetError, Set, SetRef, Unsupported, jump_targets)
 
@@ -323,8 +323,10 @@ def iface_sides(spec: Iface, ifnames: Mapping[str, str] | None = None) -> frozen
 
 def _iface_test(sides: frozenset[str], attr: str):
     """A condition on an interface the hook does not know (oif before routing, iif
-    at postrouting) never matches, negated or not: nft's meta expression breaks the
-    rule there, and iptables refuses -o in PREROUTING and -i in POSTROUTING."""
+    at netdev egress) never matches, negated or not: nft's meta expression breaks
+    the rule there, and iptables refuses -o in PREROUTING. At postrouting a
+    forwarded packet's input device is known (ip_output and ip6_output pass it
+    on; measured: nft's iifname matches there), though iptables refuses -i."""
     if not sides:
         return _NEVER
     if len(sides) == 2:
@@ -468,6 +470,12 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
     if m.ct_status is not None:
         nat_kinds = frozenset(m.ct_status)
         tests.append(lambda s: s.ct in _TRACKED and not nat_kinds.isdisjoint(s.nat_done))
+    for at in m.attrs:
+        t = _attr_test(at)
+        if t is _NEVER:
+            return _NEVER
+        if t is not None:
+            tests.append(t)
     if m.mark is not None:
         value, mask = m.mark
         if m.mark_negate:
@@ -494,6 +502,25 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
         tests.append(lambda s: s.choose(weights) == 0)
     # m.limit: always matches (see the module docstring).
     return _all(tests)
+
+
+# The testbed's values of the attributes Attr names (model.ATTR_KEYS): both its
+# firewall's interfaces are veth (type 1, Ethernet) in group 0; no sender sets a
+# priority, and IPv4 forwarding sets it from the TOS, 0 in every corpus packet.
+TESTBED_ATTRS = {"group": 0, "type": 1, "priority": 0}
+
+
+def _attr_test(at: Attr):
+    """An attribute condition as a test, None (always holds) or _NEVER."""
+    value = TESTBED_ATTRS[at.key[3:] if at.key[1:3] == "if" else at.key]
+    if any(lo <= value <= hi for lo, hi in at.ranges) == at.negate:
+        return _NEVER
+    if at.key == "priority":
+        return None
+    # No interface on that side at this hook: nft's meta breaks the rule.
+    if at.key.startswith("i"):
+        return lambda s: s.iif is not None
+    return lambda s: s.oif is not None
 
 
 def numgen_weights(mod: int, offset: int) -> Callable[[int], int]:
@@ -1018,8 +1045,8 @@ class Evaluator:
                     break
                 continue
             after = hook in ("forward", "postrouting", "egress")
-            # At postrouting and egress the kernel knows no input device.
-            s.iif = s.side_in if hook not in ("postrouting", "egress") else None
+            # At egress the kernel knows no input device (at postrouting it does).
+            s.iif = s.side_in if hook != "egress" else None
             s.oif = s.side_out if after else None
             # Forwarding decrements the TTL (hop limit) before the forward hook.
             s.ttl = pkt.ttl - after

@@ -279,6 +279,24 @@ class Range:
         return (self.lo <= value <= self.hi) != self.negate
 
 
+# Attributes of a packet that the testbed fixes, so the reference knows them
+# (Evaluator.attr): its interfaces' group (0, "default") and type (1, Ethernet:
+# veth) on the side it arrived or leaves by, and its priority (skb->priority,
+# 0: the senders set none, and IPv4 forwarding sets it from a TOS of 0).
+ATTR_KEYS = ("iifgroup", "oifgroup", "iiftype", "oiftype", "priority")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """The packet's `key` (from ATTR_KEYS, 32 bits) within one of `ranges`
+    (inclusive); with `negate`, within none. Where the hook knows no such
+    interface (no input interface at postrouting) neither matches (nft's meta
+    breaks the rule there)."""
+    key: str
+    ranges: tuple[tuple[int, int], ...]
+    negate: bool = False
+
+
 @dataclass(frozen=True)
 class Quota:
     """Matches while the packets that reached it so far hold fewer than `bytes`
@@ -342,6 +360,9 @@ class Match:
     # NAT rule translated its first packet (iptables' --ctstate DNAT/SNAT, nft's
     # ct status dnat/snat); a packet without a connection has none.
     ct_status: frozenset[str] | None = field(default=None, metadata=_LATER)
+    # Conditions on attributes the testbed fixes (nft's meta iifgroup, iiftype,
+    # priority ...), each its own key.
+    attrs: tuple[Attr, ...] = field(default=(), metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -732,6 +753,7 @@ def rule_features(r: Rule) -> list[str]:
         out.append("quota")
     if m.ct_status:
         out.append("ct status")
+    out += [f"meta {a.key}" for a in m.attrs]
     out += _everyday_features(m)
     if a.random_port:
         out.append("random port")
@@ -860,6 +882,13 @@ def validate(rs: RuleSet) -> RuleSet:
                         raise RuleSetError(f"rule {r.id}: {a.kind} to base chain {a.chain}")
                 if a.kind == "vmap":
                     _check_vmap(r.id, a, sets)
+                for at in r.match.attrs:
+                    if at.key not in ATTR_KEYS or not at.ranges or not all(
+                            0 <= lo <= hi < 2 ** 32 for lo, hi in at.ranges):
+                        raise RuleSetError(f"rule {r.id}: meta {at.key} {at.ranges}: a key "
+                                           f"from {', '.join(ATTR_KEYS)}, 32-bit ranges")
+                if len({at.key for at in r.match.attrs}) != len(r.match.attrs):
+                    raise RuleSetError(f"rule {r.id}: two conditions on one meta key")
                 if r.match.ct_status is not None and not (r.match.ct_status and
                                                     r.match.ct_status <= {"dnat", "snat"}):
                     raise RuleSetError(f"rule {r.id}: ct status must be dnat, snat or both")

@@ -49,11 +49,12 @@ import os
 import re
 
 from fwbench.ruleset.evaluate import complement_ranges, merge_ranges, numgen_weights
-from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, FAMILIES, NETDEV_HOOKS, PKT_TYPES,
-                                   PRIORITIES, PROTO_NUMBERS, RANDOM_SCALE, TCP_FLAGS, Action,
-                                   AddrType, Chain, Iface, Limit, Match, Ports, Prefix, Quota,
-                                   Range, Rule, RuleSet, RuleSetError, Set, SetRef, Table,
-                                   TcpFlags, timeout_note, validate)
+from fwbench.ruleset.model import (ADDR_TYPES, ATTR_KEYS, CT_STATES, FAMILIES, NETDEV_HOOKS,
+                                   PKT_TYPES, PRIORITIES, PROTO_NUMBERS, RANDOM_SCALE,
+                                   TCP_FLAGS, Action, AddrType, Attr, Chain, Iface, Limit,
+                                   Match, Ports, Prefix, Quota, Range, Rule, RuleSet,
+                                   RuleSetError, Set, SetRef, Table, TcpFlags, timeout_note,
+                                   validate)
 from fwbench.ruleset.importers.iptables_save import REFUSED_PROTOS, canonical4
 from fwbench.ruleset.render import ID_TAG
 
@@ -746,6 +747,12 @@ class _Importer:
             raise _Aside(f"meta {left['meta']['key']} matches only packets of a local "
                          f"socket, which no packet the testbed sends through the "
                          f"firewall has")
+        if isinstance(left.get("meta"), dict) and left["meta"].get("key") in ATTR_KEYS:
+            key = left["meta"]["key"]
+            if any(a.key == key for a in ctx.kw.get("attrs", ())):
+                raise _Fail(f"unsupported: two meta {key} matches")
+            ctx.kw["attrs"] = ctx.kw.get("attrs", ()) + (_attr(key, op, right),)
+            return
         if _everyday(t, ctx, op, left, right):
             return
         if op not in ("==", "!=", "in"):
@@ -1128,6 +1135,51 @@ def _everyday(t: dict, ctx: "_Rule", op, left: dict, right) -> bool:
         ctx.fib = True
         return True
     return False
+
+
+# nft's names for interface groups (iproute2's group file: `default` only, as
+# Debian ships it) and types (ARPHRD_*, as nft 1.0.6 names them).
+GROUP_NAMES = {"default": 0}
+IFTYPE_NAMES = {"ether": 1, "ppp": 512, "ipip": 768, "ipip6": 769, "loopback": 772,
+                "sit": 776, "ipgre": 778}
+
+
+def _attr(key: str, op, right) -> Attr:
+    """`meta iifgroup|oifgroup|iiftype|oiftype|priority OP VALUE(S)` as an Attr."""
+    items = right["set"] if isinstance(right, dict) and "set" in right else [right]
+    ranges = []
+    for x in items:
+        lo, hi = x["range"] if isinstance(x, dict) and "range" in x else (x, x)
+        if key.endswith("type") and (lo, hi) != (x, x):
+            # nft 1.0.6 lists such a range's bounds byte-swapped (2-5 as "ppp"-5).
+            raise _Fail(f"unsupported: meta {key} range (nft's JSON lists its bounds "
+                        f"byte-swapped)")
+        ranges.append((_attr_value(key, lo), _attr_value(key, hi)))
+    top = 2 ** 32 - 1
+    if op in _BOUNDS and len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        low, high = _BOUNDS[op]
+        v = ranges[0][0]
+        ranges = [(0, v + high)] if low is None else [(v + low, top)]
+        op = "=="
+    if op not in ("==", "!=", "in") or not all(0 <= lo <= hi <= top for lo, hi in ranges):
+        raise _Fail(f"unsupported: meta {key} {op} {json.dumps(right)}")
+    return Attr(key, tuple(merge_ranges(ranges)), op == "!=")
+
+
+def _attr_value(key: str, v) -> int:
+    if isinstance(v, int):
+        return v
+    names = GROUP_NAMES if key.endswith("group") else IFTYPE_NAMES if key.endswith("type") \
+        else {"none": 0, "root": 0xFFFFFFFF}
+    if isinstance(v, str) and v in names:
+        return names[v]
+    if key == "priority" and isinstance(v, str) and ":" in v:
+        major, _, minor = v.partition(":")
+        try:
+            return (int(major or "0", 16) << 16) | int(minor or "0", 16)
+        except ValueError:
+            pass
+    raise _Fail(f"unsupported: meta {key} {json.dumps(v)}")
 
 
 def _mark(ctx: "_Rule", field: str, right, neg: bool) -> None:

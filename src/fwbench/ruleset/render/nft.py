@@ -36,8 +36,9 @@ import itertools
 import re
 from functools import lru_cache
 
-from fwbench.ruleset.model import (ADDR_TYPES, CLIENT, FAMILIES, HOOKS, PROTOCOLS, SERVER,
-                                   RANDOM_SCALE, SET_KEYS, TCP_FLAGS, Action, Chain, Iface,
+from fwbench.ruleset.model import (ADDR_TYPES, ATTR_KEYS, CLIENT, FAMILIES, HOOKS, PROTOCOLS,
+                                   RANDOM_SCALE, SERVER, SET_KEYS, TCP_FLAGS, Action, Attr,
+                                   Chain, Iface,
                                    Interfaces, Limit, Match, Ports, Prefix, Quota, Range, Rule,
                                    RuleSet, RuleSetError, Set, SetRef, Table, Unsupported,
                                    jump_targets)
@@ -59,6 +60,7 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
        "ip version", "negation", "ct state", "mark match", "set match", "limit", "quota",
        "counter", "limit over", "limit in bytes"]
+    + [f"meta {k}" for k in ATTR_KEYS]
     + ["tcp flags", "icmp code", "icmp type set", "addrtype", "pkttype", "ttl", "length"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log", "redirect", "tcp mss",
@@ -555,6 +557,7 @@ class _Renderer:
             if fam == "netdev":
                 raise Unsupported("ct state in family netdev", where)
             parts.append("ct state " + ",".join(s for s in _CT_ORDER if s in m.ct_state))
+        parts += [_attr(a, where) for a in m.attrs]
         if m.ct_status:
             if fam == "netdev":
                 raise Unsupported("ct status in family netdev", where)
@@ -886,6 +889,35 @@ def _limit(lim: Limit, where: str) -> str:
         raise RuleSetError(f"{where}: limit burst {lim.burst}")
     burst = "" if lim.burst == 5 else f" burst {lim.burst} packets"   # 5: nft's default
     return f"limit rate {over}{lim.rate}/{lim.per}{burst}"
+
+
+_IFTYPE_NAMES = {1: "ether", 512: "ppp", 768: "ipip", 769: "ipip6", 772: "loopback",
+                 776: "sit", 778: "ipgre"}
+
+
+def _attr(a: Attr, where: str) -> str:
+    """A meta attribute condition as nft lists it: groups as `iifgroup`, group 0
+    as "default" and the known interface types by name (but in a range, numbers),
+    priorities as tc handles (`none`, `root`, major:minor in hex). A set with a
+    range nft may list as a prefix, which is refused rather than guessed."""
+    def value(v: int, in_range: bool) -> str:
+        if a.key == "priority":
+            return {0: "none", 0xFFFFFFFF: "root"}.get(v, f"{v >> 16:x}:{v & 0xFFFF:x}")
+        if not in_range and a.key.endswith("group") and v == 0:
+            return '"default"'
+        if not in_range and a.key.endswith("type") and v in _IFTYPE_NAMES:
+            return _IFTYPE_NAMES[v]
+        return str(v)
+
+    def element(lo: int, hi: int) -> str:
+        return value(lo, False) if lo == hi else f"{value(lo, True)}-{value(hi, True)}"
+
+    if len(a.ranges) > 1 and any(lo != hi for lo, hi in a.ranges):
+        raise Unsupported(f"meta {a.key} set with a range", where)
+    text = element(*a.ranges[0]) if len(a.ranges) == 1 else \
+        "{ " + ", ".join(element(lo, hi) for lo, hi in a.ranges) + " }"
+    head = a.key if a.key.endswith("group") else f"meta {a.key}"
+    return f"{head} {'!= ' if a.negate else ''}{text}"
 
 
 def _in_bytes(n: int) -> str:
