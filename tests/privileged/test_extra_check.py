@@ -61,3 +61,12 @@ def test_interface_groups_types_and_priority_take_the_testbed_s_values(check_fil
     reference assumes of the testbed, are what the kernel sees; and a forwarded
     packet's input interface is known at postrouting."""
     agree(check_file, "meta-attrs.nft", "nftables", corpus=300)
+
+
+@pytest.mark.parametrize("name, backends", [
+    ("tcp-options.nft", "nftables"),
+    ("tcp-options.rules", "iptables-legacy,iptables-nft,nftables")])
+def test_tcp_options_are_judged_on_the_options_the_testbed_sends(check_file, name, backends):
+    """Every TCP packet carries a Linux SYN's options; the rules on them (present,
+    missing, a field's value) agree with the original on every packet."""
+    agree(check_file, name, backends, corpus=300)

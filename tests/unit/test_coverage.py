@@ -16,7 +16,7 @@ def test_a_file_is_read_on_past_each_refused_rule():
     assert got == [("5", "imported"), ("6", "imported"), ("7", "refused"),
                    ("8", "dropped"), ("9", "refused"), ("10", "imported")]
     why = {e.where.rsplit(":", 1)[1]: e.why for e in cov.entries}
-    assert why["9"] == "unsupported match -m owner"
+    assert why["9"] == "unsupported match -m connlimit"
     assert "--log-level" in why["8"]
     assert cov.totals() == {"imported": 3, "dropped": 1, "refused": 2}
     assert not cov.whole and cov.error is None

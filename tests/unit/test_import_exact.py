@@ -836,3 +836,70 @@ def test_attributes_take_the_testbed_s_values():
     assert fate(Attr("priority", ((1, 0xFFFFFFFF),)))
     assert not fate(Attr("oifgroup", ((0, 0),)), hook="egress", family="netdev")
     assert fate(Attr("iifgroup", ((0, 0),)), hook="egress", family="netdev")
+
+
+# --- TCP options ---------------------------------------------------------------------------
+
+def _opt(name, field=None):
+    return {"tcp option": {"name": name, **({"field": field} if field else {})}}
+
+
+@pytest.mark.parametrize("left, op, right, expected, text", [
+    (_opt("sack-perm"), "==", True, (4, None, 0, (), False), "tcp option sack-perm exists"),
+    (_opt("window"), "==", False, (3, None, 0, (), True), "tcp option window missing"),
+    ({"tcp option": {"base": 6, "offset": 0, "len": 8}}, "==", True, (6, None, 0, (), False),
+     "tcp option 6 exists"),
+    (_opt("maxseg", "size"), "==", {"range": [100, 1000]}, (2, 2, 2, ((100, 1000),), False),
+     "tcp option maxseg size 100-1000"),
+    (_opt("maxseg", "size"), "!=", {"set": [1460, 536]},
+     (2, 2, 2, ((536, 536), (1460, 1460)), True), "tcp option maxseg size != { 536, 1460 }"),
+    (_opt("sack1", "right"), "==", 1, (5, 14, 4, ((1, 1),), False), "tcp option sack1 right 1"),
+    (_opt("sack0", "left"), "==", 1, (5, 2, 4, ((1, 1),), False), "tcp option sack left 1"),
+    (_opt("timestamp", "tsval"), ">", 100, (8, 2, 4, ((101, 2 ** 32 - 1),), False),
+     "tcp option timestamp tsval 101-4294967295"),
+    (_opt("maxseg", "length"), "==", 4, (2, 1, 1, ((4, 4),), False),
+     "tcp option maxseg length 4"),
+])
+def test_nft_tcp_options_kept_exactly(left, op, right, expected, text):
+    from fwbench.ruleset.model import TcpOption
+    r, = nft_rules([match(left, right, op), ACCEPT])
+    assert r.match.proto == "tcp" and r.match.tcp_options == (TcpOption(*expected),)
+    assert f"{text} " in nft.render(_in_forward(r), IFS)
+
+
+@pytest.mark.parametrize("left, right, message", [
+    (_opt("mptcp", "subtype"), 0, "unsupported: tcp option mptcp subtype"),
+    ({"tcp option": {"base": 255, "offset": 8, "len": 8}}, 255, "unsupported: tcp option {"),
+    (_opt("maxseg", "size"), 70000, "unsupported: tcp option maxseg size == 70000"),
+])
+def test_nft_tcp_options_the_model_cannot_hold_are_refused(left, right, message):
+    assert message in nft_refused([match(left, right), ACCEPT])
+
+
+def test_the_testbed_s_tcp_options_decide_the_reference():
+    """Every testbed TCP packet carries MSS 1460, SACK permitted, a timestamp
+    (tsval 1, tsecr 0), a NOP and window scale 7, and no SACK block or EOL."""
+    from fwbench.ruleset.evaluate import _tcp_option_holds as holds
+    from fwbench.ruleset.model import TcpOption as O
+    assert holds(O(4)) and holds(O(1)) and not holds(O(0)) and holds(O(5, negate=True))
+    assert holds(O(2, 2, 2, ((1460, 1460),))) and not holds(O(2, 2, 2, ((1460, 1460),), True))
+    assert holds(O(3, 2, 1, ((7, 7),))) and holds(O(8, 6, 4, ((0, 0),)))
+    assert holds(O(8, 2, 4, ((1, 1),))) and holds(O(2, 1, 1, ((4, 4),)))
+    # A field of a missing option meets neither a condition nor its negation.
+    assert not holds(O(5, 2, 4, ((1, 1),))) and not holds(O(5, 2, 4, ((1, 1),), True))
+
+
+def test_iptables_tcp_option_is_presence_and_rendered_back():
+    from fwbench.ruleset.model import TcpOption
+    r = one4("-A FORWARD -p tcp -m tcp --dport 22 ! --tcp-option 5 -j DROP")
+    assert r.match.tcp_options == (TcpOption(5, negate=True),)
+    assert "-p tcp -m tcp --dport 22 -m tcp ! --tcp-option 5 " in ipt.render(
+        _in_forward(r), IFS, 4)
+    assert refused4("-A FORWARD -p udp -m udp --tcp-option 5 -j DROP").endswith(
+        "--tcp-option needs -p tcp -m tcp")
+
+
+def test_an_mss_field_in_a_rule_set_that_rewrites_the_mss_is_refused():
+    mss = {"tcp option": {"name": "maxseg", "field": "size"}}
+    assert "a tcp option maxseg field in a rule set that rewrites the MSS" in nft_refused(
+        [match(mss, 1460), ACCEPT], [TCP22, {"mangle": {"key": mss, "value": 1360}}])

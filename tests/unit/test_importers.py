@@ -151,8 +151,8 @@ def ipt(body: str, **kw) -> RuleSet:
 @pytest.mark.parametrize("body, message", [
     ("-A FORWARD -m recent --name x --rcheck -j DROP\n",
      "gw.rules:8: unsupported match -m recent"),
-    ("-A FORWARD -p tcp -m tcp --tcp-option 2 -j DROP\n",
-     "gw.rules:8: unsupported: --tcp-option 2 (TCP options are not modelled)"),
+    ("-A FORWARD -p tcp -m tcpmss --mss 1000:1500 -j DROP\n",
+     "gw.rules:8: unsupported match -m tcpmss"),
     ("-A FORWARD -j TEE --gateway 198.18.0.9\n", "gw.rules:8: unsupported target -j TEE"),
     ("-A FORWARD -j nowhere\n", "gw.rules:8: -j nowhere: jump to a missing chain"),
     ("-A FORWARD -j ACCEPT\n-A a -j b\n-A b -j a\n", "gw.rules:10: jump loop a -> b -> a"),
@@ -385,11 +385,11 @@ def test_nft_errors_name_table_chain_rule_handle():
     assert str(e.value) == ("gw.json: table inet t chain c rule 2 (handle 11): "
                             'unsupported expression {"meta": {"key": "mark"}} in a '
                             "concatenation")
-    option = [{"match": {"op": "==", "left": {"tcp option": {"name": "maxseg",
-                                                             "field": "size"}},
-                         "right": 1460}}, {"drop": None}]
+    option = [{"match": {"op": "==", "left": {"tcp option": {"name": "mptcp",
+                                                             "field": "subtype"}},
+                         "right": 1}}, {"drop": None}]
     with pytest.raises(RuleSetError, match=r"^gw.json: table inet t chain c rule 1 \(handle "
-                                           r"10\): unsupported expression tcp option$"):
+                                           r"10\): unsupported: tcp option mptcp subtype$"):
         nft_json.parse(nft_doc(option), "gw.json")
     with pytest.raises(RuleSetError, match=r"jump to a missing chain 'x'$"):
         nft_json.parse(nft_doc([{"jump": {"target": "x"}}]), "gw.json")

@@ -237,3 +237,22 @@ def test_features_refused_are_outside_supports():
         used = set(rs.features()) - {"set addr", "set with prefixes"}
         assert used <= bpf.SUPPORTS, used - bpf.SUPPORTS
     assert "ct state" not in bpf.SUPPORTS and "dnat" not in bpf.SUPPORTS
+
+
+def test_every_condition_the_filter_does_not_compile_takes_the_slow_path():
+    """_plain (the fast path that skips the feature check) must see every Match
+    field but those _entry compiles: a condition it missed would be dropped
+    silently from the compiled filter."""
+    from dataclasses import fields
+
+    from fwbench.ruleset.model import Attr, Match, Rule, TcpOption
+    from fwbench.ruleset.render.bpf import _plain
+    compiled = {"iif", "dst", "dport", "proto", "sets", "icmp_type"}
+    given = {"random": 5, "nth": (2, 0), "ct_mark": (1, 1), "ct_status": frozenset({"dnat"}),
+             "attrs": (Attr("priority", ((0, 0),)),), "tcp_options": (TcpOption(2),),
+             "ip_version": 6}
+    for f in fields(Match):
+        if f.name in compiled or f.name.endswith("_negate"):
+            continue
+        value = given.get(f.name, object())
+        assert not _plain(Rule("x", Match(**{f.name: value}), Action("accept"))), f.name

@@ -10,9 +10,9 @@ chain with a device sees only the packets arriving on it), then prerouting,
 forward and postrouting, then netdev egress chains (oif is all they know; a
 chain sees only the packets leaving by its device, as postrouting left them).
 At each hook every base chain of every table whose family applies (ip and inet
-for IPv4, ip6 and inet for IPv6, netdev for both) runs in priority order. An accept ends one base chain only; drop and reject
-end everything; falling off a base chain, or `return` in it, applies its policy.
-Within a chain the first matching rule with a terminal action decides; jump pushes
+for IPv4, ip6 and inet for IPv6, netdev for both) runs in priority order. An
+accept ends one base chain only; drop and reject end everything; falling off a
+base chain, or `return` in it, applies its policy. Within a chain the first matching rule with a terminal action decides; jump pushes
 a frame, goto replaces the current one, return and falling off a user chain pop.
 
 Where the kernel's behaviour is less obvious (each measured on 6.18):
@@ -73,7 +73,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from fwbench import addresses
-from fwbench.ruleset.model import (PROTO_NUMBERS, RANDOM_SCALE, ROLES, Action, Attr, Chain,
+from fwbench.ruleset.model import (PROTO_NUMBERS, RANDOM_SCALE, ROLES,
+                                   TESTBED_TCP_OPTIONS, Action, Attr, Chain, TcpOption,
                                    Iface, Match, Packet, Ports, Prefix, Rule, RuleSet,
                                    RuleSetError, Set, SetRef, Unsupported, jump_targets)
 
@@ -470,6 +471,10 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
     if m.ct_status is not None:
         nat_kinds = frozenset(m.ct_status)
         tests.append(lambda s: s.ct in _TRACKED and not nat_kinds.isdisjoint(s.nat_done))
+    for o in m.tcp_options:
+        if not _tcp_option_holds(o):
+            return _NEVER
+        # m.proto is tcp (validate): the protocol test stands already.
     for at in m.attrs:
         t = _attr_test(at)
         if t is _NEVER:
@@ -508,6 +513,26 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
 # firewall's interfaces are veth (type 1, Ethernet) in group 0; no sender sets a
 # priority, and IPv4 forwarding sets it from the TOS, 0 in every corpus packet.
 TESTBED_ATTRS = {"group": 0, "type": 1, "priority": 0}
+
+
+def _tcp_option_holds(o: TcpOption) -> bool:
+    """Whether a TCP packet of the testbed (TESTBED_TCP_OPTIONS) meets `o`,
+    scanning the options as nft and xt_tcp do: EOL and NOP are one byte, any
+    other kind is as long as its length byte says (at least one)."""
+    opts, i, found = TESTBED_TCP_OPTIONS, 0, None
+    while i < len(opts):
+        kind = opts[i]
+        size = 1 if kind <= 1 or i + 1 >= len(opts) else (opts[i + 1] or 1)
+        if kind == o.kind:
+            found = opts[i:i + size]
+            break
+        i += size
+    if o.offset is None:
+        return (found is not None) != o.negate
+    if found is None or o.offset + o.length > len(found):
+        return False
+    value = int.from_bytes(found[o.offset:o.offset + o.length], "big")
+    return any(lo <= value <= hi for lo, hi in o.ranges) != o.negate
 
 
 def _attr_test(at: Attr):
@@ -583,7 +608,8 @@ def _vmap_lookup(r: Rule, maps: Mapping[str, Set], chains: Mapping[str, "_CChain
 # Lengths the injector's packets have before any padding: IP header, L4 header,
 # the marker (packets.MARKER_LEN).
 _IP_HEADER = {4: 20, 6: 40}
-_L4_HEADER = {"tcp": 20, "udp": 8, "icmp": 8, "icmpv6": 8, "esp": 8, "ah": 12, "gre": 4}
+_L4_HEADER = {"tcp": 20 + len(TESTBED_TCP_OPTIONS), "udp": 8, "icmp": 8, "icmpv6": 8,
+              "esp": 8, "ah": 12, "gre": 4}
 _MARKER_LEN = 12
 
 

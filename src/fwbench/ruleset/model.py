@@ -297,6 +297,38 @@ class Attr:
     negate: bool = False
 
 
+# The options of every TCP packet the testbed sends, as a Linux SYN carries them:
+# MSS 1460, SACK permitted, a timestamp (tsval 1, tsecr 0), a NOP, window scale 7.
+TESTBED_TCP_OPTIONS = bytes.fromhex("020405b4" "0402" "080a0000000100000000" "01" "030307")
+
+
+# nft's TCP option names -> kind, and their fields -> (offset, length) in bytes.
+TCP_OPTION_KINDS = {"eol": 0, "nop": 1, "maxseg": 2, "window": 3, "sack-perm": 4,
+                    "sack": 5, "sack0": 5, "sack1": 5, "sack2": 5, "sack3": 5,
+                    "timestamp": 8, "md5sig": 19, "mptcp": 30, "fastopen": 34}
+TCP_OPTION_FIELDS = {
+    "maxseg": {"size": (2, 2)}, "window": {"count": (2, 1)},
+    **{name: {"left": (2 + 8 * n, 4), "right": (6 + 8 * n, 4)}
+       for n, name in enumerate(("sack0", "sack1", "sack2", "sack3"))},
+    "sack": {"left": (2, 4), "right": (6, 4)},
+    "timestamp": {"tsval": (2, 4), "tsecr": (6, 4)},
+}
+
+
+@dataclass(frozen=True)
+class TcpOption:
+    """A TCP option of `kind`: present (`offset` None; with `negate`, missing),
+    or the big-endian field of `length` bytes at `offset` into it within one of
+    `ranges` (with `negate`, within none), which a packet without the option
+    meets neither way (nft's tcp option breaks the rule). nft's `tcp option`,
+    iptables' `--tcp-option` (presence)."""
+    kind: int
+    offset: int | None = None
+    length: int = 0
+    ranges: tuple[tuple[int, int], ...] = ()
+    negate: bool = False
+
+
 @dataclass(frozen=True)
 class Quota:
     """Matches while the packets that reached it so far hold fewer than `bytes`
@@ -363,6 +395,8 @@ class Match:
     # Conditions on attributes the testbed fixes (nft's meta iifgroup, iiftype,
     # priority ...), each its own key.
     attrs: tuple[Attr, ...] = field(default=(), metadata=_LATER)
+    # TCP options (present, missing, a field's value); the packet must be TCP.
+    tcp_options: tuple[TcpOption, ...] = field(default=(), metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -754,6 +788,10 @@ def rule_features(r: Rule) -> list[str]:
     if m.ct_status:
         out.append("ct status")
     out += [f"meta {a.key}" for a in m.attrs]
+    if m.tcp_options:
+        out.append("tcp option")
+        if any(o.offset is not None for o in m.tcp_options):
+            out.append("tcp option field")
     out += _everyday_features(m)
     if a.random_port:
         out.append("random port")
@@ -882,6 +920,14 @@ def validate(rs: RuleSet) -> RuleSet:
                         raise RuleSetError(f"rule {r.id}: {a.kind} to base chain {a.chain}")
                 if a.kind == "vmap":
                     _check_vmap(r.id, a, sets)
+                for o in r.match.tcp_options:
+                    if r.match.proto != "tcp" or not 0 <= o.kind <= 255 or (
+                            o.offset is not None and not (
+                                o.ranges and 1 <= o.length <= 4 and 0 <= o.offset < 40
+                                and all(0 <= lo <= hi < 1 << (8 * o.length)
+                                        for lo, hi in o.ranges))):
+                        raise RuleSetError(f"rule {r.id}: tcp option {o}: needs proto tcp, "
+                                           f"a kind 0-255, a field of 1-4 bytes")
                 for at in r.match.attrs:
                     if at.key not in ATTR_KEYS or not at.ranges or not all(
                             0 <= lo <= hi < 2 ** 32 for lo, hi in at.ranges):
@@ -941,6 +987,13 @@ def validate(rs: RuleSet) -> RuleSet:
                                            f"{len(ref.fields)} fields, it has "
                                            f"{len(sets[ref.name].keys)} keys")
         _check_loops(t)
+    rules = [r for t in rs.tables for c in t.chains for r in c.rules]
+    if any(r.action.kind == "tcpmss" for r in rules):
+        for r in rules:
+            if any(o.kind == 2 and o.offset is not None for o in r.match.tcp_options):
+                # The reference reads the testbed's MSS, not one a rule rewrote.
+                raise RuleSetError(f"rule {r.id}: unsupported: a tcp option maxseg field "
+                                   f"in a rule set that rewrites the MSS")
     for probe in rs.probes:
         if probe.rule is not None and probe.rule not in seen:
             raise RuleSetError(f"probe {probe.name}: no rule {probe.rule!r}")

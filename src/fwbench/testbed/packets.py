@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from fwbench import addresses
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.ruleset.model import PORTLESS, PROTO_NUMBERS, Packet
+from fwbench.ruleset.model import PORTLESS, PROTO_NUMBERS, TESTBED_TCP_OPTIONS, Packet
 
 if TYPE_CHECKING:
     from fwbench.testbed.base import Testbed
@@ -112,7 +112,8 @@ def _address(text: str, version: int, what: str, index: int) -> bytes:
 
 
 def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str) -> bytes:
-    """The Ethernet frame that carries packet `p`: TCP with `p.tcp_flags`, UDP,
+    """The Ethernet frame that carries packet `p`: TCP with `p.tcp_flags` and the
+    options TESTBED_TCP_OPTIONS, UDP,
     ICMP/ICMPv6 of `p.icmp_type` (an echo request when None) and `p.icmp_code`, or
     an ESP, AH or GRE header (_PORTLESS_HEAD); TTL (hop limit) `p.ttl`, checksums
     computed, and as the payload the marker (MAGIC, nonce, index) followed by
@@ -141,8 +142,10 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
             raise FwbenchError(f"packets: packet {index}: port out of range")
     if p.proto == "tcp":
         seq = (int.from_bytes(nonce, "big") + index * 0x9E3779B1) & 0xFFFFFFFF
-        l4 = struct.pack("!HHIIBBHHH", p.sport, p.dport, seq, 0, 5 << 4, p.tcp_flags,
-                         65535, 0, 0)
+        # With the options the reference assumes of every TCP packet (a SYN's).
+        words = 5 + len(TESTBED_TCP_OPTIONS) // 4
+        l4 = struct.pack("!HHIIBBHHH", p.sport, p.dport, seq, 0, words << 4, p.tcp_flags,
+                         65535, 0, 0) + TESTBED_TCP_OPTIONS
     elif p.proto == "udp":
         l4 = struct.pack("!HHHH", p.sport, p.dport, 8 + len(payload), 0)
     elif p.proto in PORTLESS:

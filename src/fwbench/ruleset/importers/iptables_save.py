@@ -49,8 +49,8 @@ from typing import Protocol
 from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, EMPTY_MATCH, HASHLIMIT_MODES,
                                    RANDOM_SCALE, RULE, TCP_FLAGS, Action, AddrType, Chain,
                                    HashLimit, Iface, Limit, Ports, Prefix, Quota, Range, Rule,
-                                   RuleSet, RuleSetError, Set, SetRef, Table, TcpFlags, evolve,
-                                   timeout_note)
+                                   RuleSet, RuleSetError, Set, SetRef, Table, TcpFlags,
+                                   TcpOption, evolve, timeout_note)
 from fwbench.ruleset.render import ID_TAG
 from fwbench.ruleset.render.iptables import (HASHLIMIT_GCINTERVAL, HASHLIMIT_SCALE,
                                              hashlimit_default_expire)
@@ -801,7 +801,13 @@ class _Parser:
             kw["tcp_flags"] = TcpFlags(mask, frozenset({comp & mask}), neg)
             return i + 1
         if code == "tcp-option":
-            raise _Fail(f"unsupported: --tcp-option {v} (TCP options are not modelled)")
+            if proto != "tcp" or "tcp" not in mods:
+                raise _Fail("--tcp-option needs -p tcp -m tcp")
+            kind = _int(v, t)
+            if not 0 <= kind <= 255:
+                raise _Fail(f"--tcp-option {v}: a TCP option kind is 0 to 255")
+            kw["tcp_options"] = kw.get("tcp_options", ()) + (TcpOption(kind, negate=neg),)
+            return i
         if code in ("src-type", "dst-type"):
             if "addrtype" not in mods:
                 raise _Fail(f"{t} needs -m addrtype")

@@ -51,10 +51,10 @@ import re
 from fwbench.ruleset.evaluate import complement_ranges, merge_ranges, numgen_weights
 from fwbench.ruleset.model import (ADDR_TYPES, ATTR_KEYS, CT_STATES, FAMILIES, NETDEV_HOOKS,
                                    PKT_TYPES, PRIORITIES, PROTO_NUMBERS, RANDOM_SCALE,
-                                   TCP_FLAGS, Action, AddrType, Attr, Chain, Iface, Limit,
-                                   Match, Ports, Prefix, Quota, Range, Rule, RuleSet,
-                                   RuleSetError, Set, SetRef, Table, TcpFlags, timeout_note,
-                                   validate)
+                                   TCP_FLAGS, TCP_OPTION_FIELDS, TCP_OPTION_KINDS, Action,
+                                   AddrType, Attr, Chain, Iface, Limit, Match, Ports, Prefix,
+                                   Quota, Range, Rule, RuleSet, RuleSetError, Set, SetRef,
+                                   Table, TcpFlags, TcpOption, timeout_note, validate)
 from fwbench.ruleset.importers.iptables_save import REFUSED_PROTOS, canonical4
 from fwbench.ruleset.render import ID_TAG
 
@@ -747,6 +747,11 @@ class _Importer:
             raise _Aside(f"meta {left['meta']['key']} matches only packets of a local "
                          f"socket, which no packet the testbed sends through the "
                          f"firewall has")
+        if "tcp option" in left:
+            ctx.proto("tcp")
+            ctx.kw["tcp_options"] = ctx.kw.get("tcp_options", ()) + (
+                _tcp_option(left["tcp option"], op, right),)
+            return
         if isinstance(left.get("meta"), dict) and left["meta"].get("key") in ATTR_KEYS:
             key = left["meta"]["key"]
             if any(a.key == key for a in ctx.kw.get("attrs", ())):
@@ -1164,6 +1169,45 @@ def _attr(key: str, op, right) -> Attr:
     if op not in ("==", "!=", "in") or not all(0 <= lo <= hi <= top for lo, hi in ranges):
         raise _Fail(f"unsupported: meta {key} {op} {json.dumps(right)}")
     return Attr(key, tuple(merge_ranges(ranges)), op == "!=")
+
+
+def _tcp_option(spec, op, right) -> TcpOption:
+    """`tcp option NAME [FIELD] ...` or `tcp option N exists|missing` (nft lists a
+    kind without a name as a raw read of its first byte, `base` N)."""
+    if not isinstance(spec, dict):
+        raise _Fail(f"unsupported: tcp option {json.dumps(spec)}")
+    if "base" in spec:
+        kind = spec["base"]
+        if spec.get("offset") != 0 or spec.get("len") != 8 or not isinstance(kind, int):
+            raise _Fail(f"unsupported: tcp option {json.dumps(spec)}")
+        field = None
+    else:
+        name, field = spec.get("name"), spec.get("field")
+        kind = TCP_OPTION_KINDS.get(name)
+        if kind is None:
+            raise _Fail(f"unsupported: tcp option {name}")
+    if field is None:
+        if op not in ("==", "!=") or not isinstance(right, bool):
+            raise _Fail(f"unsupported: tcp option {spec.get('name', kind)} {op} "
+                        f"{json.dumps(right)}")
+        return TcpOption(kind, negate=right == (op == "!="))
+    where = (1, 1) if field == "length" else \
+        TCP_OPTION_FIELDS.get(spec.get("name"), {}).get(field)
+    if where is None:
+        raise _Fail(f"unsupported: tcp option {spec.get('name')} {field}")
+    offset, length = where
+    top = (1 << (8 * length)) - 1
+    items = right["set"] if isinstance(right, dict) and "set" in right else [right]
+    ranges = merge_ranges(_int_range(x) for x in items)
+    if op in _BOUNDS and len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        low, high = _BOUNDS[op]
+        v = ranges[0][0]
+        ranges, op = ([(0, v + high)] if low is None else [(v + low, top)]), "=="
+    if op not in ("==", "!=", "in") or not ranges or not all(
+            0 <= lo <= hi <= top for lo, hi in ranges):
+        raise _Fail(f"unsupported: tcp option {spec.get('name')} {field} {op} "
+                    f"{json.dumps(right)}")
+    return TcpOption(kind, offset, length, tuple(ranges), op == "!=")
 
 
 def _attr_value(key: str, v) -> int:

@@ -117,11 +117,15 @@ def _plain(r: Rule) -> bool:
     """Whether the rule uses nothing beyond SUPPORTS, told without parsing
     addresses (RuleSet.features() costs a second per 100k rules)."""
     m = r.match
+    # Every condition of Match but those _entry compiles (a test keeps this so).
     return (m.src is None and m.oif is None and m.sport is None and m.ct_state is None
             and m.mark is None and m.limit is None and m.string is None
-            and m.hashlimit is None and m.ip_version in (None, 4) and m.tcp_flags is None and m.icmp_code is None
+            and m.hashlimit is None and m.ip_version in (None, 4) and m.tcp_flags is None
+            and m.icmp_code is None
             and m.icmp_types is None and m.addrtype is None and m.ttl is None
             and m.length is None and m.pkttype is None and m.quota is None
+            and m.random is None and m.nth is None and m.ct_mark is None
+            and m.ct_status is None and not m.attrs and not m.tcp_options
             and (m.iif is None or not m.iif.negate)
             and (m.dst is None or (not m.dst.negate and m.dst.net.endswith("/32")
                                    and "." in m.dst.net))

@@ -62,7 +62,8 @@ SUPPORTS: frozenset[str] = frozenset({
     "proto tcp", "proto udp", "proto icmp", "proto icmpv6", "proto esp", "proto ah",
     "proto gre", "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
     "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match",
-    "hashlimit", "quota", "tcp flags", "icmp code", "addrtype", "pkttype", "ttl", "length",
+    "hashlimit", "quota", "tcp flags", "tcp option", "icmp code", "addrtype", "pkttype",
+    "ttl", "length",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct", "redirect",
     "random match", "verdict map", "numgen map", "random port",
@@ -525,6 +526,9 @@ class _Emitter:
             raise Unsupported("icmp type set", f"rule {rid}")
         if m.icmp_code is not None and m.icmp_type is None:
             raise Unsupported("icmp code without a type", f"rule {rid}")
+        for o in m.tcp_options:
+            # xt_tcp tests a kind's presence only.
+            parts.append(f" -m tcp {'! ' if o.negate else ''}--tcp-option {o.kind}")
         if m.tcp_flags is not None:
             parts.append(_tcp_flags(m.tcp_flags, rid))
         parts += _everyday(m, self.version, rid)

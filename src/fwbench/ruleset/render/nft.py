@@ -37,11 +37,11 @@ import re
 from functools import lru_cache
 
 from fwbench.ruleset.model import (ADDR_TYPES, ATTR_KEYS, CLIENT, FAMILIES, HOOKS, PROTOCOLS,
-                                   RANDOM_SCALE, SERVER, SET_KEYS, TCP_FLAGS, Action, Attr,
-                                   Chain, Iface,
-                                   Interfaces, Limit, Match, Ports, Prefix, Quota, Range, Rule,
-                                   RuleSet, RuleSetError, Set, SetRef, Table, Unsupported,
-                                   jump_targets)
+                                   RANDOM_SCALE, SERVER, SET_KEYS, TCP_FLAGS,
+                                   TCP_OPTION_FIELDS, TCP_OPTION_KINDS, Action, Attr, Chain,
+                                   Iface, Interfaces, Limit, Match, Ports, Prefix, Quota,
+                                   Range, Rule, RuleSet, RuleSetError, Set, SetRef, Table,
+                                   TcpOption, Unsupported, jump_targets)
 from fwbench.ruleset.render import ID_TAG
 
 # Everything the model can say, nft can hold but for iptables' own constructs
@@ -60,7 +60,7 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
        "ip version", "negation", "ct state", "mark match", "set match", "limit", "quota",
        "counter", "limit over", "limit in bytes"]
-    + [f"meta {k}" for k in ATTR_KEYS]
+    + [f"meta {k}" for k in ATTR_KEYS] + ["tcp option", "tcp option field"]
     + ["tcp flags", "icmp code", "icmp type set", "addrtype", "pkttype", "ttl", "length"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log", "redirect", "tcp mss",
@@ -530,7 +530,7 @@ class _Renderer:
         # nft folds a protocol match into a later match that implies it (a port,
         # an ICMP type, a port in a set lookup) and prints only the latter.
         implied = bool(m.sport or m.dport or m.icmp_type is not None or m.tcp_flags
-                       or m.icmp_types or m.icmp_code is not None) or any(
+                       or m.icmp_types or m.icmp_code is not None or m.tcp_options) or any(
             f in ("sport", "dport") for ref in m.sets for f in ref.fields)
         # In ip and ip6, `reject with tcp reset` brings its own `meta l4proto tcp`,
         # which nft then lists as part of the reject, unless a statement (counter,
@@ -558,6 +558,7 @@ class _Renderer:
                 raise Unsupported("ct state in family netdev", where)
             parts.append("ct state " + ",".join(s for s in _CT_ORDER if s in m.ct_state))
         parts += [_attr(a, where) for a in m.attrs]
+        parts += [_tcp_option(o, where) for o in m.tcp_options]
         if m.ct_status:
             if fam == "netdev":
                 raise Unsupported("ct status in family netdev", where)
@@ -918,6 +919,34 @@ def _attr(a: Attr, where: str) -> str:
         "{ " + ", ".join(element(lo, hi) for lo, hi in a.ranges) + " }"
     head = a.key if a.key.endswith("group") else f"meta {a.key}"
     return f"{head} {'!= ' if a.negate else ''}{text}"
+
+
+# nft's names of TCP option kinds, and of fields by (kind, offset, length), as it
+# lists them (the first SACK block as `sack`).
+_TCP_OPTION_NAMES = {0: "eol", 1: "nop", 2: "maxseg", 3: "window", 4: "sack-perm", 5: "sack",
+                     8: "timestamp", 19: "md5sig", 30: "mptcp", 34: "fastopen"}
+_TCP_OPTION_FIELD_NAMES = {
+    (TCP_OPTION_KINDS[name], *where): (("sack" if name == "sack0" else name), field)
+    for name, fields in TCP_OPTION_FIELDS.items() if name != "sack"
+    for field, where in fields.items()}
+
+
+def _tcp_option(o: TcpOption, where: str) -> str:
+    name = _TCP_OPTION_NAMES.get(o.kind, str(o.kind))
+    if o.offset is None:
+        return f"tcp option {name} {'missing' if o.negate else 'exists'}"
+    if (o.offset, o.length) == (1, 1):
+        name, field = name, "length"
+    else:
+        name, field = _TCP_OPTION_FIELD_NAMES.get((o.kind, o.offset, o.length), (None, None))
+        if name is None:
+            raise Unsupported(f"tcp option {o.kind} field at {o.offset}", where)
+    if len(o.ranges) > 1 and any(lo != hi for lo, hi in o.ranges):
+        raise Unsupported(f"tcp option {name} {field} set with a range", where)
+    text = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in o.ranges)
+    if len(o.ranges) > 1:
+        text = "{ " + text + " }"
+    return f"tcp option {name} {field} {'!= ' if o.negate else ''}{text}"
 
 
 def _in_bytes(n: int) -> str:
