@@ -12,8 +12,9 @@ chain sees only the packets leaving by its device, as postrouting left them).
 At each hook every base chain of every table whose family applies (ip and inet
 for IPv4, ip6 and inet for IPv6, netdev for both) runs in priority order. An
 accept ends one base chain only; drop and reject end everything; falling off a
-base chain, or `return` in it, applies its policy. Within a chain the first matching rule with a terminal action decides; jump pushes
-a frame, goto replaces the current one, return and falling off a user chain pop.
+base chain, or `return` in it, applies its policy. Within a chain the first
+matching rule with a terminal action decides; jump pushes a frame, goto replaces
+the current one, return and falling off a user chain pop.
 
 Where the kernel's behaviour is less obvious (each measured on 6.18):
 - Equal priorities: the kernel inserts a new hook function before those of the
