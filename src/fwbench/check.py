@@ -31,7 +31,7 @@ from fwbench.backends.base import CHANCE_LEVEL, Backend, ChanceTest, Exchange, a
 from fwbench.backends.original import NAME as ORIGINAL, OriginalFile
 from fwbench.errors import FwbenchError
 from fwbench.ruleset import corpus as corpora
-from fwbench.ruleset.model import ROLES, Packet, RuleSet, Unsupported
+from fwbench.ruleset.model import HOOKS, ROLES, Packet, RuleSet, Unsupported, jump_targets
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
 
@@ -82,6 +82,9 @@ class CheckReport:
     # Rules only the firewall's own packets match (own_traffic_rules): counters
     # not judged.
     own_only: tuple[str, ...] = ()
+    # Rules the firewall's own packets may reach besides the corpus's
+    # (own_traffic_rules): counters judged as at least the corpus's.
+    at_least: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -107,7 +110,13 @@ class CheckReport:
                 "counters_not_judged": {
                     "rules": list(self.own_only),
                     "why": "only the firewall's own packets can reach them (an input "
-                           "interface that is not the testbed's)"},
+                           "interface that is not the testbed's, the output hook)"},
+                "counters_at_least": {
+                    "rules": list(self.at_least),
+                    "why": "the firewall's own packets (its REJECT responses, ICMP "
+                           "errors, answers to packets sent to it) reach them too "
+                           "(postrouting, chains output jumps to): each counts at least "
+                           "the corpus's packets"},
                 "original": orig.as_dict() if orig else None,
                 "backends": [r.as_dict() for r in self.results if r is not orig],
                 "between": self.between}
@@ -156,7 +165,7 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
     rs = with_counters(rs)
     pkts = [as_tracked(p) for p in corpora.build(rs, size=corpus_size, seed=seed)]
     pkts += corpora.chance_copies(rs, pkts, evaluator(rs))
-    own_only = own_traffic_rules(rs)
+    own_only, at_least = own_traffic_rules(rs)
     results = []
     with nullcontext(tb) if tb is not None else NetnsTestbed(topo or Topology.new()) as tb:
         if original is not None:
@@ -170,7 +179,8 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
             res.kernel = b.differences(tb, rs)
             progress(f"{b.name}: sending {len(pkts):,} packets")
             ex = exchange(b, tb, rs, pkts)
-            res.per_packet, res.per_rule = disagreements(b, rs, ex, unjudged=own_only)
+            res.per_packet, res.per_rule = disagreements(b, rs, ex, unjudged=own_only,
+                                                         at_least=at_least)
             res.per_rule = [line + _attributed(rs, pkts, line) for line in res.per_rule]
             res.chances = _chances(rs, ex)
             res.outcomes = [None if s is None else (s.saddr, s.daddr, s.sport, s.dport)
@@ -182,17 +192,44 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
     return CheckReport(rs.name, len(pkts), results, _between(rs, pkts, results),
                        sum(1 for p in pkts if limits.reached(p)), tuple(sorted(limits.ids)),
                        sum(1 for p in pkts if ev.evaluate(p).counter_choice), rs.notes,
-                       tuple(sorted(own_only)))
+                       tuple(sorted(own_only)), tuple(sorted(at_least)))
 
 
-def own_traffic_rules(rs: RuleSet) -> frozenset[str]:
-    """Rules that only the firewall's own packets can match: an input interface
-    that is neither side of the testbed (`-i lo`). The corpus never arrives there;
-    what the firewall sends itself (its answers to packets delivered to it, say)
-    may, at its own time. Their counters are not judged; the reference expects 0."""
-    return frozenset(r.id for _, _, r in rs.rules()
-                     if r.match.iif is not None and not r.match.iif.negate
-                     and r.match.iif.name not in ROLES and not r.match.iif.name.endswith("+"))
+def own_traffic_rules(rs: RuleSet) -> tuple[frozenset[str], frozenset[str]]:
+    """The rules whose counters the firewall's own packets (its REJECT responses,
+    ICMP errors, answers to packets delivered to it) move, at their own time:
+    (those only they can reach, not judged: the reference expects 0 of the
+    corpus; those they may reach besides the corpus, judged as at least the
+    corpus's count). Only they reach a rule with an input interface that is
+    neither side of the testbed (`-i lo`) and the rules of the output hook's
+    chains (and of chains only those reach); they pass the postrouting hook too,
+    and their REJECT resets its nat chains (measured: fw4's `oifname "wan"` in
+    srcnat counted every reset the firewall sent out there), and a user chain
+    both output and forward jump to."""
+    chains = {(t.family, t.name, c.name): c for t in rs.tables for c in t.chains}
+    maps = {(t.family, t.name): {s.name: s for s in t.sets} for t in rs.tables}
+
+    def reach(hooks: set[str]) -> set[str]:
+        todo = [k for k, c in chains.items() if c.hook in hooks]
+        seen, out = set(todo), set()
+        while todo:
+            fam, table, name = todo.pop()
+            for r in chains[(fam, table, name)].rules:
+                out.add(r.id)
+                for target in jump_targets(r, maps[(fam, table)]):
+                    k = (fam, table, target)
+                    if k in chains and k not in seen:
+                        seen.add(k)
+                        todo.append(k)
+        return out
+
+    others = reach({h for h in HOOKS if h != "output"})
+    only = {r.id for _, _, r in rs.rules()
+            if r.match.iif is not None and not r.match.iif.negate
+            and r.match.iif.name not in ROLES and not r.match.iif.name.endswith("+")}
+    own = reach({"output", "postrouting", "egress"})
+    only |= own - others
+    return frozenset(only), frozenset(own - only)
 
 
 def against_original(orig: OriginalFile, tb, rs: RuleSet,

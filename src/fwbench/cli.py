@@ -318,7 +318,12 @@ def cmd_check(args, out: Console) -> int:
                   f"kernel spends at its own time")
     if report.own_only:
         out.print(f"counters not judged: rules {', '.join(report.own_only)} (only the "
-                  f"firewall's own packets reach their input interface)", highlight=False)
+                  f"firewall's own packets reach them: an input interface not the "
+                  f"testbed's, the output hook)", highlight=False)
+    if report.at_least:
+        out.print(f"counters judged as at least the corpus's: rules "
+                  f"{', '.join(report.at_least)} (the firewall's own packets pass the "
+                  f"postrouting hook and the chains output jumps to)", highlight=False)
     if report.counter_choices:
         out.print(f"{report.counter_choices:,} packets reach a packet counter (statistic "
                   f"nth, numgen inc): either verdict is allowed, as which one they get "

@@ -66,35 +66,25 @@ def test_realistic_hosts_import_whole_and_check_equal(check_file, name, iface):
 @pytest.mark.parametrize("name", ["ufw6.rules", "output.rules", "output.nft"])
 def test_verdicts_agree_where_the_firewall_sends_packets_of_its_own(check_file, name):
     """Every packet's verdict agrees, and rules set aside for the output hook
-    changed none; the counters of the output hook's rules may not agree: the
-    firewall namespace sends packets of its own now and then (IPv6 among them),
-    which no reference of the corpus predicts."""
+    changed none; the counters of rules only the firewall's own packets reach
+    (the output hook's) are not judged, and the whole check agrees."""
     cp, rep = check(check_file, name, BOTH, corpus=300)
-    assert rep is not None, cp.stdout + cp.stderr
+    assert cp.returncode == 0, cp.stdout
     assert rep["original"]["disagreements"] == 0
-    assert all(b["per_packet"] == [] and b["refused"] is None for b in rep["backends"])
+    assert all(b["disagreements"] == 0 and b["refused"] is None for b in rep["backends"])
     rs = load_file(str(EXAMPLES / name), {"eth0": "client", "eth1": "server"})
-    chains = {c.name: c for t in rs.tables for c in t.chains}
-    todo = [c.name for c in chains.values() if c.hook == "output"]
-    output = set()
-    while todo:
-        for r in chains[todo.pop()].rules:
-            output.add(r.id)
-            if r.action.chain:
-                todo.append(r.action.chain)
-    for b in rep["backends"]:
-        assert {line.split()[1] for line in b["per_rule"]} <= output
+    output = {r.id for t in rs.tables for c in t.chains if c.hook == "output"
+              for r in c.rules}
+    assert output <= set(rep["counters_not_judged"]["rules"]) | set(
+        rep["counters_at_least"]["rules"])
 
 
-def test_fw4_stops_at_igmp_and_its_core_verdicts_agree(check_file):
-    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(EXAMPLES / "fw4.nft"),
-                         "--iface", "br-lan=client,wan=server", "--backends", "nftables"],
-                        capture_output=True, text=True, timeout=120)
-    assert cp.returncode != 0
-    assert cp.stderr.strip().endswith("table inet fw4 chain input_wan rule 3 (handle 47): "
-                                      "unsupported protocol \"igmp\"")
-    cp, rep = check(check_file, "fw4-core.nft", "nftables", "br-lan=client,wan=server",
-                    corpus=300)
-    assert rep is not None, cp.stdout + cp.stderr
+def test_fw4_imports_whole_and_checks_equal(check_file):
+    """OpenWrt's fw4 dump: IGMP, ICMPv6 type . code pairs under one rate limit,
+    REJECT through its handle_reject chain; its resets and ICMP errors reach the
+    output chains (not judged) and srcnat (judged as at least the corpus's)."""
+    cp, rep = check(check_file, "fw4.nft", "nftables", "br-lan=client,wan=server", corpus=300)
+    assert cp.returncode == 0, cp.stdout
+    assert "the original and all backends agree with the reference" in cp.stdout
     assert rep["original"]["disagreements"] == 0
-    assert rep["backends"][0]["per_packet"] == []
+    assert rep["counters_at_least"]["rules"] and rep["counters_not_judged"]["rules"]

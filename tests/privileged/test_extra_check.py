@@ -70,3 +70,10 @@ def test_tcp_options_are_judged_on_the_options_the_testbed_sends(check_file, nam
     """Every TCP packet carries a Linux SYN's options; the rules on them (present,
     missing, a field's value) agree with the original on every packet."""
     agree(check_file, name, backends, corpus=300)
+
+
+@pytest.mark.parametrize("name, backends", [
+    ("igmp.rules", "iptables-legacy,iptables-nft,nftables"), ("igmp.nft", "nftables")])
+def test_igmp_and_icmp_type_code_pairs_under_one_limit(check_file, name, backends):
+    rep = agree(check_file, name, backends)
+    assert rep["limit_rules"] == ([] if name.endswith(".rules") else ["filter-3", "filter-4"])

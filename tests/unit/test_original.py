@@ -136,3 +136,46 @@ def test_a_netdev_chain_on_two_devices_or_none_is_refused():
     del doc["nftables"][1]["chain"]["dev"]
     with pytest.raises(RuleSetError, match="an ingress chain on no device"):
         nft_json.parse(doc, "f.json")
+
+
+def test_counters_the_firewall_s_own_packets_move_are_not_judged_or_judged_at_least():
+    """Only its own packets reach `-i lo` rules and the output hook's chains (not
+    judged); they pass postrouting and the chains output shares with forward too
+    (at least the corpus's count)."""
+    from fwbench.check import own_traffic_rules
+    from fwbench.ruleset.model import Action, Chain, Iface, Match, Rule, RuleSet, Table, validate
+    acc = Action("accept")
+    rs = validate(RuleSet("x", (Table("inet", "t", (
+        Chain("out", (Rule("o1", Match(), Action("jump", chain="shared")),
+                      Rule("o2", Match(), Action("jump", chain="mine"))), hook="output"),
+        Chain("fwd", (Rule("f1", Match(iif=Iface("lo")), acc),
+                      Rule("f2", Match(), Action("jump", chain="shared"))), hook="forward"),
+        Chain("post", (Rule("p1", Match(), acc),), hook="postrouting"),
+        Chain("shared", (Rule("s1", Match(), acc),)),
+        Chain("mine", (Rule("m1", Match(), acc),)),
+    )),)))
+    only, at_least = own_traffic_rules(rs)
+    assert only == {"f1", "o1", "o2", "m1"} and at_least == {"s1", "p1"}
+
+
+def test_an_at_least_counter_may_hold_more_but_not_less():
+    from collections import Counter
+
+    from fwbench.backends.base import Exchange, disagreements
+    from fwbench.ruleset.model import Action, Chain, Match, Packet, Rule, RuleSet, Table, validate
+    rs = validate(RuleSet("x", (Table("inet", "t", (
+        Chain("post", (Rule("p", Match(), Action("accept")),), hook="postrouting"),)),)))
+    pkt = Packet(4, "client", "198.18.0.2", "198.19.0.2", "udp", 1, 2)
+
+    class Counting:
+        filters = True
+
+        def counted_ids(self, rs):
+            return frozenset({"p"})
+
+    def per_rule(n, at_least):
+        ex = Exchange([pkt], [pkt], Counter({"p": n}))
+        return disagreements(Counting(), rs, ex, at_least=at_least)[1]
+    assert per_rule(3, frozenset({"p"})) == [] and per_rule(1, frozenset({"p"})) == []
+    assert per_rule(0, frozenset({"p"})) == ["rule p counted 0, expected 1"]
+    assert per_rule(3, frozenset()) == ["rule p counted 3, expected 1"]

@@ -267,11 +267,21 @@ _COUNTER_VALUES = re.compile(r"\bcounter packets \d+ bytes \d+")
 _ELEMENTS = "elements = {"
 
 
+# An anonymous set in a rule line: no braces or quotes inside.
+_ANON_SET = re.compile(r"\{ ([^{}\"]*) \}")
+
+
+def _sorted_set(m: re.Match) -> str:
+    return "{ " + ", ".join(sorted(e.strip() for e in m.group(1).split(","))) + " }"
+
+
 def nft_lines(text: str) -> tuple[list[str], dict[str, list[str]]]:
     """An nft ruleset, as `nft -f` reads it or `nft list` prints it, made comparable:
-    its lines stripped, blank ones and counters' values left out, and each set's
-    `elements = { ... }` block (one element a line when rendered, several when
-    listed, in hash order) taken out as (table, set) name -> elements."""
+    its lines stripped, blank ones and counters' values left out, each anonymous
+    set in a rule (`{ a, b }`, listed in its hash's order) with its elements
+    sorted, and each set's `elements = { ... }` block (one element a line when
+    rendered, several when listed, in hash order) taken out as (table, set) name
+    -> elements."""
     lines: list[str] = []
     elements: dict[str, list[str]] = {}
     table = current_set = None
@@ -280,6 +290,8 @@ def nft_lines(text: str) -> tuple[list[str], dict[str, list[str]]]:
         line = _COUNTER_VALUES.sub("counter", raw.strip())
         if not line:
             continue
+        if "{ " in line and not line.endswith("{"):
+            line = _ANON_SET.sub(_sorted_set, line)
         if line.startswith("table "):
             table = " ".join(line.split()[1:3])
         if line.startswith("set ") and line.endswith("{"):

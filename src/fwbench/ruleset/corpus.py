@@ -171,6 +171,11 @@ class _Need:
             self.icmp = set(m.icmp_types) if self.icmp is None else self.icmp & m.icmp_types
         if m.icmp_code is not None:
             self.codes = {m.icmp_code} if self.codes is None else self.codes & {m.icmp_code}
+        if m.icmp_pairs:
+            # The first pair (the edges try the others).
+            t, c = min(m.icmp_pairs)
+            self.icmp = {t} if self.icmp is None else self.icmp & {t}
+            self.codes = {c} if self.codes is None else self.codes & {c}
         if m.tcp_flags is not None:
             self.only_protos(["tcp"])
             self.flags.append(m.tcp_flags)
@@ -618,6 +623,9 @@ def _everyday_edges(m: Match, base: Packet) -> list[Packet | None]:
                     if 0 <= c <= 255]
         for t in sorted(m.icmp_types or ()):
             out.append(replace(base, icmp_type=t))
+        for t, c in sorted(m.icmp_pairs or ()):
+            out += [replace(base, icmp_type=t, icmp_code=c),
+                    replace(base, icmp_type=t, icmp_code=(c + 1) % 256)]
     if m.ttl is not None:
         out += [replace(base, ttl=t) for t in
                 {m.ttl.lo - 1, m.ttl.lo, m.ttl.hi, m.ttl.hi + 1,

@@ -472,6 +472,9 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
     if m.ct_status is not None:
         nat_kinds = frozenset(m.ct_status)
         tests.append(lambda s: s.ct in _TRACKED and not nat_kinds.isdisjoint(s.nat_done))
+    if m.icmp_pairs is not None:
+        pairs = frozenset(m.icmp_pairs)
+        tests.append(lambda s: (s.icmp, s.code) in pairs)
     for o in m.tcp_options:
         if not _tcp_option_holds(o):
             return _NEVER
@@ -610,7 +613,7 @@ def _vmap_lookup(r: Rule, maps: Mapping[str, Set], chains: Mapping[str, "_CChain
 # the marker (packets.MARKER_LEN).
 _IP_HEADER = {4: 20, 6: 40}
 _L4_HEADER = {"tcp": 20 + len(TESTBED_TCP_OPTIONS), "udp": 8, "icmp": 8, "icmpv6": 8,
-              "esp": 8, "ah": 12, "gre": 4}
+              "esp": 8, "ah": 12, "gre": 4, "igmp": 8}
 _MARKER_LEN = 12
 
 

@@ -12,8 +12,8 @@ Conventions the renderers, importers, templates and the evaluator share:
 - Addresses are IPv4 or IPv6 networks in their canonical text ("198.18.0.0/24",
   "2001:2::1/128"); a rule's family follows from them, from an ICMP protocol,
   or from Match.ip_version where nothing else says it.
-- Protocols are names: tcp, udp, icmp, icmpv6, and the portless esp, ah and gre
-  (PORTLESS), which conntrack tracks by addresses alone and a firewall judges by
+- Protocols are names: tcp, udp, icmp, icmpv6, and the portless esp, ah, gre and
+  igmp (PORTLESS), which conntrack tracks by addresses alone and a firewall judges by
   protocol number.
 - A rule has one action. `counter` on a rule means it counts packets; iptables
   always counts, nft only when asked.
@@ -43,15 +43,16 @@ POLICIES = ("accept", "drop")
 # nft's named priorities; iptables' tables sit at these.
 PRIORITIES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0,
               "security": 50, "srcnat": 100}
-PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6", "esp", "ah", "gre")
+PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6", "esp", "ah", "gre", "igmp")
 PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58, "esp": 50, "ah": 51,
-                 "gre": 47}
-# Protocols without ports or types: ESP, AH and GRE version 0 (conntrack tracks
-# them by addresses alone; GRE's tracker keys only PPTP's version 1 by call id).
+                 "gre": 47, "igmp": 2}
+# Protocols without ports or types: ESP, AH, GRE version 0 and IGMP (conntrack
+# tracks them by addresses alone; GRE's tracker keys only PPTP's version 1 by
+# call id; a unicast IGMP message is forwarded like any other packet).
 # AH is IPv4's only: in IPv6 it is an extension header, which ip6tables' -p and
 # nft's meta l4proto skip to the upper layer (measured: an IPv6 AH packet never
 # matches them, and ip6tables drops one without an upper layer at any -p rule).
-PORTLESS = ("esp", "ah", "gre")
+PORTLESS = ("esp", "ah", "gre", "igmp")
 CT_STATES = ("new", "established", "related", "invalid", "untracked")
 PACKET_FIELDS = ("saddr", "daddr", "proto", "sport", "dport")
 SET_KEYS = ("addr", "proto", "port")
@@ -397,6 +398,9 @@ class Match:
     attrs: tuple[Attr, ...] = field(default=(), metadata=_LATER)
     # TCP options (present, missing, a field's value); the packet must be TCP.
     tcp_options: tuple[TcpOption, ...] = field(default=(), metadata=_LATER)
+    # One of these (ICMP type, code) pairs (nft's `icmp type . icmp code { ... }`
+    # where one rule must hold them all: a rate limit shares one budget).
+    icmp_pairs: frozenset[tuple[int, int]] | None = field(default=None, metadata=_LATER)
 
     @property
     def version(self) -> int | None:
@@ -788,6 +792,8 @@ def rule_features(r: Rule) -> list[str]:
     if m.ct_status:
         out.append("ct status")
     out += [f"meta {a.key}" for a in m.attrs]
+    if m.icmp_pairs:
+        out.append("icmp type code set")
     if m.tcp_options:
         out.append("tcp option")
         if any(o.offset is not None for o in m.tcp_options):
@@ -920,6 +926,12 @@ def validate(rs: RuleSet) -> RuleSet:
                         raise RuleSetError(f"rule {r.id}: {a.kind} to base chain {a.chain}")
                 if a.kind == "vmap":
                     _check_vmap(r.id, a, sets)
+                if r.match.icmp_pairs is not None and not (
+                        r.match.proto in ("icmp", "icmpv6") and r.match.icmp_pairs
+                        and r.match.icmp_type is None and r.match.icmp_code is None
+                        and all(0 <= x <= 255 for pair in r.match.icmp_pairs for x in pair)):
+                    raise RuleSetError(f"rule {r.id}: icmp type . code pairs need proto icmp "
+                                       f"or icmpv6 and no other type or code match")
                 for o in r.match.tcp_options:
                     if r.match.proto != "tcp" or not 0 <= o.kind <= 255 or (
                             o.offset is not None and not (

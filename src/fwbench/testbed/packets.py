@@ -56,12 +56,14 @@ _ECHO_REQUEST = {"icmp": 8, "icmpv6": 128}
 # The portless protocols' headers before the marker: ESP's SPI and sequence
 # number; AH's next header (59, none), length (3 words - 2: no ICV), reserved,
 # SPI, sequence; GRE version 0 without options and an ethertype from the local
-# experimental range, so nothing takes the payload for a packet to decapsulate.
-# A forwarding firewall checks none of them (no SA, no tunnel).
+# experimental range, so nothing takes the payload for a packet to decapsulate;
+# an IGMPv2 membership report (type 0x16, group 0, checksum left 0).
+# A forwarding firewall checks none of them (no SA, no tunnel, not its group).
 _PORTLESS_HEAD = {"esp": lambda spi, seq: struct.pack("!II", spi, seq),
                   "ah": lambda spi, seq: struct.pack("!BBHII", 59, 1, 0, spi, seq),
-                  "gre": lambda spi, seq: struct.pack("!HH", 0, 0x88B5)}
-_PORTLESS_LEN = {"esp": 8, "ah": 12, "gre": 4}
+                  "gre": lambda spi, seq: struct.pack("!HH", 0, 0x88B5),
+                  "igmp": lambda spi, seq: struct.pack("!BBHI", 0x16, 0, 0, 0)}
+_PORTLESS_LEN = {"esp": 8, "ah": 12, "gre": 4, "igmp": 8}
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ _NAT_PRIORITY = {"PREROUTING": -100, "OUTPUT": -100, "POSTROUTING": 100, "INPUT"
 _PROTOS = {"tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "icmp": "icmp", "1": "icmp",
            "ipv6-icmp": "icmpv6", "icmpv6": "icmpv6", "icmp6": "icmpv6", "58": "icmpv6",
            "all": None, "0": None, "esp": "esp", "50": "esp", "ah": "ah", "51": "ah",
-           "gre": "gre", "47": "gre"}
+           "gre": "gre", "47": "gre", "igmp": "igmp", "2": "igmp"}
 # Protocols that load but that the model does not hold, and why (one line); the
 # nft importer says the same.
 _SCTP = "conntrack's SCTP tracker reads a packet's chunks, which the model does not hold"

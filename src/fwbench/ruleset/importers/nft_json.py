@@ -75,7 +75,7 @@ ICMPV6_TYPES = {
     "mld2-listener-report": 143,
 }
 _PROTO_NAMES = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "ipv6-icmp": "icmpv6",
-                "icmpv6": "icmpv6", "esp": "esp", "ah": "ah", "gre": "gre",
+                "icmpv6": "icmpv6", "esp": "esp", "ah": "ah", "gre": "gre", "igmp": "igmp",
                 **{str(v): k for k, v in PROTO_NUMBERS.items()}}
 _SET_KEYS = {"ipv4_addr": ("addr", 4), "ipv6_addr": ("addr", 6),
              "inet_proto": ("proto", None), "inet_service": ("port", None)}
@@ -683,6 +683,11 @@ class _Importer:
                 ctx.actions.append(self._action(t, ctx, key, val))
         if ctx.sets:
             ctx.kw["sets"] = tuple(ctx.sets)
+        if "limit" in ctx.kw and [k for k, _ in ctx.splits] == ["icmp type . code"]:
+            # One rule must hold every pair: a limit is one budget for them all.
+            (_, pairs), = ctx.splits
+            ctx.splits = []
+            ctx.kw["icmp_pairs"] = frozenset(pairs)
         matches = [self._one_match(t, ctx, kw) for kw in _variants(ctx)]
         if len(matches) > 1 and "limit" in ctx.kw:
             # One rule per element would give each element a budget of its own.

@@ -60,7 +60,7 @@ SUPPORTS: frozenset[str] = frozenset({
     "chain type filter", "chain type nat", "policy accept", "policy drop", "user chain",
     "iif", "oif", "saddr", "daddr", "saddr prefix", "daddr prefix", "ipv6",
     "proto tcp", "proto udp", "proto icmp", "proto icmpv6", "proto esp", "proto ah",
-    "proto gre", "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
+    "proto gre", "proto igmp", "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
     "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match",
     "hashlimit", "quota", "tcp flags", "tcp option", "icmp code", "addrtype", "pkttype",
     "ttl", "length",

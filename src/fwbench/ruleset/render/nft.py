@@ -61,6 +61,7 @@ SUPPORTS: frozenset[str] = frozenset(
        "ip version", "negation", "ct state", "mark match", "set match", "limit", "quota",
        "counter", "limit over", "limit in bytes"]
     + [f"meta {k}" for k in ATTR_KEYS] + ["tcp option", "tcp option field"]
+    + ["icmp type code set"]
     + ["tcp flags", "icmp code", "icmp type set", "addrtype", "pkttype", "ttl", "length"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
        "masquerade", "mark set", "notrack", "log", "redirect", "tcp mss",
@@ -98,7 +99,7 @@ _PRIO_NEAR = 10
 
 # nft's names for protocols where they are not the model's.
 _PROTO_NAME = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "icmpv6": "ipv6-icmp",
-               "esp": "esp", "ah": "ah", "gre": "gre"}
+               "esp": "esp", "ah": "ah", "gre": "gre", "igmp": "igmp"}
 _PROTO_BY_NUMBER = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6"}
 # nft prints conntrack states in the order of their bits.
 _CT_ORDER = ("invalid", "established", "related", "new", "untracked")
@@ -530,7 +531,8 @@ class _Renderer:
         # nft folds a protocol match into a later match that implies it (a port,
         # an ICMP type, a port in a set lookup) and prints only the latter.
         implied = bool(m.sport or m.dport or m.icmp_type is not None or m.tcp_flags
-                       or m.icmp_types or m.icmp_code is not None or m.tcp_options) or any(
+                       or m.icmp_types or m.icmp_code is not None or m.tcp_options
+                       or m.icmp_pairs) or any(
             f in ("sport", "dport") for ref in m.sets for f in ref.fields)
         # In ip and ip6, `reject with tcp reset` brings its own `meta l4proto tcp`,
         # which nft then lists as part of the reject, unless a statement (counter,
@@ -557,6 +559,8 @@ class _Renderer:
             if fam == "netdev":
                 raise Unsupported("ct state in family netdev", where)
             parts.append("ct state " + ",".join(s for s in _CT_ORDER if s in m.ct_state))
+        if m.icmp_pairs:
+            parts.append(_icmp_pairs(proto, m.icmp_pairs))
         parts += [_attr(a, where) for a in m.attrs]
         parts += [_tcp_option(o, where) for o in m.tcp_options]
         if m.ct_status:
@@ -929,6 +933,24 @@ _TCP_OPTION_FIELD_NAMES = {
     (TCP_OPTION_KINDS[name], *where): (("sack" if name == "sack0" else name), field)
     for name, fields in TCP_OPTION_FIELDS.items() if name != "sack"
     for field, where in fields.items()}
+
+
+# nft's names of ICMP and ICMPv6 codes (the same for every type).
+_ICMP_CODE_NAMES = {
+    "icmp": {0: "net-unreachable", 1: "host-unreachable", 2: "prot-unreachable",
+             3: "port-unreachable", 4: "frag-needed", 9: "net-prohibited",
+             10: "host-prohibited", 13: "admin-prohibited"},
+    "icmpv6": {0: "no-route", 1: "admin-prohibited", 3: "addr-unreachable",
+               4: "port-unreachable", 5: "policy-fail", 6: "reject-route"}}
+
+
+def _icmp_pairs(proto: str, pairs) -> str:
+    """`icmp type . icmp code { t . c, ... }` with nft's names (the listing's
+    order is its hash's: the comparison sorts an anonymous set's elements)."""
+    types = _ICMP_TYPES if proto == "icmp" else _ICMPV6_TYPES
+    codes = _ICMP_CODE_NAMES[proto]
+    elems = ", ".join(f"{types.get(t, t)} . {codes.get(c, c)}" for t, c in sorted(pairs))
+    return f"{proto} type . {proto} code {{ {elems} }}"
 
 
 def _tcp_option(o: TcpOption, where: str) -> str:
