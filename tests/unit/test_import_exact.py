@@ -903,3 +903,43 @@ def test_an_mss_field_in_a_rule_set_that_rewrites_the_mss_is_refused():
     mss = {"tcp option": {"name": "maxseg", "field": "size"}}
     assert "a tcp option maxseg field in a rule set that rewrites the MSS" in nft_refused(
         [match(mss, 1460), ACCEPT], [TCP22, {"mangle": {"key": mss, "value": 1360}}])
+
+
+# --- source port ranges of masquerade and SNAT --------------------------------------------
+
+NAT = "*nat\n:POSTROUTING ACCEPT [0:0]\n"
+
+
+@pytest.mark.parametrize("target, action", [
+    ("-j MASQUERADE --to-ports 1024-65535", Action("masquerade", port=1024, port_hi=65535)),
+    ("-j MASQUERADE --to-ports 1024-65535 --random-fully",
+     Action("masquerade", port=1024, port_hi=65535, random_port=True)),
+    ("-j SNAT --to-source 198.51.100.1:2000-3000",
+     Action("snat", addr="198.51.100.1", port=2000, port_hi=3000)),
+    ("-j MASQUERADE --to-ports 5000", Action("masquerade", port=5000)),
+])
+def test_iptables_source_port_ranges_kept_and_rendered_back(target, action):
+    text = f"{NAT}-A POSTROUTING -p tcp {target}\nCOMMIT\n"
+    (_, _, r), = iptables_save.parse(text, "n.rules", 4).rules()
+    assert r.action == action
+    rs = validate(RuleSet("x", (Table("ip", "nat", (Chain(
+        "POSTROUTING", (r,), hook="postrouting", priority=100, type="nat"),)),)))
+    assert f"-p tcp -m comment --comment \"fwb:nat-1\" {target}" in ipt.render(rs, IFS, 4)
+
+
+def test_a_port_range_where_the_kernel_picks_the_port_is_refused():
+    text = "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -j DNAT " \
+           "--to-destination 198.51.100.1:80-90\nCOMMIT\n"
+    with pytest.raises(RuleSetError, match="unsupported: a port range in DNAT"):
+        iptables_save.parse(text, "n.rules", 4)
+
+
+def test_the_reference_keeps_a_source_port_in_range_and_lets_the_kernel_pick_another():
+    rs = validate(RuleSet("x", (Table("ip", "nat", (Chain(
+        "post", (Rule("m", Match(proto="tcp"), Action("masquerade", port=1024,
+                                                       port_hi=65535)),),
+        hook="postrouting", priority=100, type="nat"),)),)))
+    inside = evaluate(rs, Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 40000, 80))
+    assert inside.translated.sport == 40000 and not inside.sport_random
+    below = evaluate(rs, Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 53, 80))
+    assert below.sport_random

@@ -268,7 +268,7 @@ _ELEMENTS = "elements = {"
 
 
 # An anonymous set in a rule line: no braces or quotes inside.
-_ANON_SET = re.compile(r"\{ ([^{}\"]*) \}")
+_ANON_ELEMENTS = re.compile(r"\{ ([^{}\"]*) \}")
 
 
 def _sorted_set(m: re.Match) -> str:
@@ -291,7 +291,7 @@ def nft_lines(text: str) -> tuple[list[str], dict[str, list[str]]]:
         if not line:
             continue
         if "{ " in line and not line.endswith("{"):
-            line = _ANON_SET.sub(_sorted_set, line)
+            line = _ANON_ELEMENTS.sub(_sorted_set, line)
         if line.startswith("table "):
             table = " ".join(line.split()[1:3])
         if line.startswith("set ") and line.endswith("{"):

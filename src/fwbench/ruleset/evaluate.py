@@ -940,9 +940,10 @@ class Evaluator:
                     elif code in (_DNAT, _SNAT):
                         addr = nat_address(a.addr)
                         v, i = address_interval(addr)[:2]
-                        arg = (address_text(v, i), i, a.port, a.random_port)
+                        arg = (address_text(v, i), i, a.port, a.random_port, a.port_hi)
                     elif code == _MASQ:
-                        arg = (a.port, a.random_port)   # the new source port, or None
+                        # The new source port (or range), or None.
+                        arg = (a.port, a.random_port, a.port_hi)
                     elif code == _REDIRECT:
                         arg = a.port    # the new destination port, or None
                     elif code == _VMAP:
@@ -1205,10 +1206,8 @@ class Evaluator:
     def _translate(self, code: int, arg, s: _State) -> None:
         if code == _MASQ:
             s.saddr = self.local[s.version][s.side_out][1]
-            port, random_port = arg
-            if port is not None and s.sport is not None:
-                s.sport = port
-            s.sport_random = s.sport_random or random_port
+            port, random_port, port_hi = arg
+            self._source_port(s, port, port_hi, random_port)
             return
         if code == _REDIRECT:
             # To the input interface's address (nf_nat_redirect): delivered locally.
@@ -1216,16 +1215,28 @@ class Evaluator:
             if arg is not None and s.dport is not None:
                 s.dport = arg
             return
-        _, addr_i, port, random_port = arg
+        _, addr_i, port, random_port, port_hi = arg
         if code == _DNAT:
             s.daddr = addr_i
             if port is not None and s.dport is not None:
                 s.dport = port
         else:
             s.saddr = addr_i
-            if port is not None and s.sport is not None:
+            self._source_port(s, port, port_hi, random_port)
+
+    @staticmethod
+    def _source_port(s: _State, port: int | None, port_hi: int | None,
+                     random_port: bool) -> None:
+        """SNAT's source port: one port; or a range, which a port already in it
+        stays in (nf_nat keeps a tuple in range that no other connection holds:
+        each corpus packet is a connection of its own) and any other leaves for
+        one the kernel picks; or the kernel's random pick (fully-random)."""
+        if s.sport is not None and port is not None:
+            if port_hi is None:
                 s.sport = port
-            s.sport_random = s.sport_random or random_port
+            elif not port <= s.sport <= port_hi:
+                s.sport_random = True
+        s.sport_random = s.sport_random or random_port
 
     def _verdict(self, pkt: Packet, s: _State, forward: bool, rid: str | None,
                  policy_of: str | None, counted: list[str], reason: str,

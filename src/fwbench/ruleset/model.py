@@ -441,6 +441,10 @@ class Action:
     # masquerade, snat: the kernel picks the source port at random (iptables'
     # --random-fully, nft's fully-random), so a translated port is anyone's.
     random_port: bool = field(default=False, metadata=_LATER)
+    # masquerade, snat: the last port of a source port range `port`..`port_hi`
+    # (None: one port, or none). A connection whose port is in it keeps it (when
+    # no other holds it); any other gets one of the range, the kernel's pick.
+    port_hi: int | None = field(default=None, metadata=_LATER)
     # savemark: ct mark = (ct mark & ~ctmask) ^ (mark & nfmask); restoremark:
     # mark = (mark & ~nfmask) ^ (ct mark & ctmask), as (nfmask, ctmask). ctmark
     # takes `mark` and `mark_mask` as `mark` does, on the connection's mark.
@@ -950,6 +954,11 @@ def validate(rs: RuleSet) -> RuleSet:
                 if r.match.ct_status is not None and not (r.match.ct_status and
                                                     r.match.ct_status <= {"dnat", "snat"}):
                     raise RuleSetError(f"rule {r.id}: ct status must be dnat, snat or both")
+                if a.port_hi is not None and not (
+                        a.kind in ("masquerade", "snat") and a.port is not None
+                        and 0 < a.port <= a.port_hi <= 65535):
+                    raise RuleSetError(f"rule {r.id}: a source port range {a.port}-"
+                                       f"{a.port_hi} belongs to masquerade or snat")
                 if a.kind == "tcpmss" and (r.match.proto != "tcp" or a.mss is not None
                                            and not 0 < a.mss < 65536):
                     raise RuleSetError(f"rule {r.id}: tcpmss needs tcp, and an MSS of "

@@ -1043,24 +1043,29 @@ class _Parser:
             key = allowed[0]
             if key not in opts:
                 raise _Fail(f"-j {target} without {key}")
-            addr, port = self._nat_to(opts[key] or "")
-            return Action(target.lower(), addr=addr, port=port)
+            addr, port, port_hi = self._nat_to(opts[key] or "", target)
+            return Action(target.lower(), addr=addr, port=port, port_hi=port_hi)
         if target == "MASQUERADE" or target == "REDIRECT":
             ports = opts.get("--to-ports")
             if ports is None:
                 if target == "REDIRECT":
                     return Action("redirect")
                 return _MASQUERADE_FULLY_RANDOM if "--random-fully" in opts else _MASQUERADE
-            if not ports.isdigit():
-                raise _Fail(f"unsupported: -j {target} --to-ports {ports} (one port only)")
-            p = int(ports)
-            if not 0 < p < 65536:
-                raise _Fail(f"bad port {p}")
+            lo, _, hi = ports.partition("-")
+            if not lo.isdigit() or hi and (target == "REDIRECT" or not hi.isdigit()):
+                raise _Fail(f"unsupported: -j {target} --to-ports {ports} (one port"
+                            f"{'' if target == 'REDIRECT' else ', or a range'})")
+            p, q = int(lo), int(hi or lo)
+            if not 0 < p <= q < 65536:
+                raise _Fail(f"bad port {ports}")
             # One port: --random-fully has no other to choose.
-            return Action(target.lower(), port=p)
+            return Action(target.lower(), port=p, port_hi=q if q > p else None,
+                          random_port=q > p and "--random-fully" in opts)
         return _SIMPLE[target]   # with no options, as checked above
 
-    def _nat_to(self, v: str) -> tuple[str, int | None]:
+    def _nat_to(self, v: str, target: str) -> tuple[str, int | None, int | None]:
+        """ADDR[:PORT[-PORT]]: the address, the port, and (SNAT's source port
+        range) its last port."""
         if self.version == 6 and v.startswith("["):
             host, _, rest = v[1:].partition("]")
             port = rest[1:] if rest.startswith(":") else None
@@ -1073,8 +1078,12 @@ class _Parser:
             port = port or None
         if "-" in host:
             raise _Fail(f"unsupported: an address range in NAT ({v})")
+        last = None
         if port is not None and "-" in port:
-            raise _Fail(f"unsupported: a port range in NAT ({v})")
+            if target != "SNAT":
+                raise _Fail(f"unsupported: a port range in {target} ({v}; the port a "
+                            f"connection gets is the kernel's pick)")
+            port, _, last = port.partition("-")
         try:
             a = ipaddress.ip_address(host)
         except ValueError:
@@ -1082,9 +1091,11 @@ class _Parser:
         if a.version != self.version:
             raise _Fail(f"IPv{a.version} address {host} in an IPv{self.version} rule set")
         p = _int(port, "port") if port is not None else None
-        if p is not None and not 0 < p < 65536:
-            raise _Fail(f"bad port {p}")
-        return self.mover.addr(str(a)) if self.mover else str(a), p
+        q = _int(last, "port") if last is not None else p
+        if p is not None and not 0 < p <= q < 65536:
+            raise _Fail(f"bad port {port}" + (f"-{last}" if last else ""))
+        return (self.mover.addr(str(a)) if self.mover else str(a), p,
+                q if q is not None and q != p else None)
 
 
 # --- helpers without state -------------------------------------------------------

@@ -976,20 +976,17 @@ class _Importer:
                 addr = str(ipaddress.ip_address(addr))
             except ValueError:
                 raise _Fail(f"not an address: {addr!r}") from None
-            port = val.get("port")
-            if port is not None and not isinstance(port, int):
-                raise _Fail(f"unsupported: {key} to port {json.dumps(port)}")
-            return Action(key, addr=addr, port=port, random_port=random_port)
+            port, port_hi = _nat_ports(key, val.get("port"))
+            return Action(key, addr=addr, port=port, random_port=random_port, port_hi=port_hi)
         if key == "redirect" or key == "masquerade":
             val = dict(val or {})
             random_port = _fully_random(val) if key == "masquerade" else False
-            port = val.pop("port", None)
+            port, port_hi = _nat_ports(key, val.pop("port", None))
             if val:
                 raise _Fail(f"unsupported: {key} {sorted(val)[0]}")
-            if port is not None and not (isinstance(port, int) and 0 < port < 65536):
-                raise _Fail(f"unsupported: {key} to port {json.dumps(port)}")
             # To one port, fully-random has no other to choose.
-            return Action(key, port=port, random_port=random_port and port is None)
+            return Action(key, port=port, random_port=random_port and (
+                port is None or port_hi is not None), port_hi=port_hi)
         if key == "log":
             val = dict(val or {})
             prefix = val.pop("prefix", None)
@@ -1174,6 +1171,18 @@ def _attr(key: str, op, right) -> Attr:
     if op not in ("==", "!=", "in") or not all(0 <= lo <= hi <= top for lo, hi in ranges):
         raise _Fail(f"unsupported: meta {key} {op} {json.dumps(right)}")
     return Attr(key, tuple(merge_ranges(ranges)), op == "!=")
+
+
+def _nat_ports(key: str, port) -> tuple[int | None, int | None]:
+    """A NAT statement's port: None, one, or (masquerade and snat) a source port
+    range (first, last)."""
+    if port is None or (isinstance(port, int) and 0 < port < 65536):
+        return port, None
+    if key in ("masquerade", "snat") and isinstance(port, dict) and "range" in port:
+        lo, hi = port["range"]
+        if isinstance(lo, int) and isinstance(hi, int) and 0 < lo <= hi < 65536:
+            return lo, (hi if hi > lo else None)
+    raise _Fail(f"unsupported: {key} to port {json.dumps(port)}")
 
 
 def _tcp_option(spec, op, right) -> TcpOption:

@@ -126,6 +126,7 @@ def _plain(r: Rule) -> bool:
             and m.length is None and m.pkttype is None and m.quota is None
             and m.random is None and m.nth is None and m.ct_mark is None
             and m.ct_status is None and not m.attrs and not m.tcp_options
+            and m.icmp_pairs is None
             and (m.iif is None or not m.iif.negate)
             and (m.dst is None or (not m.dst.negate and m.dst.net.endswith("/32")
                                    and "." in m.dst.net))

@@ -716,7 +716,9 @@ class _Emitter:
         if kind in ("redirect", "masquerade") and a.port is not None:
             if r.match.proto not in ("tcp", "udp") or not 0 < a.port <= 65535:
                 raise RuleSetError(f"{where}: {kind} to port {a.port} needs tcp or udp")
-            return f" -j {kind.upper()} --to-ports {a.port}"
+            ports = str(a.port) if a.port_hi is None else f"{a.port}-{a.port_hi}"
+            return f" -j {kind.upper()} --to-ports {ports}" + (
+                " --random-fully" if a.random_port else "")
         if kind == "tcpmss":
             return _tcpmss(a.mss, r.match, hooks, where)
         if kind == "checksum":
@@ -792,7 +794,8 @@ class _Emitter:
             raise Unsupported(f"{a.kind} to a port without tcp or udp", where)
         if not 0 < a.port <= 65535:
             raise RuleSetError(f"rule {r.id}: bad port {a.port}")
-        return f"[{addr}]:{a.port}" if net.version == 6 else f"{addr}:{a.port}"
+        port = str(a.port) if a.port_hi is None else f"{a.port}-{a.port_hi}"
+        return f"[{addr}]:{port}" if net.version == 6 else f"{addr}:{port}"
 
 
 # Ids of these characters print quoted (the tag's `:` asks for it) and unescaped.

@@ -757,7 +757,8 @@ class _Renderer:
         if a.kind in ("masquerade", "redirect"):
             if a.addr:
                 raise RuleSetError(f"{where}: {a.kind} takes no address")
-            text = a.kind if a.port is None else f"{a.kind} to :{a.port}"
+            port = a.port if a.port_hi is None else f"{a.port}-{a.port_hi}"
+            text = a.kind if a.port is None else f"{a.kind} to :{port}"
             return text + (" fully-random" if a.random_port else "")
         addr, v = _addr(a.addr or "", False)
         rv = m.version
@@ -766,7 +767,8 @@ class _Renderer:
             raise RuleSetError(f"{where}: {a.kind} to an IPv{v} address from an IPv"
                                f"{rv or {'ip': 4, 'ip6': 6}[self.fam]} rule")
         if a.port is not None:
-            addr = f"{addr}:{a.port}" if v == 4 else f"[{addr}]:{a.port}"
+            port = a.port if a.port_hi is None else f"{a.port}-{a.port_hi}"
+            addr = f"{addr}:{port}" if v == 4 else f"[{addr}]:{port}"
         fam = f" {'ip' if v == 4 else 'ip6'}" if self.fam == "inet" else ""
         return f"{a.kind}{fam} to {addr}" + (" fully-random" if a.random_port else "")
 
