@@ -29,7 +29,7 @@ def test_netdev_egress_sees_forwarded_packets_as_nat_left_them(check_file):
 
 
 def test_sets_of_ttl_length_and_mark_values_split_exactly(check_file):
-    agree(check_file, "value-sets.nft", "nftables", corpus=300)
+    agree(check_file, "value-sets.nft", "nftables")
 
 
 @pytest.mark.parametrize("name, backends, limited", [
@@ -60,7 +60,7 @@ def test_interface_groups_types_and_priority_take_the_testbed_s_values(check_fil
     """Group 0 ("default"), type Ethernet and priority 0 (none), which the
     reference assumes of the testbed, are what the kernel sees; and a forwarded
     packet's input interface is known at postrouting."""
-    agree(check_file, "meta-attrs.nft", "nftables", corpus=300)
+    agree(check_file, "meta-attrs.nft", "nftables")
 
 
 @pytest.mark.parametrize("name, backends", [
@@ -69,7 +69,7 @@ def test_interface_groups_types_and_priority_take_the_testbed_s_values(check_fil
 def test_tcp_options_are_judged_on_the_options_the_testbed_sends(check_file, name, backends):
     """Every TCP packet carries a Linux SYN's options; the rules on them (present,
     missing, a field's value) agree with the original on every packet."""
-    agree(check_file, name, backends, corpus=300)
+    agree(check_file, name, backends)
 
 
 @pytest.mark.parametrize("name, backends", [
@@ -77,3 +77,11 @@ def test_tcp_options_are_judged_on_the_options_the_testbed_sends(check_file, nam
 def test_igmp_and_icmp_type_code_pairs_under_one_limit(check_file, name, backends):
     rep = agree(check_file, name, backends)
     assert rep["limit_rules"] == ([] if name.endswith(".rules") else ["filter-3", "filter-4"])
+
+
+@pytest.mark.parametrize("name, backends", [
+    ("ipsec-fields.nft", "nftables"),
+    ("ipsec-fields.rules", "iptables-legacy,iptables-nft,nftables")])
+def test_esp_and_ah_header_fields_are_judged_on_the_testbed_s_values(check_file, name,
+                                                                      backends):
+    agree(check_file, name, backends)

@@ -943,3 +943,39 @@ def test_the_reference_keeps_a_source_port_in_range_and_lets_the_kernel_pick_ano
     assert inside.translated.sport == 40000 and not inside.sport_random
     below = evaluate(rs, Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 53, 80))
     assert below.sport_random
+
+
+# --- ESP and AH header fields ----------------------------------------------------------------
+
+@pytest.mark.parametrize("line, attr", [
+    ("-A FORWARD -p esp -m esp --espspi 256", ("esp spi", ((256, 256),), False)),
+    ("-A FORWARD -p esp -m esp ! --espspi 0:32", ("esp spi", ((0, 32),), True)),
+    ("-A FORWARD -p esp -m esp --espspi 4:", ("esp spi", ((4, 0xFFFFFFFF),), False)),
+    ("-A FORWARD -p ah -m ah --ahspi :4", ("ah spi", ((0, 4),), False)),
+])
+def test_iptables_esp_and_ah_spi(line, attr):
+    from fwbench.ruleset.model import Attr
+    r = one4(line + " -j DROP")
+    assert r.match.attrs == (Attr(*attr),)
+    lo, hi = attr[1][0]
+    spi = str(lo) if lo == hi else f"{lo}:{hi}"
+    neg = "! " if attr[2] else ""
+    proto = attr[0].split()[0]
+    assert f"-p {proto} -m {proto} {neg}--{proto}spi {spi} " in ipt.render(
+        _in_forward(r), IFS, 4)
+
+
+def test_the_testbed_s_esp_and_ah_fields_decide_the_reference():
+    from fwbench.ruleset.model import Attr
+    pkt = Packet(4, "client", "198.18.0.2", "198.19.0.2", "esp")
+
+    def dropped(*attrs, proto="esp"):
+        rs = _in_forward(Rule("x", Match(proto=proto, attrs=attrs), Action("drop")))
+        return not evaluate(rs, replace(pkt, proto=proto)).forward
+    from dataclasses import replace
+    assert dropped(Attr("esp spi", ((256, 256),))) and not dropped(Attr("esp spi", ((1, 2),)))
+    assert dropped(Attr("esp sequence", ((1, 1),)))
+    assert dropped(Attr("ah nexthdr", ((59, 59),)), proto="ah")
+    assert not dropped(Attr("ah reserved", ((0, 0),), negate=True), proto="ah")
+    assert "unsupported: protocol udp and esp in one rule" in nft_refused(
+        [match(meta("l4proto"), "udp"), match(payload("esp", "spi"), 1), ACCEPT])

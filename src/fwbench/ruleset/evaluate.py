@@ -75,7 +75,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from fwbench import addresses
 from fwbench.ruleset.model import (PROTO_NUMBERS, RANDOM_SCALE, ROLES,
-                                   TESTBED_TCP_OPTIONS, Action, Attr, Chain, TcpOption,
+                                   TESTBED_IPSEC, TESTBED_TCP_OPTIONS, Action, Attr, Chain,
+                                   TcpOption,
                                    Iface, Match, Packet, Ports, Prefix, Rule, RuleSet,
                                    RuleSetError, Set, SetRef, Unsupported, jump_targets)
 
@@ -541,11 +542,14 @@ def _tcp_option_holds(o: TcpOption) -> bool:
 
 def _attr_test(at: Attr):
     """An attribute condition as a test, None (always holds) or _NEVER."""
-    value = TESTBED_ATTRS[at.key[3:] if at.key[1:3] == "if" else at.key]
+    if at.key in TESTBED_IPSEC:
+        value = TESTBED_IPSEC[at.key][0]
+    else:
+        value = TESTBED_ATTRS[at.key[3:] if at.key[1:3] == "if" else at.key]
     if any(lo <= value <= hi for lo, hi in at.ranges) == at.negate:
         return _NEVER
-    if at.key == "priority":
-        return None
+    if at.key == "priority" or at.key in TESTBED_IPSEC:
+        return None     # the rule's protocol test stands for the header
     # No interface on that side at this hook: nft's meta breaks the rule.
     if at.key.startswith("i"):
         return lambda s: s.iif is not None

@@ -284,7 +284,13 @@ class Range:
 # (Evaluator.attr): its interfaces' group (0, "default") and type (1, Ethernet:
 # veth) on the side it arrived or leaves by, and its priority (skb->priority,
 # 0: the senders set none, and IPv4 forwarding sets it from a TOS of 0).
-ATTR_KEYS = ("iifgroup", "oifgroup", "iiftype", "oiftype", "priority")
+# The header fields of the ESP and AH packets the testbed sends (every one the
+# same: a firewall that forwards them keeps no SA), with their widths in bits: a
+# condition on one needs the rule's protocol to be that one.
+TESTBED_IPSEC = {"esp spi": (0x100, 32), "esp sequence": (1, 32), "ah nexthdr": (59, 8),
+                 "ah hdrlength": (1, 8), "ah reserved": (0, 16), "ah spi": (0x100, 32),
+                 "ah sequence": (1, 32)}
+ATTR_KEYS = ("iifgroup", "oifgroup", "iiftype", "oiftype", "priority") + tuple(TESTBED_IPSEC)
 
 
 @dataclass(frozen=True)
@@ -795,7 +801,7 @@ def rule_features(r: Rule) -> list[str]:
         out.append("quota")
     if m.ct_status:
         out.append("ct status")
-    out += [f"meta {a.key}" for a in m.attrs]
+    out += [a.key if a.key in TESTBED_IPSEC else f"meta {a.key}" for a in m.attrs]
     if m.icmp_pairs:
         out.append("icmp type code set")
     if m.tcp_options:
@@ -945,10 +951,14 @@ def validate(rs: RuleSet) -> RuleSet:
                         raise RuleSetError(f"rule {r.id}: tcp option {o}: needs proto tcp, "
                                            f"a kind 0-255, a field of 1-4 bytes")
                 for at in r.match.attrs:
+                    bits = TESTBED_IPSEC.get(at.key, (0, 32))[1]
                     if at.key not in ATTR_KEYS or not at.ranges or not all(
-                            0 <= lo <= hi < 2 ** 32 for lo, hi in at.ranges):
+                            0 <= lo <= hi < 2 ** bits for lo, hi in at.ranges):
                         raise RuleSetError(f"rule {r.id}: meta {at.key} {at.ranges}: a key "
-                                           f"from {', '.join(ATTR_KEYS)}, 32-bit ranges")
+                                           f"from {', '.join(ATTR_KEYS)}, {bits}-bit ranges")
+                    if at.key in TESTBED_IPSEC and r.match.proto != at.key.split()[0]:
+                        raise RuleSetError(f"rule {r.id}: {at.key} needs protocol "
+                                           f"{at.key.split()[0]}")
                 if len({at.key for at in r.match.attrs}) != len(r.match.attrs):
                     raise RuleSetError(f"rule {r.id}: two conditions on one meta key")
                 if r.match.ct_status is not None and not (r.match.ct_status and

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 from fwbench import addresses
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.ruleset.model import PORTLESS, PROTO_NUMBERS, TESTBED_TCP_OPTIONS, Packet
+from fwbench.ruleset.model import (PORTLESS, PROTO_NUMBERS, TESTBED_IPSEC, TESTBED_TCP_OPTIONS,
+                                   Packet)
 
 if TYPE_CHECKING:
     from fwbench.testbed.base import Testbed
@@ -151,7 +152,9 @@ def build_frame(p: Packet, index: int, nonce: bytes, src_mac: str, dst_mac: str)
     elif p.proto == "udp":
         l4 = struct.pack("!HHHH", p.sport, p.dport, 8 + len(payload), 0)
     elif p.proto in PORTLESS:
-        l4 = _PORTLESS_HEAD[p.proto](0x100 + index, index + 1)
+        # The same SPI and sequence in every packet: the reference knows them.
+        l4 = _PORTLESS_HEAD[p.proto](TESTBED_IPSEC["esp spi"][0],
+                                     TESTBED_IPSEC["esp sequence"][0])
     else:
         t = _ECHO_REQUEST[p.proto] if p.icmp_type is None else p.icmp_type
         if not 0 <= t <= 255:

@@ -48,7 +48,8 @@ from typing import Protocol
 
 from fwbench.ruleset.model import (ADDR_TYPES, CT_STATES, EMPTY_MATCH, HASHLIMIT_MODES,
                                    RANDOM_SCALE, RULE, TCP_FLAGS, Action, AddrType, Chain,
-                                   HashLimit, Iface, Limit, Ports, Prefix, Quota, Range, Rule,
+                                   Attr, HashLimit, Iface, Limit, Ports, Prefix, Quota, Range,
+                                   Rule,
                                    RuleSet, RuleSetError, Set, SetRef, Table, TcpFlags,
                                    TcpOption, evolve, timeout_note)
 from fwbench.ruleset.render import ID_TAG
@@ -77,7 +78,8 @@ _SCTP = "conntrack's SCTP tracker reads a packet's chunks, which the model does 
 REFUSED_PROTOS = {"sctp": _SCTP, "132": _SCTP}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment", "statistic", "connmark", "addrtype", "pkttype", "ttl", "hl",
-                      "length", "quota", "iprange", "hashlimit", "owner", "cgroup"})
+                      "length", "quota", "iprange", "hashlimit", "owner", "cgroup",
+                      "esp", "ah"})
 # Matches that need an IPv6 extension header (a routing header, a fragment
 # header): xt_rt and xt_frag match no packet without one, whatever their options
 # say, and the testbed sends none. Such rules are set aside with a note.
@@ -182,6 +184,7 @@ _OPTS = {
     "--ttl-eq": "ttl-eq", "--ttl-gt": "ttl-gt", "--ttl-lt": "ttl-lt",
     "--hl-eq": "hl-eq", "--hl-gt": "hl-gt", "--hl-lt": "hl-lt",
     "-4": "only4", "--ipv4": "only4", "-6": "only6", "--ipv6": "only6",
+    "--espspi": "ipsec-spi", "--ahspi": "ipsec-spi",
     "--uid-owner": "socket", "--gid-owner": "socket", "--cgroup": "socket",
     "--path": "socket", "--socket-exists": "socket-flag", "--suppl-groups": "socket-flag",
     **{f"--hashlimit{o}": "hashlimit" for o in (
@@ -722,6 +725,20 @@ class _Parser:
                     raise _Fail(f"{t} needs -m iprange")
                 self._range(kw, sets, "saddr" if code == "srcrange" else "daddr", v, neg,
                             lineno)
+            elif code == "ipsec-spi":
+                proto_name = "esp" if t == "--espspi" else "ah"
+                if proto_name not in mods or proto != proto_name:
+                    raise _Fail(f"{t} needs -p {proto_name} -m {proto_name}")
+                if self.version == 6 and proto_name == "ah":
+                    raise _Fail("unsupported: -m ah in an IPv6 rule set (AH is an "
+                                "extension header there)")
+                lo, sep, hi = v.partition(":")
+                lo_i = _int(lo or "0", t)
+                hi_i = _int(hi or "4294967295", t) if sep else lo_i
+                if not 0 <= lo_i <= hi_i <= 0xFFFFFFFF:
+                    raise _Fail(f"{t} {v}: a range of 32-bit SPIs")
+                kw["attrs"] = kw.get("attrs", ()) + (
+                    Attr(f"{proto_name} spi", ((lo_i, hi_i),), neg),)
             elif code == "socket":
                 socket.append((t, neg))
             elif code == "hashlimit":

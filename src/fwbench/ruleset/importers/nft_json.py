@@ -51,6 +51,7 @@ import re
 from fwbench.ruleset.evaluate import complement_ranges, merge_ranges, numgen_weights
 from fwbench.ruleset.model import (ADDR_TYPES, ATTR_KEYS, CT_STATES, FAMILIES, NETDEV_HOOKS,
                                    PKT_TYPES, PRIORITIES, PROTO_NUMBERS, RANDOM_SCALE,
+                                   TESTBED_IPSEC,
                                    TCP_FLAGS, TCP_OPTION_FIELDS, TCP_OPTION_KINDS, Action,
                                    AddrType, Attr, Chain, Iface, Limit, Match, Ports, Prefix,
                                    Quota, Range, Rule, RuleSet, RuleSetError, Set, SetRef,
@@ -757,6 +758,14 @@ class _Importer:
             ctx.kw["tcp_options"] = ctx.kw.get("tcp_options", ()) + (
                 _tcp_option(left["tcp option"], op, right),)
             return
+        payload = left.get("payload") if isinstance(left.get("payload"), dict) else {}
+        ipsec = f"{payload.get('protocol')} {payload.get('field')}"
+        if ipsec in TESTBED_IPSEC:
+            ctx.proto(payload["protocol"])
+            if any(a.key == ipsec for a in ctx.kw.get("attrs", ())):
+                raise _Fail(f"unsupported: two {ipsec} matches")
+            ctx.kw["attrs"] = ctx.kw.get("attrs", ()) + (_attr(ipsec, op, right),)
+            return
         if isinstance(left.get("meta"), dict) and left["meta"].get("key") in ATTR_KEYS:
             key = left["meta"]["key"]
             if any(a.key == key for a in ctx.kw.get("attrs", ())):
@@ -1162,14 +1171,15 @@ def _attr(key: str, op, right) -> Attr:
             raise _Fail(f"unsupported: meta {key} range (nft's JSON lists its bounds "
                         f"byte-swapped)")
         ranges.append((_attr_value(key, lo), _attr_value(key, hi)))
-    top = 2 ** 32 - 1
+    top = 2 ** TESTBED_IPSEC.get(key, (0, 32))[1] - 1
     if op in _BOUNDS and len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
         low, high = _BOUNDS[op]
         v = ranges[0][0]
         ranges = [(0, v + high)] if low is None else [(v + low, top)]
         op = "=="
     if op not in ("==", "!=", "in") or not all(0 <= lo <= hi <= top for lo, hi in ranges):
-        raise _Fail(f"unsupported: meta {key} {op} {json.dumps(right)}")
+        raise _Fail(f"unsupported: {key if ' ' in key else 'meta ' + key} {op} "
+                    f"{json.dumps(right)}")
     return Attr(key, tuple(merge_ranges(ranges)), op == "!=")
 
 
@@ -1227,6 +1237,10 @@ def _tcp_option(spec, op, right) -> TcpOption:
 def _attr_value(key: str, v) -> int:
     if isinstance(v, int):
         return v
+    if key == "ah nexthdr" and isinstance(v, str) and v in PROTO_NUMBERS:
+        return PROTO_NUMBERS[v]
+    if key == "ah nexthdr" and v == "ipv6-nonxt":
+        return 59
     names = GROUP_NAMES if key.endswith("group") else IFTYPE_NAMES if key.endswith("type") \
         else {"none": 0, "root": 0xFFFFFFFF}
     if isinstance(v, str) and v in names:
@@ -1237,7 +1251,7 @@ def _attr_value(key: str, v) -> int:
             return (int(major or "0", 16) << 16) | int(minor or "0", 16)
         except ValueError:
             pass
-    raise _Fail(f"unsupported: meta {key} {json.dumps(v)}")
+    raise _Fail(f"unsupported: {key if ' ' in key else 'meta ' + key} {json.dumps(v)}")
 
 
 def _mark(ctx: "_Rule", field: str, right, neg: bool) -> None:

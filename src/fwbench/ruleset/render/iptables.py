@@ -63,7 +63,7 @@ SUPPORTS: frozenset[str] = frozenset({
     "proto gre", "proto igmp", "sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
     "ip version", "negation", "ct state", "mark match", "set match", "limit", "string match",
     "hashlimit", "quota", "tcp flags", "tcp option", "icmp code", "addrtype", "pkttype",
-    "ttl", "length",
+    "ttl", "length", "esp spi", "ah spi",
     "accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat", "masquerade",
     "counter", "mark set", "notrack", "log", "ct", "redirect",
     "random match", "verdict map", "numgen map", "random port",
@@ -526,6 +526,8 @@ class _Emitter:
             raise Unsupported("icmp type set", f"rule {rid}")
         if m.icmp_code is not None and m.icmp_type is None:
             raise Unsupported("icmp code without a type", f"rule {rid}")
+        for at in m.attrs:
+            parts.append(_ipsec_spi(at, rid))
         for o in m.tcp_options:
             # xt_tcp tests a kind's presence only.
             parts.append(f" -m tcp {'! ' if o.negate else ''}--tcp-option {o.kind}")
@@ -996,6 +998,18 @@ def _rate(rate: int, per: str, scale: int, what: str, rid: str,
         raise Unsupported(f"{what} rate {rate}/{per} (iptables-save prints it as "
                           f"{unit // period}/{name})", f"rule {rid}")
     return f"{unit // period}/{name}"
+
+
+def _ipsec_spi(at, rid: str) -> str:
+    """-m esp --espspi / -m ah --ahspi as save prints them: one value, or lo:hi;
+    nothing at all for every SPI (0:4294967295) unless negated."""
+    if at.key not in ("esp spi", "ah spi") or len(at.ranges) != 1:
+        raise Unsupported(at.key if " " in at.key else f"meta {at.key}", f"rule {rid}")
+    (lo, hi), proto = at.ranges[0], at.key.split()[0]
+    if (lo, hi) == (0, 0xFFFFFFFF) and not at.negate:
+        return f" -m {proto}"
+    spi = str(lo) if lo == hi else f"{lo}:{hi}"
+    return f" -m {proto} {'! ' if at.negate else ''}--{proto}spi {spi}"
 
 
 def hashlimit_default_expire(rate: int, per: str) -> int:

@@ -60,7 +60,8 @@ SUPPORTS: frozenset[str] = frozenset(
     + ["sport", "dport", "port range", "port list", "icmp type", "icmpv6 type",
        "ip version", "negation", "ct state", "mark match", "set match", "limit", "quota",
        "counter", "limit over", "limit in bytes"]
-    + [f"meta {k}" for k in ATTR_KEYS] + ["tcp option", "tcp option field"]
+    + [k if " " in k else f"meta {k}" for k in ATTR_KEYS]
+    + ["tcp option", "tcp option field"]
     + ["icmp type code set"]
     + ["tcp flags", "icmp code", "icmp type set", "addrtype", "pkttype", "ttl", "length"]
     + ["accept", "drop", "reject", "jump", "goto", "return", "dnat", "snat",
@@ -532,7 +533,7 @@ class _Renderer:
         # an ICMP type, a port in a set lookup) and prints only the latter.
         implied = bool(m.sport or m.dport or m.icmp_type is not None or m.tcp_flags
                        or m.icmp_types or m.icmp_code is not None or m.tcp_options
-                       or m.icmp_pairs) or any(
+                       or m.icmp_pairs or any(" " in a.key for a in m.attrs)) or any(
             f in ("sport", "dport") for ref in m.sets for f in ref.fields)
         # In ip and ip6, `reject with tcp reset` brings its own `meta l4proto tcp`,
         # which nft then lists as part of the reject, unless a statement (counter,
@@ -902,12 +903,20 @@ _IFTYPE_NAMES = {1: "ether", 512: "ppp", 768: "ipip", 769: "ipip6", 772: "loopba
                  776: "sit", 778: "ipgre"}
 
 
+# Protocol numbers nft lists by name (its /etc/protocols), as in `ah nexthdr`.
+_NEXTHDR_NAMES = {1: "icmp", 2: "igmp", 6: "tcp", 17: "udp", 33: "dccp", 47: "gre",
+                  50: "esp", 51: "ah", 58: "ipv6-icmp", 59: "ipv6-nonxt", 108: "comp",
+                  132: "sctp", 136: "udplite"}
+
+
 def _attr(a: Attr, where: str) -> str:
     """A meta attribute condition as nft lists it: groups as `iifgroup`, group 0
     as "default" and the known interface types by name (but in a range, numbers),
     priorities as tc handles (`none`, `root`, major:minor in hex). A set with a
     range nft may list as a prefix, which is refused rather than guessed."""
     def value(v: int, in_range: bool) -> str:
+        if a.key == "ah nexthdr":
+            return _NEXTHDR_NAMES.get(v, str(v))
         if a.key == "priority":
             return {0: "none", 0xFFFFFFFF: "root"}.get(v, f"{v >> 16:x}:{v & 0xFFFF:x}")
         if not in_range and a.key.endswith("group") and v == 0:
@@ -923,7 +932,7 @@ def _attr(a: Attr, where: str) -> str:
         raise Unsupported(f"meta {a.key} set with a range", where)
     text = element(*a.ranges[0]) if len(a.ranges) == 1 else \
         "{ " + ", ".join(element(lo, hi) for lo, hi in a.ranges) + " }"
-    head = a.key if a.key.endswith("group") else f"meta {a.key}"
+    head = a.key if a.key.endswith("group") or " " in a.key else f"meta {a.key}"
     return f"{head} {'!= ' if a.negate else ''}{text}"
 
 
