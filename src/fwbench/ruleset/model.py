@@ -888,6 +888,8 @@ def validate(rs: RuleSet) -> RuleSet:
     families, hooks, types and actions; unique rule ids; jumps to chains of the
     same table; no jump loop; sets referenced exist with as many keys as fields."""
     seen: dict[str, str] = {}
+    # [True if any rule rewrites the MSS, then the ids of rules on an MSS field]
+    mss_fields: list = [False]
     for t in rs.tables:
         if t.family not in FAMILIES:
             raise RuleSetError(f"table {t.name}: unknown family {t.family!r}")
@@ -936,46 +938,17 @@ def validate(rs: RuleSet) -> RuleSet:
                         raise RuleSetError(f"rule {r.id}: {a.kind} to base chain {a.chain}")
                 if a.kind == "vmap":
                     _check_vmap(r.id, a, sets)
-                if r.match.icmp_pairs is not None and not (
-                        r.match.proto in ("icmp", "icmpv6") and r.match.icmp_pairs
-                        and r.match.icmp_type is None and r.match.icmp_code is None
-                        and all(0 <= x <= 255 for pair in r.match.icmp_pairs for x in pair)):
-                    raise RuleSetError(f"rule {r.id}: icmp type . code pairs need proto icmp "
-                                       f"or icmpv6 and no other type or code match")
-                for o in r.match.tcp_options:
-                    if r.match.proto != "tcp" or not 0 <= o.kind <= 255 or (
-                            o.offset is not None and not (
-                                o.ranges and 1 <= o.length <= 4 and 0 <= o.offset < 40
-                                and all(0 <= lo <= hi < 1 << (8 * o.length)
-                                        for lo, hi in o.ranges))):
-                        raise RuleSetError(f"rule {r.id}: tcp option {o}: needs proto tcp, "
-                                           f"a kind 0-255, a field of 1-4 bytes")
-                for at in r.match.attrs:
-                    bits = TESTBED_IPSEC.get(at.key, (0, 32))[1]
-                    if at.key not in ATTR_KEYS or not at.ranges or not all(
-                            0 <= lo <= hi < 2 ** bits for lo, hi in at.ranges):
-                        raise RuleSetError(f"rule {r.id}: meta {at.key} {at.ranges}: a key "
-                                           f"from {', '.join(ATTR_KEYS)}, {bits}-bit ranges")
-                    if at.key in TESTBED_IPSEC and r.match.proto != at.key.split()[0]:
-                        raise RuleSetError(f"rule {r.id}: {at.key} needs protocol "
-                                           f"{at.key.split()[0]}")
-                if len({at.key for at in r.match.attrs}) != len(r.match.attrs):
-                    raise RuleSetError(f"rule {r.id}: two conditions on one meta key")
-                if r.match.ct_status is not None and not (r.match.ct_status and
-                                                    r.match.ct_status <= {"dnat", "snat"}):
-                    raise RuleSetError(f"rule {r.id}: ct status must be dnat, snat or both")
-                if a.port_hi is not None and not (
-                        a.kind in ("masquerade", "snat") and a.port is not None
-                        and 0 < a.port <= a.port_hi <= 65535):
-                    raise RuleSetError(f"rule {r.id}: a source port range {a.port}-"
-                                       f"{a.port_hi} belongs to masquerade or snat")
-                if a.kind == "tcpmss" and (r.match.proto != "tcp" or a.mss is not None
-                                           and not 0 < a.mss < 65536):
-                    raise RuleSetError(f"rule {r.id}: tcpmss needs tcp, and an MSS of "
-                                       f"1..65535")
+                m = r.match
+                # The rarely used conditions and actions, checked only where present
+                # (validate walks every rule of a 100,000-rule import).
+                if (m.tcp_options or m.attrs or m.icmp_pairs is not None
+                        or m.ct_status is not None or m.string is not None
+                        or m.hashlimit is not None or m.ct_mark is not None
+                        or m.nth is not None or m.random is not None or m.quota is not None
+                        or a.port_hi is not None or a.kind in _RARE_ACTIONS):
+                    _check_rare(r, mss_fields)
                 if a.kind in ("dnat", "snat") and not a.addr:
                     raise RuleSetError(f"rule {r.id}: {a.kind} without an address")
-                m = r.match
                 if m.proto:
                     if m.proto not in PROTOCOLS:
                         raise RuleSetError(f"rule {r.id}: unknown protocol {m.proto!r}")
@@ -989,26 +962,13 @@ def validate(rs: RuleSet) -> RuleSet:
                     raise RuleSetError(f"rule {r.id}: a port match needs tcp or udp")
                 if m.icmp_type is not None and m.proto not in ("icmp", "icmpv6"):
                     raise RuleSetError(f"rule {r.id}: an ICMP type needs icmp or icmpv6")
-                _check_everyday(r.id, m)
+                if (m.tcp_flags is not None or m.icmp_code is not None
+                        or m.icmp_types is not None or m.addrtype is not None
+                        or m.ttl is not None or m.length is not None or m.pkttype is not None):
+                    _check_everyday(r.id, m)
                 if m.ct_state and not m.ct_state <= set(CT_STATES):
                     raise RuleSetError(f"rule {r.id}: unknown ct state "
                                        f"{sorted(m.ct_state - set(CT_STATES))[0]!r}")
-                if m.string is not None:
-                    _check_string(r.id, m.string)
-                if m.hashlimit is not None:
-                    _check_hashlimit(r.id, m.hashlimit)
-                for what, pair in (("ct mark", m.ct_mark), ("ct masks", a.ct_masks)):
-                    if pair is not None and not all(0 <= x <= 0xFFFFFFFF for x in pair):
-                        raise RuleSetError(f"rule {r.id}: {what} {pair} is not 32 bits")
-                if m.nth is not None and not 0 <= m.nth[1] < m.nth[0] >= 2:
-                    raise RuleSetError(f"rule {r.id}: nth match every {m.nth[0]} phase "
-                                       f"{m.nth[1]}: every must be 2 or more, phase below it")
-                if m.random is not None and not 0 < m.random < RANDOM_SCALE:
-                    raise RuleSetError(f"rule {r.id}: random match {m.random} is not "
-                                       f"strictly between 0 and {RANDOM_SCALE}")
-                if m.quota is not None and min(m.quota.bytes, m.quota.used) < 0:
-                    raise RuleSetError(f"rule {r.id}: quota of {m.quota.bytes} bytes, "
-                                       f"{m.quota.used} used: neither may be negative")
                 for ref in m.sets:
                     if ref.name not in sets:
                         raise RuleSetError(f"rule {r.id}: no set {ref.name!r}")
@@ -1018,13 +978,12 @@ def validate(rs: RuleSet) -> RuleSet:
                                            f"{len(ref.fields)} fields, it has "
                                            f"{len(sets[ref.name].keys)} keys")
         _check_loops(t)
-    rules = [r for t in rs.tables for c in t.chains for r in c.rules]
-    if any(r.action.kind == "tcpmss" for r in rules):
-        for r in rules:
-            if any(o.kind == 2 and o.offset is not None for o in r.match.tcp_options):
-                # The reference reads the testbed's MSS, not one a rule rewrote.
-                raise RuleSetError(f"rule {r.id}: unsupported: a tcp option maxseg field "
-                                   f"in a rule set that rewrites the MSS")
+    if mss_fields and mss_fields[0] is True:
+        # The reference reads the testbed's MSS, not one a rule rewrote.
+        rid = next((x for x in mss_fields[1:] if x is not True), None)
+        if rid is not None:
+            raise RuleSetError(f"rule {rid}: unsupported: a tcp option maxseg field in a "
+                               f"rule set that rewrites the MSS")
     for probe in rs.probes:
         if probe.rule is not None and probe.rule not in seen:
             raise RuleSetError(f"probe {probe.name}: no rule {probe.rule!r}")
@@ -1073,6 +1032,70 @@ def _check_string(rid: str, s: StringMatch) -> None:
         raise RuleSetError(f"rule {rid}: string match algorithm {s.algo!r}, expected "
                            f"{' or '.join(STRING_ALGOS)}")
 
+
+
+_RARE_ACTIONS = frozenset({"tcpmss", "ctmark", "savemark", "restoremark"})
+
+
+def _check_rare(r: Rule, mss_fields: list) -> None:
+    """validate's checks of the conditions and actions few rules use."""
+    m, a = r.match, r.action
+    if m.icmp_pairs is not None and not (
+            m.proto in ("icmp", "icmpv6") and m.icmp_pairs
+            and m.icmp_type is None and m.icmp_code is None
+            and all(0 <= x <= 255 for pair in m.icmp_pairs for x in pair)):
+        raise RuleSetError(f"rule {r.id}: icmp type . code pairs need proto icmp "
+                           f"or icmpv6 and no other type or code match")
+    for o in m.tcp_options:
+        if m.proto != "tcp" or not 0 <= o.kind <= 255 or (
+                o.offset is not None and not (
+                    o.ranges and 1 <= o.length <= 4 and 0 <= o.offset < 40
+                    and all(0 <= lo <= hi < 1 << (8 * o.length)
+                            for lo, hi in o.ranges))):
+            raise RuleSetError(f"rule {r.id}: tcp option {o}: needs proto tcp, "
+                               f"a kind 0-255, a field of 1-4 bytes")
+    for at in m.attrs:
+        bits = TESTBED_IPSEC.get(at.key, (0, 32))[1]
+        if at.key not in ATTR_KEYS or not at.ranges or not all(
+                0 <= lo <= hi < 2 ** bits for lo, hi in at.ranges):
+            raise RuleSetError(f"rule {r.id}: meta {at.key} {at.ranges}: a key "
+                               f"from {', '.join(ATTR_KEYS)}, {bits}-bit ranges")
+        if at.key in TESTBED_IPSEC and m.proto != at.key.split()[0]:
+            raise RuleSetError(f"rule {r.id}: {at.key} needs protocol "
+                               f"{at.key.split()[0]}")
+    if len({at.key for at in m.attrs}) != len(m.attrs):
+        raise RuleSetError(f"rule {r.id}: two conditions on one meta key")
+    if m.ct_status is not None and not (m.ct_status and m.ct_status <= {"dnat", "snat"}):
+        raise RuleSetError(f"rule {r.id}: ct status must be dnat, snat or both")
+    if a.port_hi is not None and not (
+            a.kind in ("masquerade", "snat") and a.port is not None
+            and 0 < a.port <= a.port_hi <= 65535):
+        raise RuleSetError(f"rule {r.id}: a source port range {a.port}-"
+                           f"{a.port_hi} belongs to masquerade or snat")
+    if a.kind == "tcpmss" and (m.proto != "tcp" or a.mss is not None
+                               and not 0 < a.mss < 65536):
+        raise RuleSetError(f"rule {r.id}: tcpmss needs tcp, and an MSS of "
+                           f"1..65535")
+    if m.string is not None:
+        _check_string(r.id, m.string)
+    if m.hashlimit is not None:
+        _check_hashlimit(r.id, m.hashlimit)
+    for what, pair in (("ct mark", m.ct_mark), ("ct masks", a.ct_masks)):
+        if pair is not None and not all(0 <= x <= 0xFFFFFFFF for x in pair):
+            raise RuleSetError(f"rule {r.id}: {what} {pair} is not 32 bits")
+    if m.nth is not None and not 0 <= m.nth[1] < m.nth[0] >= 2:
+        raise RuleSetError(f"rule {r.id}: nth match every {m.nth[0]} phase "
+                           f"{m.nth[1]}: every must be 2 or more, phase below it")
+    if m.random is not None and not 0 < m.random < RANDOM_SCALE:
+        raise RuleSetError(f"rule {r.id}: random match {m.random} is not "
+                           f"strictly between 0 and {RANDOM_SCALE}")
+    if m.quota is not None and min(m.quota.bytes, m.quota.used) < 0:
+        raise RuleSetError(f"rule {r.id}: quota of {m.quota.bytes} bytes, "
+                           f"{m.quota.used} used: neither may be negative")
+    if a.kind == "tcpmss":
+        mss_fields[0] = True
+    if any(o.kind == 2 and o.offset is not None for o in m.tcp_options):
+        mss_fields.append(r.id)
 
 def _check_hashlimit(rid: str, h: HashLimit) -> None:
     if not h.name:

@@ -192,7 +192,8 @@ _OPTS = {
         "-htable-size", "-htable-max", "-htable-expire", "-htable-gcinterval")},
 }
 # Options that take no value.
-_NO_VALUE = frozenset({"syn", "only4", "only6", "fragment", "limit-iface"})
+_NO_VALUE = frozenset({"syn", "only4", "only6", "fragment", "limit-iface", "socket-flag"})
+_FAMILY_OPTS = frozenset(o for o, code in _OPTS.items() if code in ("only4", "only6"))
 _TCP_FLAG_NAMES = {**{k.upper(): v for k, v in TCP_FLAGS.items() if v <= 0x20},
                    "ALL": 0x3F, "NONE": 0}
 # libxt_pkttype's names -> the kernel's packet types as the model names them.
@@ -523,7 +524,7 @@ class _Parser:
                 self.counts = True   # the old kernel's counts, not policy
             line = line[end + 1:]
         toks = _split(line) if '"' in line or "'" in line else line.split()
-        if toks and _OPTS.get(toks[0]) in ("only4", "only6"):
+        if toks and toks[0] in _FAMILY_OPTS:
             # `-4 -A CHAIN ...`: the family option may come first, as any option may.
             toks = toks[1:3] + toks[:1] + toks[3:]
         if len(toks) < 2 or toks[0] not in ("-A", "--append"):
@@ -580,14 +581,12 @@ class _Parser:
                 # would refuse packets it has already counted, which the model's
                 # one quota per rule, checked last, does not say.
                 raise _Fail(f"unsupported: {t} after -m quota")
-            if code == "socket-flag":
-                i += 1
-                socket.append((t, neg))
-                neg = False
-                continue
             if code in _NO_VALUE:
                 i += 1
-                self._flag_option(code, neg, proto, kw)
+                if code == "socket-flag":
+                    socket.append((t, neg))
+                else:
+                    self._flag_option(code, neg, proto, kw)
                 neg = False
                 continue
             v = toks[i + 1]
