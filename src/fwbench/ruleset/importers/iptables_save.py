@@ -193,6 +193,8 @@ _OPTS = {
 }
 # Options that take no value.
 _NO_VALUE = frozenset({"syn", "only4", "only6", "fragment", "limit-iface", "socket-flag"})
+# Modules whose options _options gathers and reads after the loop.
+_RARE_MODULES = frozenset({"owner", "cgroup", "hashlimit"})
 _FAMILY_OPTS = frozenset(o for o, code in _OPTS.items() if code in ("only4", "only6"))
 _TCP_FLAG_NAMES = {**{k.upper(): v for k, v in TCP_FLAGS.items() if v <= 0x20},
                    "ALL": 0x3F, "NONE": 0}
@@ -648,7 +650,9 @@ class _Parser:
                 need = "conntrack" if code == "ctstate" else "state"
                 if need not in mods:
                     raise _Fail(f"{t} needs -m {need}")
-                nat = {x.lower() for x in v.split(",")} & {"dnat", "snat"}
+                # conntrack's virtual states DNAT and SNAT are rare: look only then.
+                nat = {x.lower() for x in v.split(",")} & {"dnat", "snat"} \
+                    if "nat" in v.lower() else None
                 if nat:
                     # conntrack's virtual states: the connection's NAT status.
                     if neg or len(nat) != len(v.split(",")):
@@ -757,12 +761,13 @@ class _Parser:
             else:
                 i = self._everyday_option(code, t, v, neg, mods, proto, kw, toks, i)
             neg = False
-        if "owner" in mods or "cgroup" in mods:
-            _socket_match(mods, socket)
-        if nth:
-            kw["nth"] = _nth(nth)
-        if hashlimit or "hashlimit" in mods:
-            kw["hashlimit"] = _hashlimit(hashlimit, self.version)
+        if socket or hashlimit or nth or mods & _RARE_MODULES:
+            if "owner" in mods or "cgroup" in mods:
+                _socket_match(mods, socket)
+            if nth:
+                kw["nth"] = _nth(nth)
+            if hashlimit or "hashlimit" in mods:
+                kw["hashlimit"] = _hashlimit(hashlimit, self.version)
         if limit_rate is not None or limit_burst is not None:
             rate, per = limit_rate or (3, "hour")
             kw["limit"] = Limit(rate, per, 5 if limit_burst is None else limit_burst)
