@@ -50,7 +50,7 @@ from fwbench.ruleset.evaluate import numgen_weights
 from fwbench.ruleset.model import (ADDR_TYPES, PORTLESS, RANDOM_SCALE, Action, Chain,
                                    HashLimit, Interfaces, Ports, Prefix, Quota, Rule, RuleSet,
                                    RuleSetError, Set, SetRef, StringMatch, Table, Unsupported,
-                                   evolve, jump_targets)
+                                   evolve, JUMPING, jump_targets)
 from fwbench.ruleset.render import ID_TAG
 from fwbench.ruleset.render import ipset as _ipset
 
@@ -299,7 +299,8 @@ def _plan(rs: RuleSet, version: int) -> dict[str, _IptTable]:
             continue
         chains = {c.name: c for c in t.chains}
         maps = {s.name: s for s in t.sets if s.verdicts}
-        edges = {c.name: [x for r in c.rules for x in jump_targets(r, maps)]
+        edges = {c.name: [x for r in c.rules if r.action.kind in JUMPING
+                          for x in jump_targets(r, maps)]
                  for c in t.chains}
         reach: dict[str, dict[str, set[str]]] = {}   # user chain -> ipt table -> hooks
         first: str | None = None
@@ -526,14 +527,17 @@ class _Emitter:
             raise Unsupported("icmp type set", f"rule {rid}")
         if m.icmp_code is not None and m.icmp_type is None:
             raise Unsupported("icmp code without a type", f"rule {rid}")
-        for at in m.attrs:
-            parts.append(_ipsec_spi(at, rid))
-        for o in m.tcp_options:
-            # xt_tcp tests a kind's presence only.
-            parts.append(f" -m tcp {'! ' if o.negate else ''}--tcp-option {o.kind}")
+        if m.attrs or m.tcp_options:
+            for at in m.attrs:
+                parts.append(_ipsec_spi(at, rid))
+            for o in m.tcp_options:
+                # xt_tcp tests a kind's presence only.
+                parts.append(f" -m tcp {'! ' if o.negate else ''}--tcp-option {o.kind}")
         if m.tcp_flags is not None:
             parts.append(_tcp_flags(m.tcp_flags, rid))
-        parts += _everyday(m, self.version, rid)
+        if m.addrtype is not None or m.pkttype is not None or m.ttl is not None \
+                or m.length is not None:
+            parts += _everyday(m, self.version, rid)
         if m.ct_state:
             parts.append(" -m conntrack --ctstate ")
             parts.append(",".join(n for s, n in _CT_ORDER if s in m.ct_state))

@@ -41,7 +41,7 @@ from fwbench.ruleset.model import (ADDR_TYPES, ATTR_KEYS, CLIENT, FAMILIES, HOOK
                                    TCP_OPTION_FIELDS, TCP_OPTION_KINDS, Action, Attr, Chain,
                                    Iface, Interfaces, Limit, Match, Ports, Prefix, Quota,
                                    Range, Rule, RuleSet, RuleSetError, Set, SetRef, Table,
-                                   TcpOption, Unsupported, jump_targets)
+                                   TcpOption, Unsupported, JUMPING, jump_targets)
 from fwbench.ruleset.render import ID_TAG
 
 # Everything the model can say, nft can hold but for iptables' own constructs
@@ -1020,7 +1020,8 @@ def _no_overlap(where: str, items: list[str]) -> None:
 def _reaching_bases(t: Table) -> dict[str, list[Chain]]:
     """Chain name -> the base chains whose packets can reach it by jump or goto."""
     maps = {s.name: s for s in t.sets if s.verdicts}
-    edges = {c.name: [x for r in c.rules for x in jump_targets(r, maps)] for c in t.chains}
+    edges = {c.name: [x for r in c.rules if r.action.kind in JUMPING
+                      for x in jump_targets(r, maps)] for c in t.chains}
     out: dict[str, list[Chain]] = {}
     for b in t.chains:
         if not b.base:
