@@ -233,3 +233,18 @@ def test_nftdump_differences_name_the_chain_and_the_sets(monkeypatch):
     assert any(d.startswith("nft chain ip fwbench forward:") for d in out), out
     assert any(d.startswith("nft sets:") for d in out), out
     assert any(d.startswith("nft chains:") for d in out), out
+
+
+def test_an_anonymous_set_in_a_rule_compares_in_any_order():
+    """nft lists a concatenated anonymous set in its hash's order: the same
+    elements in another order are the same rule; other elements are not."""
+    rendered = 'icmpv6 type . icmpv6 code { packet-too-big . no-route, ' \
+        'parameter-problem . admin-prohibited } accept\n'
+    listed = 'icmpv6 type . icmpv6 code { parameter-problem . admin-prohibited, ' \
+        'packet-too-big . no-route } accept\n'
+    assert nft_lines(rendered)[0] == nft_lines(listed)[0]
+    assert nft_lines(rendered)[0] != nft_lines(listed.replace("no-route", "7"))[0]
+    # A set's element block is still taken out whole.
+    block = "set s {\ntype ipv4_addr\nelements = { 198.18.0.2, 198.18.0.1 }\n}\n"
+    assert nft_lines(block)[1] == {"? s": ["198.18.0.2", "198.18.0.1"]} or \
+        sorted(next(iter(nft_lines(block)[1].values()))) == ["198.18.0.1", "198.18.0.2"]
