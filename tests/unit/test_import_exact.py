@@ -979,3 +979,13 @@ def test_the_testbed_s_esp_and_ah_fields_decide_the_reference():
     assert not dropped(Attr("ah reserved", ((0, 0),), negate=True), proto="ah")
     assert "unsupported: protocol udp and esp in one rule" in nft_refused(
         [match(meta("l4proto"), "udp"), match(payload("esp", "spi"), 1), ACCEPT])
+
+
+def test_a_payload_string_is_set_aside_and_its_absence_refused():
+    rs = ipt4('-A FORWARD -p udp -m udp --dport 5060 -m string --string "friendly-scanner" '
+              '--algo bm -j DROP\n-A FORWARD -m string --hex-string "|0a0a0a0a|" --algo kmp '
+              '-j DROP\n')
+    assert list(rs.rules()) == []
+    assert sum("matches only packets whose bytes hold the string" in n for n in rs.notes) == 2
+    assert "unsupported: ! --string" in refused4(
+        '-A FORWARD -m string ! --string "x" --algo bm -j DROP')

@@ -79,7 +79,7 @@ REFUSED_PROTOS = {"sctp": _SCTP, "132": _SCTP}
 _MODULES = frozenset({"tcp", "udp", "icmp", "icmp6", "multiport", "conntrack", "state",
                       "mark", "set", "limit", "comment", "statistic", "connmark", "addrtype", "pkttype", "ttl", "hl",
                       "length", "quota", "iprange", "hashlimit", "owner", "cgroup",
-                      "esp", "ah"})
+                      "esp", "ah", "string"})
 # Matches that need an IPv6 extension header (a routing header, a fragment
 # header): xt_rt and xt_frag match no packet without one, whatever their options
 # say, and the testbed sends none. Such rules are set aside with a note.
@@ -185,16 +185,18 @@ _OPTS = {
     "--hl-eq": "hl-eq", "--hl-gt": "hl-gt", "--hl-lt": "hl-lt",
     "-4": "only4", "--ipv4": "only4", "-6": "only6", "--ipv6": "only6",
     "--espspi": "ipsec-spi", "--ahspi": "ipsec-spi",
-    "--uid-owner": "socket", "--gid-owner": "socket", "--cgroup": "socket",
-    "--path": "socket", "--socket-exists": "socket-flag", "--suppl-groups": "socket-flag",
+    "--string": "gather", "--hex-string": "gather", "--algo": "gather", "--from": "gather",
+    "--to": "gather", "--icase": "gather-flag",
+    "--uid-owner": "gather", "--gid-owner": "gather", "--cgroup": "gather",
+    "--path": "gather", "--socket-exists": "gather-flag", "--suppl-groups": "gather-flag",
     **{f"--hashlimit{o}": "hashlimit" for o in (
         "", "-upto", "-above", "-burst", "-mode", "-name", "-srcmask", "-dstmask",
         "-htable-size", "-htable-max", "-htable-expire", "-htable-gcinterval")},
 }
 # Options that take no value.
-_NO_VALUE = frozenset({"syn", "only4", "only6", "fragment", "limit-iface", "socket-flag"})
+_NO_VALUE = frozenset({"syn", "only4", "only6", "fragment", "limit-iface", "gather-flag"})
 # Modules whose options _options gathers and reads after the loop.
-_RARE_MODULES = frozenset({"owner", "cgroup", "hashlimit"})
+_RARE_MODULES = frozenset({"owner", "cgroup", "hashlimit", "string"})
 _FAMILY_OPTS = frozenset(o for o, code in _OPTS.items() if code in ("only4", "only6"))
 _TCP_FLAG_NAMES = {**{k.upper(): v for k, v in TCP_FLAGS.items() if v <= 0x20},
                    "ALL": 0x3F, "NONE": 0}
@@ -563,7 +565,8 @@ class _Parser:
         module = None   # the latest -m: mark and connmark share --mark
         nth: dict[str, int] = {}
         hashlimit: dict[str, str] = {}
-        socket: list[tuple[str, bool]] = []    # -m owner / cgroup options, negated?
+        # The options of -m owner, cgroup and string, read after the loop: negated?
+        gathered: list[tuple[str, bool]] = []
         quota = None
         neg = False
         i, n = 2, len(toks)
@@ -585,8 +588,8 @@ class _Parser:
                 raise _Fail(f"unsupported: {t} after -m quota")
             if code in _NO_VALUE:
                 i += 1
-                if code == "socket-flag":
-                    socket.append((t, neg))
+                if code == "gather-flag":
+                    gathered.append((t, neg))
                 else:
                     self._flag_option(code, neg, proto, kw)
                 neg = False
@@ -742,8 +745,8 @@ class _Parser:
                     raise _Fail(f"{t} {v}: a range of 32-bit SPIs")
                 kw["attrs"] = kw.get("attrs", ()) + (
                     Attr(f"{proto_name} spi", ((lo_i, hi_i),), neg),)
-            elif code == "socket":
-                socket.append((t, neg))
+            elif code == "gather":
+                gathered.append((t, neg))
             elif code == "hashlimit":
                 if "hashlimit" not in mods:
                     raise _Fail(f"{t} needs -m hashlimit")
@@ -761,9 +764,11 @@ class _Parser:
             else:
                 i = self._everyday_option(code, t, v, neg, mods, proto, kw, toks, i)
             neg = False
-        if socket or hashlimit or nth or mods & _RARE_MODULES:
+        if gathered or hashlimit or nth or mods & _RARE_MODULES:
+            if "string" in mods:
+                _string_match(gathered)
             if "owner" in mods or "cgroup" in mods:
-                _socket_match(mods, socket)
+                _socket_match(mods, gathered)
             if nth:
                 kw["nth"] = _nth(nth)
             if hashlimit or "hashlimit" in mods:
@@ -1298,6 +1303,20 @@ def _rate(v: str, native: bool) -> tuple[int, str]:
         raise _Fail(f"unsupported: --limit {v} (iptables-legacy holds it as one packet "
                     f"per {whole // rate}/{_LIMIT_SCALE} s, not exactly {rate}/{per})")
     return rate, per
+
+
+def _string_match(opts: list[tuple[str, bool]]) -> None:
+    """-m string: the packets whose bytes hold a string. The testbed's hold their
+    headers, fwbench's marker and zeros, so a rule that looks for a string is set
+    aside (_Aside; the original, which keeps it, shows if one did hold it); one
+    that looks for its absence, which nearly every packet has, is refused."""
+    if not any(o in ("--string", "--hex-string") for o, _ in opts):
+        raise _Fail("-m string needs --string or --hex-string")
+    if any(neg for _, neg in opts):
+        raise _Fail("unsupported: ! --string (nearly every packet lacks the string; "
+                    "the model holds no payload)")
+    raise _Aside("-m string matches only packets whose bytes hold the string; the "
+                 "testbed's carry fwbench's marker and zeros")
 
 
 def _socket_match(mods: set[str], opts: list[tuple[str, bool]]) -> None:
