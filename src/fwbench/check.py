@@ -130,9 +130,11 @@ def with_counters(rs: RuleSet) -> RuleSet:
     return rs.with_tables(tables)
 
 
-def resolve(rs: RuleSet, names: list[str] | None) -> tuple[list[Backend], dict[str, str]]:
+def resolve(rs: RuleSet, names: list[str] | None,
+            allow_none: bool = False) -> tuple[list[Backend], dict[str, str]]:
     """The backends to check: the named ones (each must hold the rule set, else the
-    refusal is the error) or every available filtering backend that holds it."""
+    refusal is the error) or every available filtering backend that holds it; with
+    `allow_none` (a file's rule set: its original is checked anyway) perhaps none."""
     chosen, skipped = [], {}
     for name in names or [n for n in registry.names() if n != "none"]:
         b = registry.get(name)
@@ -150,7 +152,7 @@ def resolve(rs: RuleSet, names: list[str] | None) -> tuple[list[Backend], dict[s
             skipped[name] = str(e)
             continue
         chosen.append(b)
-    if not chosen:
+    if not chosen and not allow_none:
         raise FwbenchError("no backend here can hold this rule set")
     return chosen, skipped
 

@@ -283,7 +283,9 @@ def cmd_check(args, out: Console) -> int:
                             ipsets=args.ipsets)
     if args.corpus < 1:
         raise FwbenchError("--corpus must be at least 1")
-    chosen, skipped = check.resolve(rs, args.backends)
+    # A file's own original is checked against the reference even where no
+    # backend can hold its import.
+    chosen, skipped = check.resolve(rs, args.backends, allow_none=args.ruleset is not None)
     out.print(f"rule set {rs.name}: {rs.rule_count:,} rules, "
               f"{sum(len(s.elements) for t in rs.tables for s in t.sets):,} set elements")
     for orig, mapped in rs.address_map:

@@ -19,7 +19,8 @@ def check_in(tb, path, *, iface: str | None = None, backends: str | None = None,
     line itself is tested in test_check.py."""
     from fwbench import check
     rs = check.ruleset_from(path=str(path), iface=iface, ipsets=ipsets)
-    chosen, skipped = check.resolve(rs, backends.split(",") if backends else None)
+    chosen, skipped = check.resolve(rs, backends.split(",") if backends else None,
+                                    allow_none=True)
     rep = check.check(rs, chosen, corpus, 0, original=check.original_of(str(path), ipsets),
                       tb=tb)
     lines = [f"{r.backend}: {r.refused or ''}" + "; ".join(r.kernel + r.per_packet

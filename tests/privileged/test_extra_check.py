@@ -86,3 +86,10 @@ def test_igmp_and_icmp_type_code_pairs_under_one_limit(check_file, name, backend
 def test_esp_and_ah_header_fields_are_judged_on_the_testbed_s_values(check_file, name,
                                                                       backends):
     agree(check_file, name, backends)
+
+
+def test_a_file_no_backend_can_hold_is_still_checked_against_its_original(check_file):
+    cp, rep = check_file(EXTRA / "no-backend.nft", iface=IFACE)
+    assert cp.returncode == 0, cp.stdout
+    assert rep["backends"] == [] and rep["original"]["disagreements"] == 0
+    assert "nftables" in rep["skipped"]

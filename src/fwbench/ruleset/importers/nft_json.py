@@ -1180,7 +1180,9 @@ def _attr(key: str, op, right) -> Attr:
     if op not in ("==", "!=", "in") or not all(0 <= lo <= hi <= top for lo, hi in ranges):
         raise _Fail(f"unsupported: {key if ' ' in key else 'meta ' + key} {op} "
                     f"{json.dumps(right)}")
-    return Attr(key, tuple(merge_ranges(ranges)), op == "!=")
+    # As written (sorted, each once): nft lists a set of single values as such,
+    # which merged neighbours (ipip, ipip6) would turn into a range.
+    return Attr(key, tuple(sorted(set(ranges))), op == "!=")
 
 
 def _nat_ports(key: str, port) -> tuple[int | None, int | None]:
@@ -1222,7 +1224,7 @@ def _tcp_option(spec, op, right) -> TcpOption:
     offset, length = where
     top = (1 << (8 * length)) - 1
     items = right["set"] if isinstance(right, dict) and "set" in right else [right]
-    ranges = merge_ranges(_int_range(x) for x in items)
+    ranges = sorted({_int_range(x) for x in items})   # as written, each once
     if op in _BOUNDS and len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
         low, high = _BOUNDS[op]
         v = ranges[0][0]
