@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import ipaddress
 import json
 from dataclasses import dataclass, field, fields, is_dataclass, replace
@@ -498,8 +499,15 @@ def evolve(obj, changes: dict | None = None, /, **more):
 
 
 _new, _setattr = object.__new__, object.__setattr__
+# The fields validate checks only where a rule sets one, read in one C call.
+_rare_fields = operator.attrgetter("tcp_options", "attrs", "icmp_pairs", "ct_status", "string",
+                                   "hashlimit", "ct_mark", "nth", "random", "quota")
+_everyday_fields = operator.attrgetter("tcp_flags", "icmp_code", "icmp_types", "addrtype",
+                                       "ttl", "length", "pkttype")
 EMPTY_MATCH = Match()
 RULE = Rule("")     # evolve(RULE, id=..., ...) builds a Rule
+_PLAIN = _rare_fields(EMPTY_MATCH)
+_NO_EVERYDAY = _everyday_fields(EMPTY_MATCH)
 # Their attributes as plain dicts, not the instance dicts __init__ made (which
 # share their keys with the class): a plain dict copies at a third less cost,
 # and evolve() copies one per rule an importer reads.
@@ -946,11 +954,8 @@ def validate(rs: RuleSet) -> RuleSet:
                 m = r.match
                 # The rarely used conditions and actions, checked only where present
                 # (validate walks every rule of a 100,000-rule import).
-                if (m.tcp_options or m.attrs or m.icmp_pairs is not None
-                        or m.ct_status is not None or m.string is not None
-                        or m.hashlimit is not None or m.ct_mark is not None
-                        or m.nth is not None or m.random is not None or m.quota is not None
-                        or a.port_hi is not None or a.kind in _RARE_ACTIONS):
+                if _rare_fields(m) != _PLAIN or a.port_hi is not None \
+                        or a.kind in _RARE_ACTIONS:
                     _check_rare(r, mss_fields)
                 if a.kind in ("dnat", "snat") and not a.addr:
                     raise RuleSetError(f"rule {r.id}: {a.kind} without an address")
@@ -967,9 +972,7 @@ def validate(rs: RuleSet) -> RuleSet:
                     raise RuleSetError(f"rule {r.id}: a port match needs tcp or udp")
                 if m.icmp_type is not None and m.proto not in ("icmp", "icmpv6"):
                     raise RuleSetError(f"rule {r.id}: an ICMP type needs icmp or icmpv6")
-                if (m.tcp_flags is not None or m.icmp_code is not None
-                        or m.icmp_types is not None or m.addrtype is not None
-                        or m.ttl is not None or m.length is not None or m.pkttype is not None):
+                if _everyday_fields(m) != _NO_EVERYDAY:
                     _check_everyday(r.id, m)
                 if m.ct_state and not m.ct_state <= set(CT_STATES):
                     raise RuleSetError(f"rule {r.id}: unknown ct state "
