@@ -33,8 +33,8 @@ def test_kube_proxy_file_and_its_import_agree_on_three_backends(check_file, name
 
 
 @pytest.mark.parametrize("name", ["connmark.rules", "connmark.nft", "nth.rules", "nth.nft"])
-def test_connection_marks_file_and_its_import_agree_on_three_backends(check_file, name):
-    cp, rep = check_file(KUBE / name, backends=BACKENDS, corpus=200)
+def test_connection_marks_file_and_its_import_agree_on_two_backends(check_file, name):
+    cp, rep = check_file(KUBE / name, backends="iptables-legacy,nftables", corpus=200)
     assert cp.returncode == 0, cp.stdout
     for r in [rep["original"]] + rep["backends"]:
         assert r["refused"] is None and r["disagreements"] == 0, r
