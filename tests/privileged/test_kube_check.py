@@ -43,10 +43,12 @@ def test_connection_marks_file_and_its_import_agree_on_two_backends(check_file, 
     assert (rep["counter_choice_packets"] > 0) == name.startswith("nth")
 
 
-def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test(module_testbed):
+def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test():
     """The import with the 3-endpoint service's first statistic rule at 0.9 in
     place of 1/3: every packet still gets an allowed verdict, only the
-    distribution is wrong, and only the chance test sees it."""
+    distribution is wrong, and only the chance test sees it. In a testbed of its
+    own: once, in the module's shared one, the backend's shares came out between
+    the two (221, 19, 27 of 267), likely the earlier checks' state (not traced)."""
     path = str(KUBE / "kube-proxy.rules")
     rs = check.ruleset_from(path=path)
     first = next(r for _, c, r in rs.rules() if r.match.random is not None
@@ -56,7 +58,7 @@ def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test(module_testbed)
         skewed if r.id == first.id else r for r in c.rules)) for c in t.chains))
         for t in rs.tables)
     rep = check.check(rs.with_tables(tables), [backends.get("nftables")], corpus_size=200,
-                      original=check.original_of(path), tb=module_testbed)
+                      original=check.original_of(path))
     orig, nft = rep.original, rep.results[1]
     # The original follows the file (1/3 each), the backend the skewed import
     # (0.9 first): both fall where the skewed reference's shares say they may not.
@@ -64,14 +66,14 @@ def test_a_wrong_endpoint_share_is_caught_by_the_chi_square_test(module_testbed)
     assert nft.chances.failed == [] and not rep.ok
 
 
-def test_an_odd_numgen_share_is_exact_in_nftables_and_refused_by_iptables(module_testbed):
+def test_an_odd_numgen_share_is_exact_in_nftables_and_refused_by_iptables():
     path = str(KUBE / "numgen.nft")
     rs = check.ruleset_from(path=path)
     with pytest.raises(Exception, match="unsupported: random match finer than the "
                                         "statistic's 2\\*\\*-31"):
         backends.get("iptables-legacy").check(rs)
     rep = check.check(rs, [backends.get("nftables")], corpus_size=200,
-                      original=check.original_of(path), tb=module_testbed)
+                      original=check.original_of(path))
     assert rep.ok, [r.as_dict() for r in rep.results]
     for r in rep.results:
         tested = [g for g in r.chances.groups if "p_value" in g]
