@@ -355,21 +355,22 @@ def test_what_only_iptables_renders_is_refused(rule, sets, message):
     assert {"string match", "hashlimit", "ct", "set counters"}.isdisjoint(nft.SUPPORTS)
 
 
+def _netdev_header(hook: str, device: str | None) -> str:
+    """The rendered header line of a netdev chain at `hook` on `device`."""
+    rs = validate(RuleSet("t", (Table("netdev", "t", (
+        Chain("c", (), hook=hook, device=device),)),)))
+    return nft.render(rs, IFS).splitlines()[2].strip()
+
+
 def test_a_netdev_egress_chain_hooks_the_server_side_unless_told():
-    def header(device):
-        rs = validate(RuleSet("t", (Table("netdev", "t", (
-            Chain("c", (), hook="egress", device=device),)),)))
-        return nft.render(rs, IFS).splitlines()[2].strip()
-    assert header(None) == \
+    assert _netdev_header("egress", None) == \
         'type filter hook egress device "fwb000000-f1" priority filter; policy accept;'
-    assert 'device "fwb000000-f0" ' in header(CLIENT)
+    assert 'device "fwb000000-f0" ' in _netdev_header("egress", CLIENT)
 
 
 def test_a_netdev_chain_hooks_its_device():
     def header(device):
-        rs = validate(RuleSet("t", (Table("netdev", "t", (
-            Chain("c", (), hook="ingress", device=device),)),)))
-        return nft.render(rs, IFS).splitlines()[2].strip()
+        return _netdev_header("ingress", device)
     assert header(None) == \
         'type filter hook ingress device "fwb000000-f0" priority filter; policy accept;'
     assert header(CLIENT) == header(None)
