@@ -94,7 +94,7 @@ except ImportError as e:   # an environment set up before pandas was a dependenc
                       "install pandas into fwbench's environment)") from e
 
 from fwbench.errors import FwbenchError
-from fwbench.metrics import METRICS
+from fwbench.metrics import known
 from fwbench.report import analysis as an
 from fwbench.report.data import RunData, load
 from fwbench.report.findings import open_claims
@@ -203,7 +203,7 @@ def _data(run_dir: PathLike | RunData) -> RunData:
 def _metrics(data: RunData) -> list:
     """The method's registry metrics, each key once (headline first)."""
     seen: dict[str, Any] = {}
-    for m in METRICS.get(data.method, ()):
+    for m in known(data.method):
         seen.setdefault(m.key, m)
     return list(seen.values())
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from fwbench import __version__
 from fwbench import backends as registry
-from fwbench import jsonout
+from fwbench import catalog, jsonout
 from fwbench.errors import FwbenchError
 
 FRAME_HELP = ("Ethernet frame sizes in bytes, 4-byte FCS included, as RFC 2544 counts them "
@@ -54,13 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=float, help="seconds of traffic measured per trial")
     r.add_argument("--seed", type=int, help="seed of the trial order")
     r.add_argument("--method",  # checked by the scenario schema, like every key
-                   help="maxrate: open-throttle rate + ping RTT; throughput: NDR/PDR by "
-                        "MLRsearch; latency: percentiles at no load, fractions of PDR and "
-                        "NDR; lossload: RFC 2544 frame-loss curve; fixedrate: seed 003's "
-                        "flows (frame sizes 128, 512, 1280); cpucost: firewall CPU per packet "
-                        "at one fixed load ([cpucost] rate_pps); droprate: seed 002's "
-                        "where-to-drop table (treatments in the scenario's [droprate], "
-                        "e.g. scenarios/seed002-drop.toml)")
+                   help="; ".join(f"{m}: {room.help}" for m, room in catalog.rooms().items()))
     r.add_argument("--traffic",
                    help="engine: fwbench's own paced sender + XDP sink (default); "
                         "iperf3: seed 000's instruments (maxrate only)")

@@ -2,34 +2,27 @@
 
 A scenario is a TOML file, command-line flags, or both (flags win). Unknown keys
 and wrong types are errors that name the key. See scenarios/quick.toml for a
-commented example.
+commented example. The keys every run has are here; each experiment's own section
+and checks are its declaration's (fwbench.catalog), laid in at their place.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, \
-    field_validator, model_validator
+    create_model, field_validator, model_validator
 
-from fwbench import backends, tomlfile
-from fwbench.catalog import EXPERIMENTS
-from fwbench.ruleset.templates import TEMPLATES
-from fwbench.ruleset.templates import droprate as drop
+from fwbench import backends, catalog, tomlfile
 from fwbench.errors import FwbenchError
 from fwbench.findings import METHOD_OF_STUDY, STUDY_IDS, study_of
 from fwbench.frames import check_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
-from fwbench.ruleset.templates.updates import KINDS as UPDATE_KINDS
 from fwbench.testbed.topology import TestbedSettings
 from fwbench.traffic.engine import EngineSettings
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 ALL = "all"
-# Seed 003's flows: frame size (bytes, incl. FCS) -> offered bits per second.
-FIXED_FLOWS_BPS = {128: 15_000_000, 512: 30_000_000, 1280: 45_000_000}
-Ratio = Annotated[float, Field(ge=0, lt=1)]
 
 
 class PolicySettings(BaseModel):
@@ -51,70 +44,6 @@ class InstrumentSettings(BaseModel):
     iperf3_streams: Annotated[int, Field(ge=1, le=128)] = 4
     ping_count: Annotated[int, Field(ge=1, le=100_000)] = 50
     ping_interval_s: Annotated[float, Field(ge=0.002, le=10)] = 0.01
-
-
-class ThroughputSettings(BaseModel):
-    """The MLRsearch used by `throughput` and `latency`. The trial duration is the
-    scenario's `duration_s`."""
-    model_config = _STRICT
-    preset: Literal["mlrsearch", "rfc2544-strict"] = "mlrsearch"
-    loss_ratios: Annotated[list[Ratio], Field(min_length=1)] = [0.0, 0.005]
-    exceed_ratio: Ratio = 0.5
-    initial_trial_duration_s: Annotated[float, Field(gt=0)] = 0.2
-    duration_sum_s: Annotated[float, Field(gt=0)] | None = None
-    relative_width: Annotated[float, Field(gt=0, lt=1)] = 0.01
-    min_load_pps: Annotated[float, Field(gt=0)] = 1000.0
-    max_load_pps: Annotated[float, Field(gt=0)] | None = Field(
-        None, description="top of the search; default: the sender's measured ceiling")
-    warmup_duration_s: Annotated[float, Field(ge=0)] = 0.5
-    max_trials: Annotated[int, Field(ge=1, le=10_000)] = 60
-
-
-class LatencySettings(BaseModel):
-    model_config = _STRICT
-    idle_pps: Annotated[float, Field(gt=0)] = 1000.0
-    pdr_fractions: list[Annotated[float, Field(gt=0, le=1)]] = [0.1, 0.5, 0.9]
-    at_ndr: bool = True
-
-
-class LossLoadSettings(BaseModel):
-    model_config = _STRICT
-    step: Annotated[float, Field(gt=0, le=0.5)] = 0.1
-    full_range: bool = False
-    max_load_pps: Annotated[float, Field(gt=0)] | None = None
-
-
-class FixedRateSettings(BaseModel):
-    model_config = _STRICT
-    find_degradation: bool = True
-    rules_width: Annotated[float, Field(gt=0, lt=1)] = 0.1
-    chains: list[Literal["forward", "input"]] = Field(
-        ["forward"], min_length=1, description="factor: where the rules sit and where "
-        "the flow goes. forward: between client and server (FORWARD, the flow to the "
-        "server); input: the firewall as the endpoint (INPUT, the flow to its own "
-        "address, received by a socket there)")
-    cpus: list[Annotated[int, Field(ge=1, le=64)]] = Field(
-        [1], min_length=1, description="factor: CPUs RPS spreads the firewall's "
-        "receive processing over (the firewall CPU first, then the lowest others); "
-        "more than one spreads only several flows ([engine] flows)")
-
-
-class CpuCostSettings(BaseModel):
-    """`cpucost`: one offered rate for every cell, below every backend's capacity, and
-    the firewall CPU's busy time per forwarded packet at it (fwbench.soaker)."""
-    model_config = _STRICT
-    rate_pps: Annotated[float, Field(gt=0, le=10_000_000)] = Field(
-        50_000.0, description="the fixed offered load; a cell that loses more than "
-        "max_loss of it is marked over capacity")
-    calibrate_s: Annotated[float, Field(gt=0, le=60)] = Field(
-        0.3, description="the soaker's idle windows, one before and one after every trial")
-    max_loss: Annotated[float, Field(ge=0, lt=1)] = 0.001
-    max_drift: Annotated[float, Field(gt=0, lt=1)] = Field(
-        0.05, description="a trial whose idle rates before and after differ by more "
-        "is disturbed (another tenant, steal) and is measured again")
-    redo: Annotated[int, Field(ge=0, le=10)] = Field(
-        2, description="disturbed trials measured again at most this often (each kept "
-        "in the record)")
 
 
 class AdaptiveSettings(BaseModel):
@@ -144,249 +73,8 @@ class AdaptiveSettings(BaseModel):
         "testing at 5 % / the most looks the run can take (see step)")
 
 
-# Payload text for string matching: kept to characters iptables-save prints as they
-# are, so what the kernel holds can be compared with what was loaded.
-_TEXT = re.compile(r"^[A-Za-z0-9._:/@+=-]+$")
-
-
-class DropRateSettings(BaseModel):
-    """The drop-position experiment (seed 002): a UDP flood at the firewall's own
-    address, disposed of under each treatment, on one CPU."""
-    model_config = _STRICT
-    treatments: Annotated[list[str], Field(min_length=1)] = Field(
-        list(drop.TREATMENTS), description="which treatments; sets run once per set size")
-    set_sizes: Annotated[list[Annotated[int, Field(ge=1, le=drop.MAX_SET_SIZE)]],
-                         Field(min_length=1)] = Field(
-        [1, 65_536, drop.MAX_SET_SIZE],
-        description="entries in the ipset / nft set blacklists: the client's address "
-                    "plus fillers from 198.18.0.0/15 outside the testbed's subnets")
-    payload_text: Annotated[str, Field(min_length=1, max_length=64)] = "foo.com"
-    nonmatching_rules: Annotated[int, Field(ge=1, le=100)] = 5
-    hashlimit_above_pps: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
-    probe_packets: Annotated[int, Field(ge=100, le=100_000)] = 2000
-    cpu: Annotated[int, Field(ge=0)] = Field(0, description="the one CPU of the path: "
-                                                "sender and firewall ingress")
-    min_cpu_share: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.95, description="a flood counts only if the sender (and ksoftirqd) had at "
-                          "least this share of the path CPU")
-    attempts: Annotated[int, Field(ge=1, le=10)] = Field(
-        3, description="floods per trial while another process shares the path CPU")
-
-    @field_validator("treatments")
-    @classmethod
-    def _known_treatments(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if name not in drop.TREATMENTS:
-                raise ValueError(f"unknown treatment {name!r} (known: {', '.join(drop.TREATMENTS)})")
-        if len(set(v)) != len(v):
-            raise ValueError("a treatment is listed twice")
-        return v
-
-    @field_validator("set_sizes")
-    @classmethod
-    def _distinct_sizes(cls, v: list[int]) -> list[int]:
-        if len(set(v)) != len(v):
-            raise ValueError("a set size is listed twice")
-        return v
-
-    @field_validator("payload_text")
-    @classmethod
-    def _plain_text(cls, v: str) -> str:
-        if not _TEXT.match(v):
-            raise ValueError("letters, digits and . _ : / @ + = - only")
-        return v
-
-    @field_validator("hashlimit_above_pps")
-    @classmethod
-    def _exact_rate(cls, v: int) -> int:
-        # hashlimit keeps the interval between packets in whole microseconds.
-        if 1_000_000 % v:
-            raise ValueError(f"{v} does not divide 1,000,000: hashlimit would hold "
-                             f"{1_000_000 // (1_000_000 // v):,}/sec instead")
-        return v
-
-
-LOADS = ("none", "tcp-bidir")
-
-
-class LoadLatencySettings(BaseModel):
-    """Seed 004's experiment: latency through the firewall with and without
-    bidirectional TCP load, for forwarding and NAT rule sets."""
-    model_config = _STRICT
-    rulesets: Annotated[list[str], Field(min_length=1)] = Field(
-        ["seed004-forward", "seed004-nat"], description="rule-set templates to compare")
-    loads: Annotated[list[Literal["none", "tcp-bidir"]], Field(min_length=1)] = Field(
-        list(LOADS), description="none, or TCP bulk transfer both ways (iperf3 --bidir)")
-    conntrack_entries: Annotated[list[Annotated[int, Field(ge=0, le=1_000_000)]],
-                                 Field(min_length=1)] = Field(
-        [0], description="background connection-tracking entries held during the trial")
-    streams: Annotated[int, Field(ge=1, le=64)] = Field(
-        4, description="parallel TCP streams each way")
-    ping_interval_s: Annotated[float, Field(ge=0.002, le=1)] = 0.01
-    probe_pps: Annotated[float, Field(gt=0, le=100_000)] = Field(
-        1000.0, description="the engine's stamped probes, packets per second")
-    warmup_s: Annotated[float, Field(ge=0, le=60)] = Field(
-        1.0, description="load running before the probes start")
-    min_load_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.5, description="a trial whose load, both ways together, is below this "
-                         "fraction of the no-firewall load is flagged (a stateful, "
-                         "NATing firewall lowers it by itself: 0.55-0.7 measured)")
-
-    @field_validator("rulesets", "loads", "conntrack_entries")
-    @classmethod
-    def _distinct(cls, v: list) -> list:
-        if len(set(v)) != len(v):
-            raise ValueError("a value is listed twice")
-        return v
-
-    @field_validator("rulesets")
-    @classmethod
-    def _known_rulesets(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if name not in TEMPLATES:
-                raise ValueError(f"unknown rule set {name!r} (templates: "
-                                 f"{', '.join(TEMPLATES)})")
-        return v
-
-
-class UpdateSettings(BaseModel):
-    """Rule-set updates under traffic (fwbench.update): every backend changes its
-    loaded rule set by each kind of update with each mechanism it has, while a
-    fixed-rate flow the update leaves alone runs through the firewall."""
-    model_config = _STRICT
-    kinds: Annotated[list[str], Field(min_length=1)] = Field(
-        ["add-end", "delete", "element-add", "element-delete", "replace-all"],
-        description="updates (fwbench.ruleset.templates.updates.KINDS); each backend "
-                    "runs those that change what it holds (rules or set elements)")
-    mechanisms: Annotated[list[Literal["reload", "batch", "commands", "map"]],
-                          Field(min_length=1)] = Field(
-        ["reload", "batch", "commands", "map"],
-        description="how the change is made: reload (the whole new rule set in one "
-                    "step), batch (the changes in one command), commands (one command a "
-                    "change), map (eBPF set filters: their hash map changed in place); "
-                    "each backend runs those it has (`fwbench backends`)")
-    commands_max_work: Annotated[int, Field(gt=0)] = Field(
-        10_000_000,
-        description="a `commands` cell changing rules is left out when its changes x "
-                    "rules exceed this: each change is one process that reads the whole "
-                    "rule set (iptables rewrites it; ~0.5 s at 100,000 rules here), so "
-                    "1 % of 100,000 rules would take ~8 min a trial")
-    reload_kinds: Literal["all", "replace-all"] = Field(
-        "all", description="which kinds a reload makes: every kind, or replace-all "
-                           "and the others only on a backend whose one mechanism is reload "
-                           "(the eBPF linear filters)")
-    flow_pps: Annotated[int, Field(gt=0, le=999_999)] = Field(
-        10_000, description="the kept flow, which no update touches: packets per second")
-    probe_pps: Annotated[int, Field(gt=0, le=999_999)] = Field(
-        5_000, description="the probe flow, which the update starts or stops, at most: "
-                             "packets per second (its interval is the timing's resolution)")
-    probe_rule_checks_pps: Annotated[float, Field(gt=0)] = Field(
-        5e6, description="a linear rule set's probe rate is held to this many rule "
-                         "checks per second (rules it crosses x rate), so the probe's own "
-                         "cost stays a small part of the firewall CPU")
-    before_s: Annotated[float, Field(gt=0, le=60)] = Field(
-        0.5, description="traffic before the update: the kept flow's baseline")
-    after_s: Annotated[float, Field(gt=0, le=60)] = Field(
-        0.5, description="traffic after the update's last command ends")
-    slot_ms: Annotated[float, Field(ge=0.01, le=1000)] = Field(
-        1.0, description="the time series' slot (by scheduled send time)")
-
-    @field_validator("kinds", "mechanisms")
-    @classmethod
-    def _distinct(cls, v: list) -> list:
-        if len(set(v)) != len(v):
-            raise ValueError("a value is listed twice")
-        return v
-
-    @field_validator("kinds")
-    @classmethod
-    def _known_kinds(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if name not in UPDATE_KINDS:
-                raise ValueError(f"unknown update kind {name!r} "
-                                 f"(known: {', '.join(UPDATE_KINDS)})")
-        return v
-
-
-ECHO_PROTOCOLS = ("tcp", "udp", "sctp")
-ECHO_SERVERS = ("threads", "epoll")
-ECHO_TRANSACTIONS = ("echo", "crr")
-_FRAME = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def echo_frame(v: int | str) -> str:
-    """A frame of the echo experiment as text: "64" (fixed) or "64-1024" (a size drawn
-    per cycle from the range)."""
-    m = _FRAME.match(str(v))
-    if not m or (m.group(2) and int(m.group(2)) <= int(m.group(1))):
-        raise ValueError(f"frame {v!r}: a size (64) or a range LO-HI (64-1024)")
-    return str(v)
-
-
-class EchoDesign(BaseModel):
-    """One cross product of the echo experiment's factors; a list left out takes the
-    [echo] section's (backends: the scenario's)."""
-    model_config = _STRICT
-    name: str
-    clients: list[Annotated[int, Field(ge=1, le=4096)]] | None = None
-    protocols: list[Literal["tcp", "udp", "sctp"]] | None = None
-    families: list[Literal["ipv4", "ipv6"]] | None = None
-    frames: list[int | str] | None = None
-    servers: list[Literal["threads", "epoll"]] | None = None
-    rules_per_client: list[Literal[0, 2, 4]] | None = None
-    backends: list[str] | None = None
-    transactions: list[Literal["echo", "crr"]] | None = None
-    conntrack_entries: list[Annotated[int, Field(ge=0, le=1_000_000)]] | None = None
-
-    @field_validator("frames")
-    @classmethod
-    def _frames(cls, v):
-        return None if v is None else [echo_frame(x) for x in v]
-
-
-class EchoSettings(BaseModel):
-    """Seed 001's experiment: n clients echoing messages through the firewall. The
-    lists are the seed's full design; `designs` (cross products of subsets) are what
-    a run plans unless `full` is set."""
-    model_config = _STRICT
-    clients: list[Annotated[int, Field(ge=1, le=4096)]] = [5, 10, 20, 40, 80, 160, 320]
-    protocols: list[Literal["tcp", "udp", "sctp"]] = list(ECHO_PROTOCOLS)
-    families: list[Literal["ipv4", "ipv6"]] = ["ipv4", "ipv6"]
-    frames: list[int | str] = Field(
-        ["64", "128", "256", "512", "1024", "64-1024"],
-        description="message sizes in bytes: fixed, or LO-HI drawn per cycle")
-    servers: list[Literal["threads", "epoll"]] = list(ECHO_SERVERS)
-    rules_per_client: list[Literal[0, 2, 4]] = Field(
-        [0, 2, 4], description="seed 001's F: 0 plain forwarding, 2 up/down accept, "
-                               "4 plus MARK")
-    transactions: list[Literal["echo", "crr"]] = Field(
-        ["echo"], description="echo: one connection per client; crr: a new TCP "
-                              "connection per message through a stateful firewall")
-    conntrack_entries: list[Annotated[int, Field(ge=0, le=1_000_000)]] = Field(
-        [0], description="background connection-tracking entries (crr cells only)")
-    designs: list[EchoDesign] = Field([], description="the default subset; empty: all")
-    full: bool = Field(False, description="run the full cross product, not `designs`")
-    warmup_s: Annotated[float, Field(ge=0, le=60)] = 0.5
-    client_threads: Annotated[int, Field(ge=1, le=64)] = 2
-    verify_cycles: Annotated[int, Field(ge=1, le=1000)] = 3
-    send_timeout_ms: Annotated[int, Field(ge=1, le=60_000)] = 500
-    echo_timeout_ms: Annotated[int, Field(ge=1, le=60_000)] = 500
-    port: Annotated[int, Field(ge=1024, le=65535)] = 7007
-
-    @field_validator("frames")
-    @classmethod
-    def _frames(cls, v):
-        return [echo_frame(x) for x in v]
-
-    @model_validator(mode="after")
-    def _distinct_designs(self) -> "EchoSettings":
-        names = [d.name for d in self.designs]
-        if len(set(names)) != len(names):
-            raise ValueError("two designs share a name")
-        return self
-
-
-class Scenario(BaseModel):
+class _Common(BaseModel):
+    """The keys of every scenario; Scenario adds each experiment's section."""
     model_config = _STRICT
     name: str = "custom"
     description: str = ""
@@ -412,16 +100,8 @@ class Scenario(BaseModel):
     testbed: TestbedSettings = TestbedSettings()
     instrument: InstrumentSettings = InstrumentSettings()
     engine: EngineSettings = EngineSettings()
-    throughput: ThroughputSettings = ThroughputSettings()
-    latency: LatencySettings = LatencySettings()
-    lossload: LossLoadSettings = LossLoadSettings()
-    fixedrate: FixedRateSettings = FixedRateSettings()
-    cpucost: CpuCostSettings = CpuCostSettings()
-    droprate: DropRateSettings = DropRateSettings()
-    loadlatency: LoadLatencySettings = LoadLatencySettings()
-    echo: EchoSettings = EchoSettings()
-    update: UpdateSettings = UpdateSettings()
-    adaptive: AdaptiveSettings = AdaptiveSettings()
+    # here each experiment's section (_model), then:
+    # adaptive: AdaptiveSettings
 
     @property
     def version(self) -> int:
@@ -429,18 +109,21 @@ class Scenario(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _droprate_frame(cls, data):
-        # Seed 002's 128-byte frames, unless the scenario says otherwise.
-        if isinstance(data, dict) and data.get("method") == "droprate" \
-                and "frame_sizes" not in data:
-            data = {**data, "frame_sizes": [128]}
+    def _method_defaults(cls, data):
+        # What the method's declaration sets otherwise (droprate: seed 002's 128-byte
+        # frames), unless the scenario says.
+        method = data.get("method") if isinstance(data, dict) else None
+        room = catalog.room(method) if isinstance(method, str) else None
+        if room is not None and room.defaults:
+            data = {**data, **{k: v for k, v in room.defaults.items() if k not in data}}
         return data
 
     @field_validator("method")
     @classmethod
     def _known_method(cls, v: str) -> str:
-        if v not in EXPERIMENTS:
-            raise ValueError(f"unknown method {v!r} (known: {', '.join(EXPERIMENTS)})")
+        if v not in catalog.EXPERIMENTS:
+            raise ValueError(f"unknown method {v!r} (known: "
+                             f"{', '.join(catalog.EXPERIMENTS)})")
         return v
 
     @field_validator("study")
@@ -477,29 +160,14 @@ class Scenario(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _method_fits_traffic(self) -> "Scenario":
-        if self.method != "maxrate" and self.traffic != "engine":
+    def _fits_its_experiment(self) -> "Scenario":
+        room = catalog.room(self.method)
+        if self.traffic not in room.traffics:
             raise ValueError(f"method {self.method} needs traffic = engine "
                              f"(iperf3 cannot pace an offered load)")
-        if self.method == "fixedrate":
-            bad = [f for f in self.frame_sizes if f not in FIXED_FLOWS_BPS]
-            if bad:
-                raise ValueError(f"fixedrate has seed-003 flows for "
-                                 f"{', '.join(map(str, FIXED_FLOWS_BPS))} B frames only, "
-                                 f"not {bad[0]}")
-        if self.method == "droprate":
-            if len(self.frame_sizes) != 1:
-                raise ValueError("droprate measures one frame size per run")
-            room = self.frame_sizes[0] - 64  # after headers, FCS and the 18-byte stamp
-            if "string-bm" in self.droprate.treatments or \
-                    "string-kmp" in self.droprate.treatments:
-                if len(self.droprate.payload_text) > room:
-                    raise ValueError(f"droprate.payload_text: {len(self.droprate.payload_text)}"
-                                     f" characters do not fit a {self.frame_sizes[0]}-byte "
-                                     f"frame after the stamp (room for {max(room, 0)})")
-        if self.echo.full and self.method != "echo":
-            raise ValueError("echo.full (--full) applies to method echo only")
-        if self.keep_loaded and EXPERIMENTS[self.method] != EXPERIMENTS["maxrate"]:
+        if room.check is not None:
+            room.check(self)
+        if self.keep_loaded and not room.keep_loaded:
             raise ValueError(f"keep_loaded applies to the rule-count sweeps, not to "
                              f"method {self.method}")
         a = self.adaptive
@@ -513,37 +181,63 @@ class Scenario(BaseModel):
                 study_of({"method": self.method, "study": self.study}) is None:
             raise ValueError("adaptive.until = \"claims\" needs a study whose claims to "
                              "decide (the scenario's study key)")
-        t = self.throughput
-        if len(set(t.loss_ratios)) != len(t.loss_ratios):
-            raise ValueError("throughput.loss_ratios has duplicates")
-        if t.max_load_pps is not None and t.min_load_pps >= t.max_load_pps:
-            raise ValueError("throughput.min_load_pps must be below max_load_pps")
+        # Each experiment's checks of its own sections, whatever the method.
+        for check in dict.fromkeys(r.check_any for r in catalog.rooms().values()):
+            if check is not None:
+                check(self)
         return self
 
     def dump(self) -> dict:
         return self.model_dump()
 
 
-# What a droprate scenario must not set: it has treatments instead of backends and
-# rule sets, its own engine flood and one CPU for the whole path.
-_NOT_FOR_DROPRATE = ("backends", "rules", "policy", "engine", "instrument", "throughput",
-                     "latency", "lossload", "fixedrate", "cpucost")
-_NOT_FOR_DROPRATE_TESTBED = ("sender_cpu", "firewall_cpu", "server_cpu")
+def _model(experiments: tuple) -> type[BaseModel]:
+    """The scenario model of the catalog's experiments (`experiments`, the catalog's
+    items): the common keys, each experiment's sections in the catalog's order (a
+    section several methods read once), then `adaptive`."""
+    sections: dict[str, type[BaseModel]] = {}
+    for method, target in experiments:
+        for name, model in catalog.resolve(target).settings.items():
+            if sections.setdefault(name, model) is not model:
+                raise TypeError(f"method {method}: section {name!r} is another "
+                                f"experiment's")
+    fields = {name: (model, model()) for name, model in sections.items()}
+    return create_model("Scenario", __base__=_Common, __module__=__name__, **fields,
+                        adaptive=(AdaptiveSettings, AdaptiveSettings()))
 
 
-def _check_droprate_keys(data: dict, origin: str) -> None:
-    if data.get("method") != "droprate":
-        if "droprate" in data:
-            raise FwbenchError(f"{origin}: droprate: applies to method droprate only")
-        return
-    for key in _NOT_FOR_DROPRATE:
-        if key in data:
-            raise FwbenchError(f"{origin}: {key}: does not apply to method droprate "
-                               f"(its treatments are set in [droprate])")
-    for key in _NOT_FOR_DROPRATE_TESTBED:
-        if key in (data.get("testbed") or {}):
-            raise FwbenchError(f"{origin}: testbed.{key}: does not apply to method "
-                               f"droprate (the whole path runs on droprate.cpu)")
+_MODELS: dict[tuple, type[BaseModel]] = {}
+
+
+def model() -> type[BaseModel]:
+    """The scenario model of the catalog as it is now (a line added to it at run
+    time, as the tests' toy experiments do, takes its section with it)."""
+    key = tuple(catalog.EXPERIMENTS.items())
+    if key not in _MODELS:
+        _MODELS[key] = _model(key)
+    return _MODELS[key]
+
+
+Scenario = model()
+
+
+def _check_keys(data: dict, origin: str) -> None:
+    """Keys an experiment's declaration refuses, as given (before defaults fill
+    them in): its own sections in another method's scenario, and the common keys
+    that do not apply to it."""
+    method = data.get("method")
+    rooms = catalog.rooms()
+    for m, r in rooms.items():
+        if r.exclusive and method != m:
+            for section in r.settings:
+                if section in data:
+                    raise FwbenchError(f"{origin}: {section}: applies to method {m} only")
+    room = rooms.get(method) if isinstance(method, str) else None
+    for key, why in (room.refuses if room is not None else {}).items():
+        section, _, sub = key.partition(".")
+        if (sub in (data.get(section) or {})) if sub else key in data:
+            raise FwbenchError(f"{origin}: {key}: does not apply to method {method} "
+                               f"({why})")
 
 
 def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
@@ -564,15 +258,15 @@ def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
         elif isinstance(data.get(section, {}), dict):
             data[section] = {**data.get(section, {}), key: v}
         # else: the file's section is not a table; validation names it
-    _check_droprate_keys(data, origin)
+    _check_keys(data, origin)
     try:
-        return Scenario.model_validate(data)
+        return model().model_validate(data)
     except ValidationError as e:
         raise FwbenchError(tomlfile.one_line(e, origin)) from None
 
 
 def from_dict(data: dict, origin: str = "run.json") -> Scenario:
     try:
-        return Scenario.model_validate(data)
+        return model().model_validate(data)
     except ValidationError as e:
         raise FwbenchError(tomlfile.one_line(e, origin)) from None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fwbench import owned
+from fwbench import catalog, owned
 from fwbench.errors import FwbenchError
 from fwbench.findings import CLAIMS, Finding, study_of
 
@@ -46,34 +46,9 @@ class Study:
         return {**asdict(self), "claims": [c.text for c in CLAIMS[self.id]]}
 
 
-STUDIES: dict[str, Study] = {s.id: s for s in (
-    Study("000", "iptables vs nftables, latency and throughput (2018)", "seed000-full.toml",
-          "10 rule-set sizes x 7 frame sizes; iptables, nftables, ipset, nft set, plus "
-          "iptables-nft and 4 eBPF filters; rate at full throttle and ping RTT",
-          "the seed's full matrix; 3 trials of 0.5 s a cell, then the open claims' cells up "
-          "to 6 within a 50-minute budget (the seed: 20 x 120 s, about eight days)", 37),
-    Study("001", "Performance evaluation of netfilter (2015)", "seed001-echo.toml",
-          "n clients echoing through the gateway: TCP/UDP, IPv4/IPv6, threads/epoll, "
-          "F = 0/2/4 rules per client",
-          "the seed's questions on 63 of its cells, 4 trials of 2 s (the seed: 100 s x 3 "
-          "on every cell; --full in `fwbench run` runs all of them, hours), then the open claims' cells up to 12 in steps of 4 within 25 minutes of trials", 25),
-    Study("002", "Testing the performance of the Linux firewall (Strongarm)",
-          "seed002-drop.toml",
-          "a UDP flood disposed of by drop position, conntrack against NOTRACK, ipset "
-          "and string matching",
-          "every treatment of the seed's table and more, 5 rounds of 1 s; blacklists to "
-          "130,561 entries (the seed: 265,000, beyond the benchmarking range)", 2),
-    Study("003", "Linux OS packet filters analysis (2021)", "seed003-full.toml",
-          "fixed-rate flows (128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s) against rule "
-          "count; FORWARD and INPUT; 1 and 2 CPUs; where loss begins",
-          "the seed's flows and chains, iptables-legacy and nftables at 1,000 to 20,000 "
-          "rules, 3 trials of 0.5 s, degradation as grid brackets; 1 and 2 CPUs of a "
-          "2-core machine shared with the sender (the seed: 1, 2, 4 dedicated vCPUs)", 16),
-    Study("004", "NFtables and IPtables, a comparison in latency (2017)",
-          "seed004-latency.toml",
-          "ping RTT with and without bidirectional TCP load, forwarding against NAT",
-          "6 rounds of 5 s a configuration, then the open claims' up to 18 in steps of 6 within 22 minutes of trials (the seed: 10 x 15 min)", 18),
-)}
+# Each study is declared by the experiment whose method runs it (fwbench.catalog).
+STUDIES: dict[str, Study] = {sid: Study(**asdict(s))
+                             for sid, (s, _) in catalog.studies().items()}
 
 
 def get(study_id: str) -> Study:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from fwbench.backends import kernel
-from fwbench.droprate import measure
-from fwbench.droprate import treatments as tr
+from fwbench.experiments.droprate import measure
+from fwbench.experiments.droprate import treatments as tr
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
 

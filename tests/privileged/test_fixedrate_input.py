@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from fwbench.fixedrate.experiment import steer
-from fwbench.methods.fixedrate import FixedRate, flow_pps
+from fwbench.experiments.fixedrate.experiment import steer
+from fwbench.experiments.fixedrate.method import FixedRate, flow_pps
 from fwbench.ruleset.templates.seed000 import entry_id, seed000
-from fwbench.scenario import FixedRateSettings
+from fwbench.experiments.fixedrate import FixedRateSettings
 from fwbench.traffic.engine import EngineSettings, EngineTraffic, Flow
 
 RULES = 200

@@ -9,9 +9,10 @@ import json
 import pytest
 from rich.console import Console
 
-from fwbench import experiments, metrics
+from fwbench import catalog
 from fwbench.experiments import loop
 from fwbench.experiments.base import Experiment, Planned, Trial
+from fwbench.experiments.room import Room
 from fwbench.metrics import Metric
 from fwbench.scenario import from_dict
 from fwbench.testbed.netns import NetnsTestbed
@@ -58,13 +59,14 @@ class Pinger(Experiment):
         return f"{len(records)} pings"
 
 
+ROOM = Room("pinger", f"{__name__}:Pinger", "pings", "answers", (
+    Metric("answers", "answers", "packets", True, lambda r: r.metrics["answers"],
+           throughput=True, column="answers"),))
+
+
 @pytest.fixture
 def pinger(monkeypatch):
-    monkeypatch.setitem(experiments.REGISTRY, "pinger", f"{__name__}:Pinger")
-    monkeypatch.setitem(metrics.METRICS, "pinger", (
-        Metric("answers", "answers", "packets", True, lambda r: r.metrics["answers"],
-               throughput=True, column="answers"),))
-    monkeypatch.setitem(metrics.TITLES, "pinger", "answers")
+    monkeypatch.setitem(catalog.EXPERIMENTS, "pinger", f"{__name__}:ROOM")
     CUT.clear()
     yield
     CUT.clear()

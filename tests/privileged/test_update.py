@@ -14,7 +14,7 @@ import pytest
 
 from fwbench import engine
 from fwbench.errors import FwbenchError
-from fwbench.update import series
+from fwbench.experiments.update import series
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ def test_help_explains_frame_sizes():
 
 def test_missing_tool_is_one_line(monkeypatch):
     from fwbench.errors import FwbenchError
-    from fwbench.experiments import sweep
+    from fwbench.experiments.sweep import experiment as sweep
 
     monkeypatch.setattr(sweep.proc, "have", lambda tool: tool != "iperf3")
     with pytest.raises(FwbenchError, match="iperf3 not found: install the Debian package iperf3"):

@@ -2,7 +2,7 @@
 group, cost = best / pps - 1 with its interval, seed 002's figures, the orderings."""
 import pytest
 
-from fwbench.droprate import report
+from fwbench.experiments.droprate import report
 from fwbench.results import SCHEMA_VERSION, TrialRecord
 
 

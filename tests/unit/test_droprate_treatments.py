@@ -6,8 +6,8 @@ import ipaddress
 
 import pytest
 
-from fwbench.droprate import treatments as tr
-from fwbench.droprate.measure import account
+from fwbench.experiments.droprate import treatments as tr
+from fwbench.experiments.droprate.measure import account
 from fwbench.errors import FwbenchError
 
 T = tr.Target(ifname="fwbabc123-f0", client_ip="198.18.0.2", fw_ip="198.18.0.1")

@@ -7,8 +7,8 @@ import pytest
 
 from fwbench import scenario
 from fwbench.backends.base import Verification
-from fwbench.droprate import experiment
-from fwbench.droprate.treatments import RawDrop, Target
+from fwbench.experiments.droprate import experiment
+from fwbench.experiments.droprate.treatments import RawDrop, Target
 from fwbench.plan import TrialKey
 
 T = Target("fwbabc123-f0", "198.18.0.2", "198.18.0.1")

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from fwbench.echo import design
-from fwbench.echo import stats as es
-from fwbench.echo.design import FACTORS
+from fwbench.experiments.echo import design
+from fwbench.experiments.echo import stats as es
+from fwbench.experiments.echo.design import FACTORS
 from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Trial
 from fwbench.plan import TrialKey

@@ -1,5 +1,5 @@
-"""A toy experiment, added the way a real one is (a class and one registry line,
-its metrics in the metric registry), through the one run loop: plan, interleaving,
+"""A toy experiment, added the way a real one is (a class, its declaration and one
+catalog line), through the one run loop: plan, interleaving,
 interruption, resume, adaptive rounds and the report. Its testbed is a stand-in,
 so this runs without root; the real experiments run the same loop in
 tests/privileged (test_run.py, test_droprate.py)."""
@@ -12,10 +12,11 @@ import random
 import pytest
 from rich.console import Console
 
-from fwbench import experiments, metrics
+from fwbench import catalog
 from fwbench.errors import FwbenchError
 from fwbench.experiments import loop
 from fwbench.experiments.base import Experiment, Planned, Trial
+from fwbench.experiments.room import Room
 from fwbench.metrics import Metric
 from fwbench.plan import TrialKey
 from fwbench.report import build
@@ -100,15 +101,16 @@ class Toy(Experiment):
         return f"{len(records)} toy trials"
 
 
+ROOM = Room("toy", f"{__name__}:Toy", "a toy", "toy rate", (
+    Metric("toy_pps", "toy rate", "packets/s", True,
+           lambda r: r.metrics["toy_pps"], throughput=True, column="toy pps"),
+    Metric("load_time_ms", "load time", "ms", False, lambda r: 1e3 * r.load_time_s,
+           column="load ms")))
+
+
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setitem(experiments.REGISTRY, "toy", f"{__name__}:Toy")
-    monkeypatch.setitem(metrics.METRICS, "toy", (
-        Metric("toy_pps", "toy rate", "packets/s", True,
-               lambda r: r.metrics["toy_pps"], throughput=True, column="toy pps"),
-        Metric("load_time_ms", "load time", "ms", False, lambda r: 1e3 * r.load_time_s,
-               column="load ms")))
-    monkeypatch.setitem(metrics.TITLES, "toy", "toy rate")
+    monkeypatch.setitem(catalog.EXPERIMENTS, "toy", f"{__name__}:ROOM")
     for state in (EVENTS, STOP_AT, BREAK_AT, BROKEN):
         state.clear()
     yield

@@ -279,7 +279,7 @@ def test_seed002_too_few_rounds_or_too_noisy_is_not_shown_with_what_it_needs():
 
 # --- seed 001 ---------------------------------------------------------------------------
 
-from fwbench.echo.design import FACTORS as EF   # noqa: E402
+from fwbench.experiments.echo.design import FACTORS as EF   # noqa: E402
 
 
 def echo_rec(cell: dict, rep: int, bps: float):
@@ -344,8 +344,8 @@ def test_seed001_the_other_way_does_not_hold_and_sctp_is_decided_where_it_ran():
     (None, NOT_SHOWN, "too few trials"),
 ])
 def test_seed001_loss_per_rule_literal_intervals(interval, verdict, said):
-    from fwbench.echo import stats as es
-    from fwbench.report.echo import _slope_row
+    from fwbench.experiments.echo import stats as es
+    from fwbench.experiments.echo.section import _slope_row
     mid = sum(interval) / 2 if interval else 0.05
     sl = es.Slope("ipv4", "iptables-legacy", mid, interval, 6, 640, 0.9)
     row = _slope_row(sl, "ipv4")
@@ -367,7 +367,7 @@ def test_a_sequential_study_says_its_looks_and_level_in_the_table():
 def _server_tests(verdicts: dict[int, str]):
     """Threads against epoll per client count: "t" threads significantly faster,
     "e" epoll, "-" no difference shown (Holm-adjusted p as given)."""
-    from fwbench.echo import stats as es
+    from fwbench.experiments.echo import stats as es
     out = []
     for n, v in verdicts.items():
         diff, p = {"t": (10.0, 0.001), "e": (-30.0, 0.001), "-": (-3.0, 0.4)}[v]
@@ -388,7 +388,7 @@ def _server_tests(verdicts: dict[int, str]):
     ("tteette", DOES_NOT_HOLD, "no one turning point"),
 ])
 def test_seed001_threads_against_epoll_brackets_the_turning_point(pattern, verdict, said):
-    from fwbench.report.echo import _server_row
+    from fwbench.experiments.echo.section import _server_row
     tests = _server_tests(dict(zip((5, 10, 20, 40, 80, 160, 320), pattern)))
     row = _server_row(tests, None)
     assert row[3] == verdict and said in row[4], row

@@ -6,16 +6,17 @@ import math
 import pytest
 
 from fwbench.errors import FwbenchError
-from fwbench.fixedrate import stats
-from fwbench.fixedrate.experiment import FACTORS, steered_cpus
-from fwbench.methods.fixedrate import FixedRate, flow_pps
+from fwbench.experiments.fixedrate import stats
+from fwbench.experiments.fixedrate.experiment import FACTORS, steered_cpus
+from fwbench.experiments.fixedrate.method import FixedRate, flow_pps
 from fwbench.methods.simulated import SimulatedFirewall
 from fwbench.results import SCHEMA_VERSION, TrialRecord
 from fwbench.ruleset.evaluate import Evaluator
 from fwbench.ruleset.model import Interfaces
 from fwbench.ruleset.render import iptables, nft
 from fwbench.ruleset.templates.seed000 import seed000
-from fwbench.scenario import FixedRateSettings, from_dict
+from fwbench.experiments.fixedrate import FixedRateSettings
+from fwbench.scenario import from_dict
 
 
 # --- the INPUT rule set -----------------------------------------------------------------
@@ -268,7 +269,7 @@ def test_report_shows_seed003s_figures(tmp_path):
     from fwbench.plan import TrialKey
     from fwbench.report.data import RunData
     from fwbench.report.document import Table, markdown
-    from fwbench.report.fixedrate import report
+    from fwbench.experiments.fixedrate.section import report
     recs = grid(rules=(1000, 6000, 20000), frames=(128, 1280), chains=("forward", "input"),
                 cpus=(1, 2))
     plan = [TrialKey(r.cell(FACTORS), r.repetition).as_dict(FACTORS) for r in recs]
@@ -348,7 +349,7 @@ def test_one_hiccup_at_one_rule_does_not_end_the_search():
 
 
 def test_processed_rate_under_overload_is_over_the_arrival_span():
-    from fwbench.methods.fixedrate import processed_rate
+    from fwbench.experiments.fixedrate.method import processed_rate
     # keeping up: count over the trial
     assert processed_rate(7324, 0.5, 0.5, False) == (14648.0, "trial duration")
     # overloaded: 1,100 processed in the trial and 1,000 more from the backlog after
@@ -360,7 +361,7 @@ def test_processed_rate_under_overload_is_over_the_arrival_span():
 
 
 def test_a_firewall_that_fell_behind_is_degraded_without_loss():
-    from fwbench.methods.fixedrate import degraded, fell_behind
+    from fwbench.experiments.fixedrate.method import degraded, fell_behind
     assert not fell_behind(0.52, 0.5) and fell_behind(0.76, 0.5) and not fell_behind(None, 1)
     # 2,197 packets of the 1280 B flow, none lost, the last 260 ms late
     assert degraded({"loss_ratio": 0.0, "sender_short": False, "fell_behind": True})

@@ -2,7 +2,7 @@
 
 Every `import` and `from ... import` counts, wherever it stands (a function's
 lazy import is a dependency all the same). Two granularities: modules, and the
-parts of the package (fwbench.experiments, fwbench.droprate, fwbench.ruleset, ...),
+parts of the package (fwbench.experiments, fwbench.experiments.droprate, fwbench.ruleset, ...),
 where a cycle between two parts is a layer reaching back up even when no two
 modules import each other. Registries that import by name at run time
 (fwbench.backends, fwbench.experiments) are not edges: that is their point.

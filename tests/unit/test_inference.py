@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 
 from fwbench import stats
-from fwbench.metrics import METRICS
+from fwbench import metrics
 from fwbench.report import analysis as an
 from fwbench.report.data import RunData
 
@@ -148,7 +148,7 @@ def test_an_adaptive_round_pairs_the_cells_it_ran_together():
     records = [_record(a, r, 100.0 + r) for r in range(4)] + \
         [_record(b, r, 50.0 + r) for r in range(3)]
     data = RunData(__import__("pathlib").Path("x"), meta, records)
-    rx = next(m for m in METRICS["maxrate"] if m.key == "rx_pps")
+    rx = next(m for m in metrics.of("maxrate") if m.key == "rx_pps")
     got = data.samples_by_round(rx)
     assert got[a] == [(0, 100.0), (1, 101.0), (2, 102.0), (3, 103.0)]
     assert got[b] == [(0, 50.0), (1, 51.0), (2, 52.0)]
@@ -160,7 +160,7 @@ def test_an_adaptive_round_pairs_the_cells_it_ran_together():
 def test_a_wide_interval_is_undecided_never_no_difference():
     """No difference shown is said only where the interval stays within 2x either
     way; a 2.5x ratio the data cannot confirm is "undecided", with how sure."""
-    rx = next(m for m in METRICS["maxrate"] if m.key == "rx_pps")
+    rx = next(m for m in metrics.of("maxrate") if m.key == "rx_pps")
     wide = an.compare(an.summarize(("a", 1, 64), [100.0, 900.0, 300.0], [0, 1, 2]),
                       an.summarize(("b", 1, 64), [100.0, 100.0, 150.0], [0, 1, 2]))
     narrow = an.compare(an.summarize(("a", 1, 64), [100.0, 104.0, 99.0], [0, 1, 2]),

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from fwbench.experiments.base import Trial
-from fwbench.loadlatency import stats as ll
+from fwbench.experiments.loadlatency import stats as ll
 from fwbench.plan import TrialKey
 
 FACTORS = ("ruleset", "backend", "load", "entries")

@@ -7,14 +7,14 @@ import pytest
 
 from fwbench.testbed.base import REFLECT_PPS
 from fwbench.errors import MeasurementInvalid
-from fwbench.methods.fixedrate import FixedRate, flow_pps
-from fwbench.methods.latency import Latency
-from fwbench.methods.lossload import LossLoad
+from fwbench.experiments.fixedrate.method import FixedRate, flow_pps
+from fwbench.experiments.sweep.latency import Latency
+from fwbench.experiments.sweep.lossload import LossLoad
 from fwbench.measurer import TrialResult
 from fwbench.methods.simulated import SimulatedFirewall
-from fwbench.methods.throughput import Throughput
-from fwbench.scenario import (FixedRateSettings, LatencySettings, LossLoadSettings,
-                              ThroughputSettings)
+from fwbench.experiments.sweep.throughput import Throughput
+from fwbench.experiments.fixedrate import FixedRateSettings
+from fwbench.experiments.sweep import LatencySettings, LossLoadSettings, ThroughputSettings
 
 
 class FakeEngine:

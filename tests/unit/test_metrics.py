@@ -20,8 +20,8 @@ def rec(backend: str, rules: int, rep: int, m: dict, method: str = "throughput",
 
 def test_every_method_has_metrics_a_title_and_a_headline():
     methods = list(experiments.REGISTRY)
-    assert set(methods) == set(metrics.METRICS) == set(metrics.TITLES)
     for method in methods:
+        assert metrics.title(method, []), method
         first, second = metrics.of(method)[:2]
         # the sweeps' and droprate's headline is a packet rate; loadlatency's a latency,
         # echo's a bit rate per client, update's the time until a change took effect

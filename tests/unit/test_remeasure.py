@@ -8,9 +8,9 @@ from types import SimpleNamespace
 from fwbench.experiments.base import disturbed_of
 from fwbench.measurer import TrialResult
 from fwbench.methods import base
-from fwbench.methods.cpucost import CpuCost
-from fwbench.methods.latency import Latency
-from fwbench.methods.lossload import LossLoad
+from fwbench.experiments.sweep.cpucost import CpuCost
+from fwbench.experiments.sweep.latency import Latency
+from fwbench.experiments.sweep.lossload import LossLoad
 from fwbench.report import analysis as an
 
 QUIET = {"drift": {"others": 0.01, "steal": 0.0}}
@@ -123,8 +123,8 @@ def test_a_fixedrate_point_is_measured_again_with_its_own_counters():
     """An INPUT flow's loss is read from the firewall's counters around the
     measurement: a re-take reads them around itself alone, never summed over the
     attempts (the receiver counts nothing of such a flow)."""
-    from fwbench.methods.fixedrate import FixedRate
-    from fwbench.scenario import FixedRateSettings
+    from fwbench.experiments.fixedrate.method import FixedRate
+    from fwbench.experiments.fixedrate import FixedRateSettings
 
     tb = Counters()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fwbench.droprate import report as drop_report
+from fwbench.experiments.droprate import report as drop_report
 from fwbench.results import RunDir
 
 RUNS = Path(__file__).parent.parent / "data" / "runs"

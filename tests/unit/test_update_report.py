@@ -10,11 +10,11 @@ import pytest
 from scipy import stats as sps
 
 from fwbench.report import build
-from fwbench.report import update as rep
+from fwbench.experiments.update import section as rep
 from fwbench.report.data import load
 from fwbench.results import SCHEMA_VERSION, RunDir, TrialRecord
 from fwbench.scenario import from_dict
-from fwbench.update.experiment import FACTORS
+from fwbench.experiments.update.experiment import FACTORS
 
 # update latency in s = a + b * rules, per (backend, mechanism)
 MODEL = {("iptables-legacy", "batch"): (0.004, 2e-6), ("nftables", "batch"): (0.002, 1e-8),

@@ -234,15 +234,15 @@ def test_bpf_map_changes_give_new_elements_the_room_slots():
 
 def test_an_ipv6_update_run_is_refused_in_one_line():
     from fwbench.scenario import from_dict
-    from fwbench.update.experiment import Update
+    from fwbench.experiments.update.experiment import Update
     with pytest.raises(FwbenchError, match="IPv4 only"):
         Update(from_dict({"method": "update", "family": "ipv6", "frame_sizes": [84]})).check()
 
 
 def test_commands_cells_that_would_run_for_hours_are_left_out_with_the_reason():
     from types import SimpleNamespace
-    from fwbench.scenario import UpdateSettings
-    from fwbench.update.experiment import cells_of
+    from fwbench.experiments.update import UpdateSettings
+    from fwbench.experiments.update.experiment import cells_of
     b = SimpleNamespace(name="iptables-legacy", layout="linear",
                         mechanisms={"batch": (1, True), "commands": (2, False)})
     s = UpdateSettings(kinds=["add-end", "add-1pct"], mechanisms=["batch", "commands"])
@@ -265,8 +265,8 @@ def test_commands_cells_that_would_run_for_hours_are_left_out_with_the_reason():
 
 def test_reload_kinds_replace_all_keeps_a_reload_where_it_is_the_only_way():
     from types import SimpleNamespace
-    from fwbench.scenario import UpdateSettings
-    from fwbench.update.experiment import cells_of
+    from fwbench.experiments.update import UpdateSettings
+    from fwbench.experiments.update.experiment import cells_of
     s = UpdateSettings(kinds=["add-end", "replace-all"], mechanisms=["reload", "batch"],
                        reload_kinds="replace-all")
     linear_bpf = SimpleNamespace(name="xdp-linear", layout="linear",

@@ -4,7 +4,7 @@ its longest gap, latency peak and recovery."""
 import numpy as np
 import pytest
 
-from fwbench.update import series
+from fwbench.experiments.update import series
 
 MS = 1_000_000
 

@@ -83,7 +83,7 @@ class Backend(abc.ABC):
     # How a template with the choice holds its entries for this backend: one rule
     # each ("linear") or the elements of one set ("set").
     layout = "linear"
-    # How this backend can change a loaded rule set (fwbench.update): mechanism ->
+    # How this backend can change a loaded rule set (fwbench.experiments.update): mechanism ->
     # (what it runs, whether the kernel sees the whole change in one step).
     mechanisms: dict[str, tuple[str, bool]] = {}
 

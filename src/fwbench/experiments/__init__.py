@@ -1,5 +1,6 @@
-"""The experiments, by the scenario's method (fwbench.catalog), each imported only
-when chosen, as the backends are.
+"""The experiments, by the scenario's method (fwbench.catalog: each a package under
+this one with its declaration, experiments.room), each imported only when chosen,
+as the backends are.
 
 An experiment (experiments.base.Experiment) says what a run of it plans, what it
 checks before any testbed is built, the testbed it needs, how one trial runs and
@@ -7,8 +8,7 @@ what it prints; the one run loop (experiments.loop) does the rest for all of the
 """
 from __future__ import annotations
 
-import importlib
-
+from fwbench import catalog
 from fwbench.catalog import EXPERIMENTS as REGISTRY
 from fwbench.errors import FwbenchError
 
@@ -16,10 +16,7 @@ from fwbench.errors import FwbenchError
 def get(sc):
     """The experiment (an experiments.base.Experiment) that runs scenario `sc`, by
     its method."""
-    try:
-        target = REGISTRY[sc.method]
-    except KeyError:
-        raise FwbenchError(f"unknown method {sc.method!r} (known: {', '.join(REGISTRY)})") \
-            from None
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(sc)
+    room = catalog.room(sc.method)
+    if room is None:
+        raise FwbenchError(f"unknown method {sc.method!r} (known: {', '.join(REGISTRY)})")
+    return catalog.resolve(room.experiment)(sc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fwbench import catalog
 from fwbench.claims import DOES_NOT_HOLD, HOLDS, NOT_SHOWN, VERDICTS, Rule  # noqa: F401
 
 
@@ -185,14 +186,15 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
 
 STUDY_IDS = tuple(CLAIMS)
 
-# The method each study runs (its scenario under scenarios/, fwbench.studies): its
-# claims are decided on that method's trials, so a scenario names study X (its
-# `study` key) only with X's method.
-METHOD_OF_STUDY = {"000": "maxrate", "001": "echo", "002": "droprate", "003": "fixedrate",
-                   "004": "loadlatency"}
+# The method each study runs (its scenario under scenarios/, fwbench.studies; the
+# study is its experiment's declaration, fwbench.catalog): its claims are decided on
+# that method's trials, so a scenario names study X (its `study` key) only with X's
+# method.
+METHOD_OF_STUDY = {sid: method for sid, (_, method) in catalog.studies().items()}
 # Experiments that exist for one study: their runs are that study's whatever the
 # scenario says. A sweep belongs to a study only when its scenario names one.
-STUDY_OF_METHOD = {"echo": "001", "droprate": "002", "fixedrate": "003", "loadlatency": "004"}
+STUDY_OF_METHOD = {method: r.study.id for method, r in catalog.rooms().items()
+                   if r.study is not None and r.study_always}
 
 
 def study_of(scenario: dict) -> str | None:

@@ -4,7 +4,8 @@ figures, and CSV tables with every number at full precision.
 Sections of a rule-count sweep's report: conclusions, environment, warnings,
 per-metric figures and cell tables, seed 000's pair tables with p-values, the cost per
 rule and crossovers, latency percentiles, rate against frame size. Every other
-experiment's report is report.cells' (droprate's with report.droprate's lead).
+experiment's report is the section its declaration names (fwbench.catalog), built on
+report.cells.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fwbench import owned
+from fwbench import catalog, owned
 from fwbench.errors import FwbenchError
 from fwbench.report import analysis as an
 from fwbench.report import findings
@@ -219,25 +220,14 @@ ABSOLUTE_NOTE = (
 
 
 def experiment_report(data: RunData) -> CellReport:
-    """The report of a run that is not a rule-count sweep: droprate's with seed
-    002's table in front and each treatment against its group's best; any other
-    experiment's with each cell against its first factor's first level."""
-    if data.method == "droprate":
-        from fwbench.report import droprate
-        return droprate.report(data)
-    if data.method == "loadlatency":
-        from fwbench.report import loadlatency
-        return loadlatency.report(data)
-    if data.method == "echo":
-        from fwbench.report import echo
-        return echo.report(data)
-    if data.method == "update":
-        from fwbench.report import update
-        return update.report(data)
-    if data.method == "fixedrate":    # with chain and cpus factors (seed 003 in full)
-        from fwbench.report import fixedrate
-        return fixedrate.report(data)
-    return CellReport(data)
+    """The report of a run that is not a rule-count sweep: its experiment's report
+    section (its declaration's, fwbench.catalog: droprate's with seed 002's table in
+    front and each treatment against its group's best, ...), or, for an experiment
+    that declares none, each cell against its first factor's first level."""
+    room = catalog.room(data.method)
+    if room is None or room.report is None:
+        return CellReport(data)
+    return catalog.resolve(room.report)(data)
 
 
 def times(x: float) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from fwbench.metrics import METRICS, Metric, relabelled
+from fwbench.metrics import Metric, known, relabelled
 from fwbench.plan import Cell
 from fwbench.results import SWEEP_FACTORS, RunDir, TrialRecord
 
@@ -69,7 +69,7 @@ class RunData:
 
     def metrics(self) -> list[Metric]:
         """The method's metrics that at least one ok trial recorded."""
-        return [m for m in relabelled(METRICS.get(self.method, ()), self.ok)
+        return [m for m in relabelled(known(self.method), self.ok)
                 if any(m.value(r) is not None for r in self.ok)]
 
     def headline(self) -> Metric | None:

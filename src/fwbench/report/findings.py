@@ -1,12 +1,13 @@
 """A run's findings: the claims of the study its scenario names (`study = "000"`),
 each decided on the run's trials, and the table every report opens with.
 
-The decisions live beside each experiment's report: the sweeps' in report.seed000
-(and report.seed003), seed 001's in report.echo, seed 002's in report.droprate, seed
-004's in report.loadlatency. A claim the run cannot decide is "not shown", with why.
+The decisions live in each study's experiment package, named by its declaration
+(fwbench.catalog, experiments.room.Room.findings). A claim the run cannot decide is
+"not shown", with why.
 """
 from __future__ import annotations
 
+from fwbench import catalog
 from fwbench import claims as cl
 from fwbench import findings as fd
 from fwbench.findings import CLAIMS, NOT_SHOWN, STUDY_OF_METHOD, Claim, Finding  # noqa: F401
@@ -43,17 +44,8 @@ def _decide(data: RunData) -> list[Finding]:
     study = study_of(data)
     if study not in CLAIMS:
         return []
-    if study == "000":
-        from fwbench.report.seed000 import findings
-    elif study == "001":
-        from fwbench.report.echo import seed_findings as findings
-    elif study == "002":
-        from fwbench.report.droprate import findings
-    elif study == "003":
-        from fwbench.report.seed003 import findings
-    else:
-        from fwbench.report.loadlatency import findings
-    got = {f.claim.key: f for f in findings(data)}
+    _, method = catalog.studies()[study]
+    got = {f.claim.key: f for f in catalog.resolve(catalog.room(method).findings)(data)}
     return [got.get(c.key) or missing(c, "this run's experiment does not decide it")
             for c in CLAIMS[study]]
 

@@ -12,7 +12,7 @@ flows).
 Every update decides one more flow, the *probe* (UDP to port 5202): the rule or
 element the update adds, replaces in or deletes is the probe's, done last among
 its changes, so the moment the probe flow starts or stops passing is the moment
-the kernel holds the new rule set (fwbench.update). Ids stay stable across the
+the kernel holds the new rule set (fwbench.experiments.update). Ids stay stable across the
 pair: an entry unchanged by the update has the same id before and after.
 
 Size: N is the entries (rules, or set elements) the firewall holds before the

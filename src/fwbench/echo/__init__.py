@@ -1,1 +1,0 @@
-"""Seed 001: many clients echoing messages through the firewall."""

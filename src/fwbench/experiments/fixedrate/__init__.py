@@ -1,0 +1,62 @@
+"""Seed 003 in full: its fixed-rate flows through the firewall forwarding (FORWARD)
+and as the endpoint (INPUT), on one CPU and on two (`experiment`, `method`), the
+figures its findings are checked against (`stats`: degradation points, the
+iptables advantage at 6,000 rules, INPUT against FORWARD; `seed003`), and its
+report (`section`). This module is its declaration (fwbench.experiments.room)."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fwbench.experiments.room import Room, Study
+from fwbench.metrics import FW_CPU, LOAD_TIME, Metric, at
+
+_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+# Seed 003's flows: frame size (bytes, incl. FCS) -> offered bits per second.
+FIXED_FLOWS_BPS = {128: 15_000_000, 512: 30_000_000, 1280: 45_000_000}
+
+
+class FixedRateSettings(BaseModel):
+    model_config = _STRICT
+    find_degradation: bool = True
+    rules_width: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    chains: list[Literal["forward", "input"]] = Field(
+        ["forward"], min_length=1, description="factor: where the rules sit and where "
+        "the flow goes. forward: between client and server (FORWARD, the flow to the "
+        "server); input: the firewall as the endpoint (INPUT, the flow to its own "
+        "address, received by a socket there)")
+    cpus: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        [1], min_length=1, description="factor: CPUs RPS spreads the firewall's "
+        "receive processing over (the firewall CPU first, then the lowest others); "
+        "more than one spreads only several flows ([engine] flows)")
+
+
+def _seed_flows(sc) -> None:
+    bad = [f for f in sc.frame_sizes if f not in FIXED_FLOWS_BPS]
+    if bad:
+        raise ValueError(f"fixedrate has seed-003 flows for "
+                         f"{', '.join(map(str, FIXED_FLOWS_BPS))} B frames only, "
+                         f"not {bad[0]}")
+
+
+ROOM = Room(
+    "fixedrate", "fwbench.experiments.fixedrate.experiment:FixedRateSweep",
+    "seed 003's flows (frame sizes 128, 512, 1280)",
+    "seed 003 flows: 128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s",
+    (
+    Metric("processed_pps", "processed packets/s at the fixed rate", "packets/s",
+           True, at("processed_pps"), throughput=True, column="processed pps"),
+    Metric("loss_pct", "loss at the fixed rate", "%", False,
+           lambda r: 100 * r.metrics["loss_ratio"], log_ok=False, column="loss %"),
+    FW_CPU, LOAD_TIME),
+    settings={"fixedrate": FixedRateSettings}, check=_seed_flows,
+    report="fwbench.experiments.fixedrate.section:report",
+    study=Study("003", "Linux OS packet filters analysis (2021)", "seed003-full.toml",
+                "fixed-rate flows (128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s) against "
+                "rule count; FORWARD and INPUT; 1 and 2 CPUs; where loss begins",
+                "the seed's flows and chains, iptables-legacy and nftables at 1,000 to "
+                "20,000 rules, 3 trials of 0.5 s, degradation as grid brackets; 1 and 2 "
+                "CPUs of a 2-core machine shared with the sender (the seed: 1, 2, 4 "
+                "dedicated vCPUs)", 16),
+    findings="fwbench.experiments.fixedrate.seed003:findings")
