@@ -1,8 +1,8 @@
 """The metric registry: what each method records (declared in its experiment's
 package, fwbench.catalog), one definition for everything that reads records (the
-table that ends a run, adaptive repetitions, report, compare). A metric is one number per trial, read from its record; the first of a
-method's metrics is its headline, the figure its cells are compared and repeated
-on.
+table that ends a run, adaptive repetitions, report, compare). A metric is one
+number per trial, read from its record; the first of a method's metrics is its
+headline, the figure its cells are compared and repeated on.
 """
 from __future__ import annotations
 

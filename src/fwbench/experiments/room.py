@@ -52,4 +52,6 @@ class Room:
                                     # None: the sweep's report, or report.cells' own
     study: Study | None = None      # the study whose scenario runs this method
     study_always: bool = True       # its runs are that study's whatever the scenario says
-    findings: str | None = None     # "module:function" RunData -> [findings.Finding]
+    claims: tuple = ()              # the study's claims (findings.Claim), in its order
+    findings: str | None = None     # "module:function" RunData -> [findings.Finding],
+                                    # one per claim it decides

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fwbench.experiments.room import Room, Study
+from fwbench.findings import claims, direction
 from fwbench.metrics import LOAD_TIME, Metric, at
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -94,6 +95,30 @@ def _full_is_ours(sc) -> None:
         raise ValueError("echo.full (--full) applies to method echo only")
 
 
+# Study 001's headline claims, each decided on a run's trials by `findings` below.
+CLAIMS = claims(
+    "001",
+    ("per-rule-ipv4", "throughput loss grows linearly with the rules, about 0.05 % "
+     "per IPv4 rule", "0.05 %/rule",
+     "a line through the origin of every trial's decrease against its F = 0 cell "
+     "(iptables-legacy), bootstrap interval", "above 0 and 0.025..0.075 %/rule"),
+    ("per-rule-ipv6", "about 0.03 % per IPv6 rule", "0.03 %/rule", "as for IPv4",
+     "above 0 and 0.015..0.045 %/rule"),
+    ("threads-vs-epoll", "threads beat epoll below about 40 clients and lose above",
+     "turning point ~40 clients",
+     "per client count, the log ratio of mean throughput per client, Holm across "
+     "client counts", "the turning point, between the largest count threads win and "
+     "the smallest epoll wins (each significant), within 20..60 clients"),
+    ("tcp-vs-udp", "TCP is slower than UDP", "8.42 % (5.18..10.64)",
+     "TCP / UDP mean throughput per client, the mean log ratio over matched pairs of "
+     "cells", direction(1 - 0.0842)),
+    ("ipv6-vs-ipv4", "IPv6 is slower than IPv4", "9.22 % (4.59..13.8)",
+     "IPv6 / IPv4, as above", direction(1 - 0.0922)),
+    ("sctp-vs-tcp", "SCTP is slower than TCP", "32.65 % (9.28..48.23)",
+     "SCTP / TCP, as above", direction(1 - 0.3265)),
+)
+
+
 # Seed 001's echo: cells are (clients, protocol, family, frame, server, F, backend,
 # transaction, entries); throughput is message bytes one way.
 ROOM = Room(
@@ -126,4 +151,4 @@ ROOM = Room(
                 "s x 3 on every cell; --full in `fwbench run` runs all of them, hours), "
                 "then the open claims' cells up to 12 in steps of 4 within 25 minutes of "
                 "trials", 25),
-    findings="fwbench.experiments.echo.section:seed_findings")
+    claims=CLAIMS, findings="fwbench.experiments.echo.section:seed_findings")

@@ -9,7 +9,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fwbench.claims import Rule
 from fwbench.experiments.room import Room, Study
+from fwbench.findings import EQUAL, about, claims, direction
 from fwbench.metrics import FW_CPU, LOAD_TIME, Metric, at
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -40,6 +42,27 @@ def _seed_flows(sc) -> None:
                          f"not {bad[0]}")
 
 
+# Study 003's headline claims, each decided on a run's trials by `findings` below.
+CLAIMS = claims(
+    "003",
+    ("nft-degrades-earlier", "nftables starts losing packets at about a fifth of the "
+     "rules iptables does", "1k / 2k / 3.5k against 5k / 11k / 20k rules (128 / 512 / "
+     "1280 B flows)",
+     "where iptables-legacy begins to lose over where nftables does, the range the "
+     "degradation brackets allow (open brackets kept: 0 or inf), in every flow",
+     about(5.0)),
+    ("advantage-small-packets", "iptables' advantage is largest for small packets",
+     "at 6,000 rules iptables processes 5.2x / 2.9x / 1.7x what nftables does",
+     "processed pps iptables-legacy / nftables at 6,000 rules, the 128 B flow's ratio "
+     "over the 1280 B flow's (Welch on logs), in every chain and CPU count; the "
+     "seed's 5.2x / 1.7x = 3.1x", direction(5.2 / 1.7)),
+    ("input-equals-forward", "filtering in INPUT costs the same as in FORWARD",
+     "'the same' for both tools",
+     "processed pps INPUT / FORWARD on 1 CPU, per backend the mean log ratio over "
+     "the flows; holds for every backend (intersection-union)", Rule("equal", EQUAL)),
+)
+
+
 ROOM = Room(
     "fixedrate", "fwbench.experiments.fixedrate.experiment:FixedRateSweep",
     "seed 003's flows (frame sizes 128, 512, 1280)",
@@ -59,4 +82,4 @@ ROOM = Room(
                 "20,000 rules, 3 trials of 0.5 s, degradation as grid brackets; 1 and 2 "
                 "CPUs of a 2-core machine shared with the sender (the seed: 1, 2, 4 "
                 "dedicated vCPUs)", 16),
-    findings="fwbench.experiments.fixedrate.seed003:findings")
+    claims=CLAIMS, findings="fwbench.experiments.fixedrate.seed003:findings")

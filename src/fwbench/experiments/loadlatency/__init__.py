@@ -7,7 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from fwbench.claims import Rule
 from fwbench.experiments.room import Room, Study
+from fwbench.findings import about, claims, direction
 from fwbench.metrics import LOAD_TIME, Metric, at
 from fwbench.ruleset.templates import TEMPLATES
 
@@ -55,6 +57,24 @@ class LoadLatencySettings(BaseModel):
         return v
 
 
+# Study 004's headline claims, each decided on a run's trials by `findings` below.
+CLAIMS = claims(
+    "004",
+    ("load-triples-latency", "bidirectional TCP load makes latency about 3x",
+     "~1,108 vs ~380 µs mean RTT (2.9x)",
+     "mean RTT under load / without, the mean log ratio (each paired by round) over "
+     "every backend and rule set", about(3.0)),
+    ("nat-equals-forward", "NAT costs about the same latency as plain forwarding",
+     "within 1 µs in every configuration",
+     "mean RTT NAT / forwarding, the mean log ratio over every backend and load",
+     Rule("equal", 0.05)),
+    ("nft-lower-under-load", "nftables has slightly lower latency than iptables "
+     "under load", "1,106.56 vs 1,108.42 µs (NAT), significant one-tailed on pooled "
+     "replies", "mean RTT nftables / iptables-legacy under load, the mean log ratio "
+     "over the rule sets", direction(1106.56 / 1108.42)),
+)
+
+
 ROOM = Room(
     "loadlatency", "fwbench.experiments.loadlatency.experiment:LoadLatency",
     "seed 004's ping RTT with and without TCP load both ways, forwarding and NAT "
@@ -83,4 +103,4 @@ ROOM = Room(
                 "ping RTT with and without bidirectional TCP load, forwarding against NAT",
                 "6 rounds of 5 s a configuration, then the open claims' up to 18 in steps "
                 "of 6 within 22 minutes of trials (the seed: 10 x 15 min)", 18),
-    findings="fwbench.experiments.loadlatency.section:findings")
+    claims=CLAIMS, findings="fwbench.experiments.loadlatency.section:findings")

@@ -8,7 +8,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fwbench.claims import Rule
 from fwbench.experiments.room import Room, Study
+from fwbench.findings import EQUAL, PER_FRAME, claims, direction
 from fwbench.metrics import FW_CPU, LOAD_TIME, Metric, at
 from fwbench.results import TrialRecord
 
@@ -79,6 +81,43 @@ def _per_cpu_second(rec: TrialRecord) -> float | None:
     return 1e9 / ns if isinstance(ns, (int, float)) and ns > 0 else None
 
 
+# Study 000's headline claims, each decided on a run's trials by `findings` below.
+CLAIMS = claims(
+    "000",
+    ("nft-slower-throughput",
+     "nftables (linear) forwards less than iptables once rule sets reach 1,000 rules, "
+     "at every frame size",
+     "significantly worse at >= 1,000 rules regardless of frame size",
+     f"rx pps nftables / iptables-legacy {PER_FRAME}; the seed's ratio over its "
+     "cells at >= 1,000 rules 0.43x", direction(0.43)),
+    ("nft-slower-latency",
+     "nftables (linear) has a longer round trip than iptables once rule sets reach "
+     "1,000 rules",
+     "significantly worse at >= 1,000 rules regardless of frame size",
+     f"ping RTT nftables / iptables-legacy {PER_FRAME}; the seed's ratio over its "
+     "cells at >= 1,000 rules 2.6x", direction(2.6)),
+    ("small-frames-worse",
+     "nftables falls further behind iptables with small frames",
+     "falls behind at 40 rules for small frames; at >= 1,024 B and <= 100 rules "
+     "virtually identical",
+     "the nftables / iptables-legacy rx pps ratio at the smallest frame over the "
+     "same ratio at the largest, the mean over every rule count both measured (the "
+     "seed's: 1.00x at 20 rules, 0.60x at 100, 0.50x at 1,000, 1.01x from 2,500 on; "
+     "0.82x over its 10)", direction(0.82)),
+    ("sets-flat",
+     "with indexed sets (ipset, nft set) the rate does not depend on the rule count",
+     "performance 'overall very close in all cases' from 20 to 10,000 entries",
+     "rx pps at the largest rule count over the smallest, per set backend the mean "
+     "over frame sizes; holds for both backends (intersection-union)",
+     Rule("equal", EQUAL)),
+    ("sets-equal",
+     "ipset and nft sets perform about the same",
+     "minor differences either way; 'can be considered identical'",
+     "ipset / nftset rx pps, the mean log ratio over every rule count and frame size",
+     Rule("equal", EQUAL)),
+)
+
+
 MAXRATE = Room(
     "maxrate", EXPERIMENT, "open-throttle rate + ping RTT",
     "pps = packets reaching the server per second, sender at full throttle",
@@ -98,7 +137,8 @@ MAXRATE = Room(
                 "the seed's full matrix; 3 trials of 0.5 s a cell, then the open claims' "
                 "cells up to 6 within a 50-minute budget (the seed: 20 x 120 s, about "
                 "eight days)", 37),
-    study_always=False, findings="fwbench.experiments.sweep.seed000:findings")
+    study_always=False, claims=CLAIMS,
+    findings="fwbench.experiments.sweep.seed000:findings")
 
 THROUGHPUT = Room(
     "throughput", EXPERIMENT, "NDR/PDR by MLRsearch",
