@@ -51,12 +51,13 @@ def test_help_explains_frame_sizes():
 
 
 def test_missing_tool_is_one_line(monkeypatch):
+    from fwbench import experiments, proc
     from fwbench.errors import FwbenchError
-    from fwbench.experiments.sweep import experiment as sweep
+    from fwbench.scenario import from_dict
 
-    monkeypatch.setattr(sweep.proc, "have", lambda tool: tool != "iperf3")
+    monkeypatch.setattr(proc, "have", lambda tool: tool != "iperf3")
     with pytest.raises(FwbenchError, match="iperf3 not found: install the Debian package iperf3"):
-        sweep.check_tools()
+        experiments.get(from_dict({"method": "maxrate"})).check_tools()
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from rich.console import Console, RenderableType
 
 from fwbench import backends as registry
-from fwbench import statecheck
+from fwbench import proc, statecheck
 from fwbench.backends.base import Backend
 from fwbench.errors import FwbenchError
 from fwbench.plan import Cell, TrialKey
@@ -127,6 +127,11 @@ class Experiment(abc.ABC):
 
     # The plan's named dimensions, in cell order ("repetition" is the key's own).
     factors: tuple[str, ...] = ("backend", "rules", "frame_size")
+    # The programs its trials run, each with the Debian package that has it, and
+    # whether they run fwbench's traffic engine: check() checks both for every
+    # experiment, one line naming the first missing.
+    tools: dict[str, str] = {"ip": "iproute2"}
+    uses_engine: bool = True
 
     def __init__(self, sc: Scenario):
         self.sc = sc
@@ -152,10 +157,18 @@ class Experiment(abc.ABC):
 
     # --- before any testbed ----------------------------------------------------------
 
-    @abc.abstractmethod
     def check(self) -> None:
         """Raise FwbenchError (one line) unless this machine can run the experiment
-        (tools, kernel features, CPUs). Runs before a new run and before a resume."""
+        (tools, kernel features, CPUs). Runs before a new run and before a resume.
+        An experiment that checks more calls this first."""
+        self.check_tools()
+
+    def check_tools(self) -> None:
+        """The experiment's `tools`, and the engine's binary if it uses it."""
+        proc.require(self.tools)
+        if self.uses_engine:
+            from fwbench import engine
+            engine.binary()
 
     @abc.abstractmethod
     def plan(self) -> Planned:

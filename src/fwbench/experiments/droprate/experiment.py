@@ -35,10 +35,6 @@ METHOD = "droprate"
 # Before flooding again after another process shared the path CPU.
 _RETRY_PAUSE_S = 1.0
 # The testbed, the flood's tools and what reads the counters, with their packages.
-REQUIRED_TOOLS = {"ip": "iproute2", "ethtool": "ethtool", "sysctl": "procps",
-                  "conntrack": "conntrack", "iptables-legacy": "iptables"}
-
-
 def treatments(sc: Scenario) -> list[Treatment]:
     d = sc.droprate
     return build(d.treatments, d.set_sizes, d.nonmatching_rules)
@@ -58,8 +54,6 @@ def check(trs: list[Treatment], path_cpu: int) -> None:
     if path_cpu >= ncpu:
         raise FwbenchError(f"droprate.cpu: CPU {path_cpu} does not exist "
                            f"(this machine has {ncpu})")
-    proc.require(REQUIRED_TOOLS)
-    engine.binary()
     for tr in trs:
         if why := tr.unavailable():
             raise FwbenchError(f"treatment {tr.id} cannot run here: {why}")
@@ -83,6 +77,8 @@ def _topology(sc: Scenario) -> Topology:
 
 class DropRate(Experiment):
     """Where to drop a UDP flood, and what accepting it costs."""
+    tools = {"ip": "iproute2", "ethtool": "ethtool", "sysctl": "procps",
+             "conntrack": "conntrack", "iptables-legacy": "iptables"}
     factors = ("treatment", "set_size", "frame_size")
 
     def __init__(self, sc: Scenario):
@@ -100,6 +96,7 @@ class DropRate(Experiment):
         return "droprate's flood is counted, not timed"
 
     def check(self) -> None:
+        super().check()
         check(list(self.trs.values()), self.sc.droprate.cpu)
 
     def plan(self) -> Planned:

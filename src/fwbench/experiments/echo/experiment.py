@@ -56,7 +56,6 @@ EBPF = ("xdp-linear", "xdp-set", "tc-linear", "tc-set")
 # measurements (a busy machine can stall an echo past its timeout).
 INVALID = ("foreign", "wrong_size", "bad_seq", "corrupt", "connect_failed", "broken")
 SERVER_INVALID = ("foreign", "wrong_size", "corrupt", "reordered")
-REQUIRED_TOOLS = {"ip": "iproute2", "ss": "iproute2", "conntrack": "conntrack"}
 # How long a trial waits for its TCP connections to finish closing at both ends.
 SETTLE_S = 5.0
 
@@ -104,6 +103,7 @@ def _firewall(tb: Testbed) -> str:
 
 class Echo(Experiment):
     """n clients echoing messages through the firewall; seed 001's factors."""
+    tools = {"ip": "iproute2", "ss": "iproute2", "conntrack": "conntrack"}
     factors = FACTORS
 
     def __init__(self, sc: Scenario):
@@ -137,10 +137,6 @@ class Echo(Experiment):
     def over_round_trips(self) -> str | None:
         return ("echo times its own round trips (each message and its echo); "
                 "[testbed] latency is for the engine's packets")
-
-    def check(self) -> None:
-        proc.require(REQUIRED_TOOLS)
-        engine.binary()
 
     def _backend_names(self) -> list[str]:
         if ALL in self.sc.backends:

@@ -41,13 +41,13 @@ METHOD = "loadlatency"
 NETFILTER = ("iptables-legacy", "iptables-nft", "nftables")
 SERVICE_PORT = 5001            # iperf 2's port, which the NAT rule set forwards
 CALIBRATION_S = 3.0            # the no-firewall load, once per session
-REQUIRED_TOOLS = {"ip": "iproute2", "ping": "iputils-ping", "conntrack": "conntrack",
-                  "taskset": "util-linux", "ss": "iproute2"}
 
 
 class LoadLatency(Experiment):
     """Rule sets x backends x loads x background connections; ping and the
     engine's probes through the firewall, with and without TCP load."""
+    tools = {"ip": "iproute2", "ping": "iputils-ping", "conntrack": "conntrack",
+             "taskset": "util-linux", "ss": "iproute2"}
     factors = ("ruleset", "backend", "load", "entries")
 
     def __init__(self, sc: Scenario):
@@ -68,10 +68,9 @@ class LoadLatency(Experiment):
         return None
 
     def check(self) -> None:
-        proc.require(REQUIRED_TOOLS)
+        super().check()
         if "tcp-bidir" in self.s.loads:
             self.load.check()
-        engine.binary()
         if self.sc.duration_s != int(self.sc.duration_s):
             raise FwbenchError(f"duration_s: {self.sc.duration_s:g} s; {METHOD} measures "
                                f"whole seconds (ping -w and iperf3 -t take no fractions)")

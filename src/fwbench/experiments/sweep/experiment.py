@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from rich.console import Console, RenderableType
 
 from fwbench import backends as registry
-from fwbench import proc, summary
+from fwbench import summary
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
 from fwbench.check import confirm_original
@@ -45,6 +45,11 @@ from fwbench.traffic.ping import PingRtt
 
 class Sweep(Experiment):
     """Backends x rule counts x frame sizes, one method (the scenario's) per cell."""
+    # What the testbed and the maxrate instruments run (the engine's binary is
+    # checked where its traffic is made: a sweep of iperf3 runs none).
+    tools = {"ip": "iproute2", "ss": "iproute2", "ethtool": "ethtool", "sysctl": "procps",
+             "taskset": "util-linux", "iperf3": "iperf3", "ping": "iputils-ping"}
+    uses_engine = False
 
     def __init__(self, sc: Scenario):
         super().__init__(sc)
@@ -64,7 +69,7 @@ class Sweep(Experiment):
         return None
 
     def check(self) -> None:
-        check_tools()
+        super().check()
         make_method(self.sc)    # settings a search would reject, rejected now
         if ALL not in self.sc.backends:
             for name in self.sc.backends:
@@ -326,16 +331,6 @@ def _ruleset_for(rules: int, backend: Backend, sc: Scenario, cache: dict) -> Rul
         cache[key] = seed000(n, version=sc.version, layout=backend.layout,
                              counters=sc.policy.counters)
     return cache[key]
-
-
-# What the testbed and the maxrate instruments run, with the Debian package that has it.
-REQUIRED_TOOLS = {"ip": "iproute2", "ss": "iproute2", "ethtool": "ethtool",
-                  "sysctl": "procps", "taskset": "util-linux", "iperf3": "iperf3",
-                  "ping": "iputils-ping"}
-
-
-def check_tools() -> None:
-    proc.require(REQUIRED_TOOLS)
 
 
 def verify_with_sink_off(tb: Testbed, backend: Backend, rs: RuleSet, method):

@@ -38,7 +38,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from fwbench import backends as registry
-from fwbench import engine, proc
+from fwbench import engine
 from fwbench.backends.base import Backend, Step
 from fwbench.backends.kernel import flush_all, flush_conntrack
 from fwbench.errors import FwbenchError
@@ -54,7 +54,6 @@ from fwbench.experiments.update import memory, series
 
 METHOD = "update"
 FACTORS = ("backend", "rules", "kind", "mechanism")
-REQUIRED_TOOLS = {"ip": "iproute2", "taskset": "util-linux"}
 # The senders run until stopped; this only bounds a run that lost its way.
 SENDER_LIMIT_S = 3600
 # The two senders share a CPU: each sleeps until this close to its next packet.
@@ -147,6 +146,7 @@ def probe_rate(s, layout: str, n: int) -> float:
 
 class Update(Experiment):
     """Backends x sizes x kinds x mechanisms; one update under traffic a trial."""
+    tools = {"ip": "iproute2", "taskset": "util-linux"}
     factors = FACTORS
 
     def __init__(self, sc: Scenario):
@@ -165,8 +165,7 @@ class Update(Experiment):
             # The engine's two flows and the eBPF filters are IPv4: an IPv6 rule set
             # would let neither flow through, and every trial would fail.
             raise FwbenchError(f"{METHOD}: IPv4 only (family = \"ipv4\")")
-        proc.require(REQUIRED_TOOLS)
-        engine.binary()
+        super().check()
         if len(self.sc.frame_sizes) != 1:
             raise FwbenchError(f"{METHOD} sends one frame size per run; "
                                f"{len(self.sc.frame_sizes)} given")
