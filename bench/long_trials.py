@@ -28,8 +28,8 @@ from _ratios import interleave, run_main, seed000_for
 from fwbench import backends, environment
 from fwbench.errors import FwbenchError
 from fwbench.methods.search import search
-from fwbench.methods.throughput import search_config
-from fwbench.scenario import ThroughputSettings
+from fwbench.experiments.sweep.throughput import search_config
+from fwbench.experiments.sweep import ThroughputSettings
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
 from fwbench.traffic.engine import EngineTraffic

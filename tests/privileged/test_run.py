@@ -15,7 +15,8 @@ import pytest
 from rich.console import Console
 
 from fwbench import scenario
-from fwbench.experiments import loop, sweep
+from fwbench.experiments import loop
+from fwbench.experiments.sweep import experiment as sweep
 
 # The runs that are interrupted: four trials, so a SIGKILL after the second leaves
 # trials for `--resume` to run on a testbed of its own.

@@ -26,7 +26,7 @@ from fwbench.backends.base import Backend
 from fwbench.errors import FwbenchError
 from fwbench.plan import Cell, TrialKey
 from fwbench.results import SCHEMA_VERSION, TrialRecord
-from fwbench.scenario import Scenario
+from fwbench.scenario import ALL, Scenario
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
@@ -112,6 +112,25 @@ class Trial:
             conditions={**conditions, "phases": self.phases}, trials=self.trials)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a backend cannot run in an experiment: `skipped` is what run.json's
+    skipped_backends records when the scenario asked for all backends, `error` the
+    one line when the scenario named it."""
+    skipped: str
+    error: str
+
+    @classmethod
+    def same(cls, why: str | None) -> "Refusal | None":
+        return None if why is None else cls(why, why)
+
+    @classmethod
+    def unavailable(cls, b: Backend) -> "Refusal | None":
+        """The backend's own reason it cannot run on this machine, if any."""
+        why = b.unavailable()
+        return None if why is None else cls(why, f"backend {b.name} cannot run here: {why}")
+
+
 @dataclass
 class Planned:
     """What a new run of the experiment will do, decided before any testbed exists."""
@@ -147,6 +166,24 @@ class Experiment(abc.ABC):
         if name not in self._backends:
             self._backends[name] = registry.get(name)
         return self._backends[name]
+
+    def choose_backends(self, every, refusal) -> tuple[list[str], dict[str, str]]:
+        """The backends a run measures, and those left out with why: the scenario's,
+        or `every` when it asks for all. `refusal(backend)` is why one cannot run
+        (a Refusal) or None, and may raise FwbenchError for what is an error either
+        way; a backend the scenario names that is refused is an error (one line),
+        one of all is left out."""
+        explicit = ALL not in self.sc.backends
+        chosen, skipped = [], {}
+        for name in (self.sc.backends if explicit else every):
+            r = refusal(self.backend(name))
+            if r is not None and explicit:
+                raise FwbenchError(r.error)
+            if r is not None:
+                skipped[name] = r.skipped
+            else:
+                chosen.append(name)
+        return chosen, skipped
 
     def backend_versions(self, names) -> dict[str, str | None]:
         """Every named backend's tool versions, for run.json's environment."""

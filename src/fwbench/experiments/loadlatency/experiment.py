@@ -23,7 +23,7 @@ from fwbench import engine, proc, statecheck
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all, flush_conntrack
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.experiments.base import Experiment, Planned, Trial
+from fwbench.experiments.base import Experiment, Planned, Refusal, Trial
 from fwbench.plan import TrialKey
 from fwbench.results import TrialRecord
 from fwbench.ruleset import templates
@@ -92,17 +92,8 @@ class LoadLatency(Experiment):
     def _resolve(self) -> tuple[list[str], dict[str, str]]:
         """The backends to run and those skipped (only when the scenario said all):
         an explicit backend that cannot hold every rule set is an error, one line."""
-        explicit = ALL not in self.sc.backends
-        wanted = list(self.sc.backends) if explicit else list(NETFILTER)
-        chosen, skipped = [], {}
-        for name in wanted:
-            why = self._refusal(self.backend(name))
-            if why and explicit:
-                raise FwbenchError(why)
-            if why:
-                skipped[name] = why
-            else:
-                chosen.append(name)
+        chosen, skipped = self.choose_backends(
+            NETFILTER, lambda b: Refusal.same(self._refusal(b)))
         if not chosen:
             raise FwbenchError("no backend can hold the rule sets here: " +
                                "; ".join(skipped.values()))

@@ -20,7 +20,7 @@ from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
 from fwbench.check import confirm_original
 from fwbench.errors import FwbenchError, MeasurementInvalid
-from fwbench.experiments.base import Experiment, Planned, Trial, disturbed_of
+from fwbench.experiments.base import Experiment, Planned, Refusal, Trial, disturbed_of
 from fwbench.frames import min_frame
 from fwbench.methods.base import Method
 from fwbench.experiments.sweep.cpucost import CpuCost
@@ -35,7 +35,7 @@ from fwbench.ruleset import flows
 from fwbench.ruleset.evaluate import Evaluator
 from fwbench.ruleset.model import Packet, RuleSet, Unsupported
 from fwbench.ruleset.templates.seed000 import seed000
-from fwbench.scenario import ALL, Scenario, from_dict
+from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
 from fwbench.traffic.engine import EngineTraffic, Flow
@@ -71,16 +71,15 @@ class Sweep(Experiment):
     def check(self) -> None:
         super().check()
         make_method(self.sc)    # settings a search would reject, rejected now
-        if ALL not in self.sc.backends:
-            for name in self.sc.backends:
-                b = self.backend(name)
-                if why := b.unavailable():
-                    raise FwbenchError(f"backend {name} cannot run here: {why}")
+        self.choose_backends((), Refusal.unavailable)   # those it names, here
 
 
     def plan(self) -> Planned:
         sc = self.sc
-        names, skipped = resolve_backends(sc)
+        names, skipped = self.choose_backends(registry.names(), self._refusal)
+        if not names:
+            raise FwbenchError("no backend can run here: " +
+                               "; ".join(f"{k}: {v}" for k, v in skipped.items()))
         rs = imported(sc)
         resolved = from_dict({**sc.dump(), "backends": names,
                               **({"rules": [rs.rule_count]} if rs else {})})
@@ -98,6 +97,17 @@ class Sweep(Experiment):
         self.sc = resolved
         return Planned(resolved, sweep_cells(names, resolved.rules, resolved.frame_sizes),
                        meta, [f"skipping backend {n}: {why}" for n, why in skipped.items()])
+
+    def _refusal(self, b: Backend) -> Refusal | None:
+        """Why the backend cannot run the sweep here; a rule count above what it
+        holds is an error whichever backends were asked for."""
+        if r := Refusal.unavailable(b) or Refusal.same(_refusal(b, self.sc)):
+            return r
+        too_big = [n for n in self.sc.rules if n > b.max_rules]
+        if b.filters and too_big:
+            raise FwbenchError(f"backend {b.name} holds at most {b.max_rules:,} rules "
+                               f"in fwbench; {max(too_big):,} asked")
+        return None
 
     def versions(self, planned: Planned) -> dict[str, str | None]:
         out = dict(make_method(planned.scenario).versions())
@@ -192,36 +202,6 @@ def restore_ingress_gro(tb: Testbed, sc: Scenario) -> None:
     for port in tb.firewall_ingress():
         tb.exec(port.host, ["ethtool", "-K", port.ifname, "gro", state])
         tb.recorded.setdefault("offloads", {}).setdefault(tb.port_name(port), {})["gro"] = state
-
-
-def resolve_backends(sc: Scenario) -> tuple[list[str], dict[str, str]]:
-    """The backends to run and those skipped (only when the scenario asked for all).
-    A backend named explicitly that cannot run here is an error."""
-    wanted = registry.names() if ALL in sc.backends else list(sc.backends)
-    chosen, skipped = [], {}
-    for name in wanted:
-        b = registry.get(name)
-        why = b.unavailable()
-        if why and ALL not in sc.backends:
-            raise FwbenchError(f"backend {name} cannot run here: {why}")
-        if why:
-            skipped[name] = why
-            continue
-        refusal = _refusal(b, sc)
-        if refusal and ALL not in sc.backends:
-            raise FwbenchError(refusal)
-        if refusal:
-            skipped[name] = refusal
-            continue
-        too_big = [n for n in sc.rules if n > b.max_rules]
-        if b.filters and too_big:
-            raise FwbenchError(f"backend {name} holds at most {b.max_rules:,} rules "
-                               f"in fwbench; {max(too_big):,} asked")
-        chosen.append(name)
-    if not chosen:
-        raise FwbenchError("no backend can run here: " +
-                           "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    return chosen, skipped
 
 
 _imports: dict[tuple, RuleSet] = {}

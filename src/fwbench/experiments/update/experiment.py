@@ -42,12 +42,12 @@ from fwbench import engine
 from fwbench.backends.base import Backend, Step
 from fwbench.backends.kernel import flush_all, flush_conntrack
 from fwbench.errors import FwbenchError
-from fwbench.experiments.base import Experiment, Planned, Trial
+from fwbench.experiments.base import Experiment, Planned, Refusal, Trial
 from fwbench.plan import TrialKey
 from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.ruleset.templates import updates as tpl
-from fwbench.scenario import ALL, Scenario, from_dict
+from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
 from fwbench.experiments.update import memory, series
@@ -173,37 +173,32 @@ class Update(Experiment):
         if small:
             raise FwbenchError(f"{METHOD}: rule sets of at least {tpl.MIN_ENTRIES} "
                                f"entries, not {small[0]}")
-        if ALL not in self.sc.backends:
-            for name in self.sc.backends:
-                if why := self.backend(name).unavailable():
-                    raise FwbenchError(f"backend {name} cannot run here: {why}")
+        self.choose_backends((), Refusal.unavailable)   # those it names, here
 
     def plan(self) -> Planned:
-        explicit = ALL not in self.sc.backends
-        wanted = list(self.sc.backends) if explicit else registry.names()
-        cells, notes, skipped = [], [], {}
-        for name in wanted:
-            b = self.backend(name)
+        made: dict[str, tuple[list, list]] = {}
+
+        def refusal(b: Backend) -> Refusal | None:
             why = b.unavailable() or (None if b.filters else "it holds no rule set")
             if why is None and max(self.sc.rules) > b.max_rules:
                 why = f"it holds at most {b.max_rules:,} rules in fwbench"
             if why:
-                if explicit:
-                    raise FwbenchError(f"backend {name} cannot run {METHOD}: {why}")
-                skipped[name] = why
-                continue
+                return Refusal(why, f"backend {b.name} cannot run {METHOD}: {why}")
             got, left = cells_of(b, self.s, list(self.sc.rules))
             if not got:
-                msg = (f"backend {name} can make none of the updates asked: "
-                       + "; ".join(left))
-                if explicit:
-                    raise FwbenchError(msg)
-                skipped[name] = msg
-                continue
+                return Refusal.same(f"backend {b.name} can make none of the updates "
+                                    f"asked: " + "; ".join(left))
             # The template holds what every backend renders; checked once a kind, at
             # the smallest size (a pair at 100,000 entries takes seconds to render).
             for kname in dict.fromkeys(c[2] for c in got):
                 self._check_pair(b, kname, min(self.sc.rules))
+            made[b.name] = got, left
+            return None
+
+        chosen, skipped = self.choose_backends(registry.names(), refusal)
+        cells, notes = [], []
+        for name in chosen:
+            got, left = made[name]
             cells += got
             notes += [f"leaving out {why}" for why in left]
         if not cells:
