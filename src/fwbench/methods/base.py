@@ -55,6 +55,8 @@ class Remeasuring:
 
 
 class Method:
+    """One way the sweep measures a cell. Each method is a subclass; the sweep's
+    METHODS lists them, and `for_scenario` makes one with its instruments."""
     name = "method"
     # True: every disturbed measurement is taken again (a latency result moves with
     # any disturbance); False: only those at open throttle or with loss.
@@ -78,6 +80,12 @@ class Method:
             self.on_step(f"trial {index}: {trial['offered_pps']:,.0f} pps offered, "
                          f"loss {trial['loss_ratio']:.3%}")
 
+    @classmethod
+    def for_scenario(cls, sc, engine: EngineTraffic, ping) -> "Method":
+        """The method for scenario `sc`, sending through `engine` (the ping
+        instrument for those that time round trips with it)."""
+        raise NotImplementedError
+
     @property
     def traffic(self) -> str:
         return self.engine.name
@@ -97,6 +105,9 @@ class Method:
 
     def line(self, metrics: dict) -> str:
         return ""
+
+    def close(self) -> None:
+        """After the session's last trial: stop what the method started itself."""
 
     def measurer(self, tb: Testbed, frame_size: int) -> Measurer:
         m = self.engine.measurer(tb, frame_size)

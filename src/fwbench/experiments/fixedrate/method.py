@@ -85,6 +85,10 @@ class FixedRate(Method):
     remeasure = False    # its points re-measure themselves (_point): an INPUT flow's
                          # loss is the firewall's counters', not the measurer's
 
+    @classmethod
+    def for_scenario(cls, sc, engine, ping) -> "FixedRate":
+        return cls(engine, sc.fixedrate, max(sc.rules))
+
     def __init__(self, traffic: EngineTraffic, settings: FixedRateSettings, max_rules: int,
                  count_delivered: bool = False):
         super().__init__(traffic)

@@ -37,6 +37,10 @@ class CpuCost(Method):
     remeasure = False      # its soaker takes the firewall's CPU on purpose: it judges
                            # a disturbance by the idle rate itself
 
+    @classmethod
+    def for_scenario(cls, sc, engine, ping) -> "CpuCost":
+        return cls(engine, sc.cpucost)
+
     def __init__(self, traffic: EngineTraffic, settings: CpuCostSettings):
         super().__init__(traffic)
         self.settings = settings

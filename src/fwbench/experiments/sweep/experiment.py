@@ -138,13 +138,12 @@ class Sweep(Experiment):
         console.print(f"calibrating the engine with no firewall: latency bias, sender "
                       f"ceiling ({sender['sender']} sender)")
         cal = calibrate(tb, engine, self.sc.frame_sizes, self.sc.version)
-        if isinstance(method, Method):
-            method.ceilings.update({int(f): v for f, v in cal["sender_ceiling_pps"].items()})
+        method.ceilings.update({int(f): v for f, v in cal["sender_ceiling_pps"].items()})
         return {"engine": {**cal, **sender}}
 
     def close(self, tb: Testbed) -> None:
-        if isinstance(self.method_, CpuCost):
-            self.method_.close()    # its soaker would spin on the firewall CPU for nothing
+        if self.method_ is not None:
+            self.method_.close()    # cpucost's soaker would spin on the firewall CPU
 
     def environment(self, session: dict) -> dict:
         return {"engine_bias": session["engine"]["bias"]} if "engine" in session else {}
@@ -156,8 +155,7 @@ class Sweep(Experiment):
     def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         method = self.method_
-        if isinstance(method, Method):
-            method.on_step = step
+        method.on_step = step
         backend = self.backend(key.cell[0])
         rs = _ruleset_for(key.cell[1], backend, self.sc, self.rulesets)
         kept = self.kept if self.sc.keep_loaded else None
@@ -259,7 +257,12 @@ def ping_unavailable(sc: Scenario) -> str | None:
     return None
 
 
-def make_method(sc: Scenario):
+# The sweep's methods, one per scenario method it runs (each's `name`).
+METHODS: tuple[type[Method], ...] = (MaxRate, Throughput, Latency, LossLoad, FixedRate,
+                                     CpuCost)
+
+
+def make_method(sc: Scenario) -> Method:
     """The scenario's method with its instruments. Settings a search would reject are
     rejected here, before a testbed is built."""
     ins = sc.instrument
@@ -280,23 +283,9 @@ def make_method(sc: Scenario):
         # Validate with a stand-in ceiling; the real one is measured per frame size.
         top = sc.throughput.max_load_pps or 2 * sc.throughput.min_load_pps
         search_config(sc.throughput, sc.duration_s, top)
-    match sc.method:
-        case "maxrate":
-            return MaxRate(engine, ping)
-        case "throughput":
-            return Throughput(engine, sc.throughput)
-        case "latency":
-            # The reference ping runs at the engine's idle rate: on a VM, the wake-up
-            # of an idle CPU dominates latency, so only equal gaps compare.
-            idle_ping = PingRtt(max(ins.ping_count, 200), max(1 / sc.latency.idle_pps, 1e-4),
-                                sc.version)
-            return Latency(engine, sc.throughput, sc.latency, idle_ping)
-        case "lossload":
-            return LossLoad(engine, sc.lossload)
-        case "fixedrate":
-            return FixedRate(engine, sc.fixedrate, max(sc.rules))
-        case "cpucost":
-            return CpuCost(engine, sc.cpucost)
+    for cls in METHODS:
+        if cls.name == sc.method:
+            return cls.for_scenario(sc, engine, ping)
     raise FwbenchError(f"unknown method {sc.method}")
 
 
@@ -324,8 +313,7 @@ def verify_with_sink_off(tb: Testbed, backend: Backend, rs: RuleSet, method):
 
 
 def _engine_of(method) -> EngineTraffic | None:
-    engine = method.rate if isinstance(method, MaxRate) else method.engine
-    return engine if isinstance(engine, EngineTraffic) else None
+    return method.engine if isinstance(method.engine, EngineTraffic) else None
 
 
 def calibrate(tb: Testbed, engine: EngineTraffic, frame_sizes: list[int],

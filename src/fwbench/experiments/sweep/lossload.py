@@ -12,6 +12,10 @@ from fwbench.traffic.engine import EngineTraffic
 class LossLoad(Method):
     name = "lossload"
 
+    @classmethod
+    def for_scenario(cls, sc, engine, ping) -> "LossLoad":
+        return cls(engine, sc.lossload)
+
     def __init__(self, traffic: EngineTraffic, settings: LossLoadSettings):
         super().__init__(traffic)
         self.settings = settings

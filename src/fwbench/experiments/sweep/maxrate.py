@@ -14,6 +14,7 @@ in the record's sub-trials, never hidden.
 from __future__ import annotations
 
 from fwbench import cpu
+from fwbench.methods.base import Method
 from fwbench.testbed.base import Testbed
 from fwbench.traffic import RateInstrument, RttInstrument
 
@@ -21,12 +22,19 @@ from fwbench.traffic import RateInstrument, RttInstrument
 REDO = 2
 
 
-class MaxRate:
+class MaxRate(Method):
+    """Its rate instrument is the method's `engine` (the engine, or iperf3); it
+    takes disturbed measurements again itself, keeping each in the sub-trials."""
     name = "maxrate"
 
     def __init__(self, rate: RateInstrument, rtt: RttInstrument):
+        super().__init__(rate)
         self.rate = rate
         self.rtt = rtt
+
+    @classmethod
+    def for_scenario(cls, sc, engine, ping) -> "MaxRate":
+        return cls(engine, ping)
 
     @property
     def traffic(self) -> str:

@@ -59,6 +59,10 @@ def search_metrics(res: SearchResult, top_is_sender_ceiling: bool = True) -> dic
 class Throughput(Method):
     name = "throughput"
 
+    @classmethod
+    def for_scenario(cls, sc, engine, ping) -> "Throughput":
+        return cls(engine, sc.throughput)
+
     def __init__(self, traffic: EngineTraffic, settings: ThroughputSettings):
         super().__init__(traffic)
         self.settings = settings
