@@ -1,16 +1,32 @@
-"""The table that ends a run: each cell's headline figures (median over repetitions)
-per backend, rule count and frame size, with the ratio to `none` (no firewall) at the
-same frame size. The figures are the method's headline and second metric
-(fwbench.metrics)."""
+"""The table that ends a run. `render` draws it for every experiment from the
+title, columns and rows the experiment gives (experiments.base.Experiment.summary);
+`table` is the rule-count sweeps': each cell's headline figures (median over
+repetitions) per backend, rule count and frame size, with the ratio to `none` (no
+firewall) at the same frame size, the figures being the method's headline and
+second metric (fwbench.metrics)."""
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
 
+from typing import Iterable, Sequence
+
 from rich.table import Table
 
 from fwbench import metrics
 from fwbench.results import SWEEP_FACTORS, TrialRecord
+
+def render(title: str, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence],
+           caption: str | None = None) -> Table:
+    """The table that ends a run, for every experiment: `columns` are (head,
+    justify), each row one cell's texts (rich markup or Text)."""
+    t = Table(title=title, caption=caption)
+    for head, justify in columns:
+        t.add_column(head, justify=justify)
+    for row in rows:
+        t.add_row(*row)
+    return t
+
 
 def _median(values: list[float | None]) -> float | None:
     got = [v for v in values if v is not None]
@@ -37,18 +53,19 @@ def table(records: list[TrialRecord], backend_order: list[str]) -> Table:
     title = metrics.title(method, records)
     col1, col2 = (m.column for m in metrics.relabelled(metrics.of(method), records)[:2])
     cells = medians(records)
-    t = Table(title=f"{method}: median over repetitions (frame size incl. FCS; {title})")
-    for col, just in (("frame", "right"), ("backend", "left"), ("rules", "right"),
-                      (col1, "right"), ("x none", "right"), (col2, "right"),
-                      ("n ok", "right"), ("not ok", "right")):
-        t.add_column(col, justify=just)
     order = {b: i for i, b in enumerate(backend_order)}
-    for (b, n, f) in sorted(cells, key=lambda k: (k[2], order.get(k[0], 99), k[1])):
+
+    def row(b: str, n: int, f: int) -> list[str]:
         c = cells[(b, n, f)]
         base = cells.get(("none", 0, f), {}).get("primary")
         ratio = f"{c['primary'] / base:.2f}" if c["primary"] and base else "-"
-        t.add_row(str(f), b, f"{n:,}" if b != "none" else "-",
-                  f"{c['primary']:,.0f}" if c["primary"] is not None else "-", ratio,
-                  f"{c['secondary']:,.1f}" if c["secondary"] is not None else "-",
-                  str(c["n"]), str(c["not_ok"]) if c["not_ok"] else "")
-    return t
+        return [str(f), b, f"{n:,}" if b != "none" else "-",
+                f"{c['primary']:,.0f}" if c["primary"] is not None else "-", ratio,
+                f"{c['secondary']:,.1f}" if c["secondary"] is not None else "-",
+                str(c["n"]), str(c["not_ok"]) if c["not_ok"] else ""]
+    return render(f"{method}: median over repetitions (frame size incl. FCS; {title})",
+                  [("frame", "right"), ("backend", "left"), ("rules", "right"),
+                   (col1, "right"), ("x none", "right"), (col2, "right"),
+                   ("n ok", "right"), ("not ok", "right")],
+                  (row(*k) for k in sorted(cells, key=lambda k: (k[2], order.get(k[0], 99),
+                                                                  k[1]))))

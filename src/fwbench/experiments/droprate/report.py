@@ -20,6 +20,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from fwbench import summary
 from fwbench.experiments.droprate.treatments import NAMES
 from fwbench.results import TrialRecord
 from fwbench.stats import Interval, log_ratio, median_interval, paired_ratio_interval
@@ -186,35 +187,34 @@ def _span(iv: Interval | None, fmt) -> str:
 def table(table_rows: list[Row]) -> Table:
     cov = next((w.interval.coverage for w in table_rows if w.interval and len(w.pps) > 1),
                None)
-    t = Table(title="Seed 002, where to drop: disposal rate of a UDP flood on one CPU",
-              caption="Accepted packets reach UDP, where no socket listens. seed: 4.4 "
-                      "kernel, loopback, one EC2 core; its cost % as published, in "
-                      "parentheses best / pps - 1 recomputed from its own PPS.")
-    for col, just in (("Method", "left"),
-                      (f"PPS ({100 * cov:.1f} % interval)" if cov else "PPS", "right"),
-                      ("Cost % (95 %)", "right"), ("CPU ns/pkt (softirq)", "right"),
-                      ("n ok", "right"), ("seed PPS", "right"), ("seed cost %", "right")):
-        t.add_column(col, justify=just)
-    group = None
+    body, group = [], None
     for w in table_rows:
         if w.group != group:
             group = w.group
-            t.add_row(f"[bold]{GROUP_TITLES.get(group, group)}[/]", *[""] * 6)
+            body.append([f"[bold]{GROUP_TITLES.get(group, group)}[/]", *[""] * 6])
         seed = seed_figures(w.tid, w.size)
         seed_pps = kpps(seed[0]) if seed else ""
         seed_cost = f"{seed[1]} ({seed[2]:.1f})" if seed and seed[1] is not None else ""
         n = f"{len(w.pps)}" + (f" [red]+{len(w.not_ok)}[/]" if w.not_ok else "")
         if w.median is None:
-            t.add_row(Text(w.label), Text(w.not_ok[0][0] if w.not_ok else "-", style="red"),
-                      "", "", n, seed_pps, Text(seed_cost))
+            body.append([Text(w.label),
+                         Text(w.not_ok[0][0] if w.not_ok else "-", style="red"),
+                         "", "", n, seed_pps, Text(seed_cost)])
             continue
         cost_s = "best" if w.is_best else \
             f"{100 * w.cost:.1f}{_span(w.cost_interval, lambda x: f'{100 * x:.1f}')}"
-        t.add_row(Text(w.label), Text(f"{kpps(w.median)}{_span(w.interval, kpps)}"), Text(cost_s),
-                  f"{statistics.median(w.cpu_ns):,.0f} "
-                  f"({statistics.median(w.softirq_ns):,.0f})",
-                  n, seed_pps, Text(seed_cost))
-    return t
+        body.append([Text(w.label), Text(f"{kpps(w.median)}{_span(w.interval, kpps)}"),
+                     Text(cost_s), f"{statistics.median(w.cpu_ns):,.0f} "
+                                   f"({statistics.median(w.softirq_ns):,.0f})",
+                     n, seed_pps, Text(seed_cost)])
+    return summary.render(
+        "Seed 002, where to drop: disposal rate of a UDP flood on one CPU",
+        [("Method", "left"), (f"PPS ({100 * cov:.1f} % interval)" if cov else "PPS", "right"),
+         ("Cost % (95 %)", "right"), ("CPU ns/pkt (softirq)", "right"), ("n ok", "right"),
+         ("seed PPS", "right"), ("seed cost %", "right")], body,
+        caption="Accepted packets reach UDP, where no socket listens. seed: 4.4 kernel, "
+                "loopback, one EC2 core; its cost % as published, in parentheses best / "
+                "pps - 1 recomputed from its own PPS.")
 
 
 def not_ok_lines(table_rows: list[Row]) -> list[str]:

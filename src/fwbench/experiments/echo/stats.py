@@ -35,6 +35,7 @@ from rich.table import Table
 from scipy import stats as sps
 
 from fwbench import stats
+from fwbench import summary
 from fwbench.experiments.echo.design import FACTORS
 from fwbench.results import TrialRecord
 
@@ -347,12 +348,10 @@ def conn_rates(records: list[TrialRecord]) -> list[ConnRate]:
 def table(records: list[TrialRecord]) -> Table:
     s = samples(records)
     dec = {d.cell: d for d in decreases(s)}
-    t = Table(title="echo: mean throughput per client (message bytes one way)")
-    for col in ("cell", "trials", "per client", "vs F=0"):
-        t.add_column(col, justify="left" if col == "cell" else "right")
-    for cell in sorted(s):
-        d = dec.get(cell)
-        t.add_row(label(cell), str(len(s[cell])),
-                  f"{statistics.fmean(s[cell]) / 1e6:,.2f} Mbit/s",
-                  f"{-d.decrease_pct:+.1f} %" if d else "")
-    return t
+    return summary.render(
+        "echo: mean throughput per client (message bytes one way)",
+        [(col, "left" if col == "cell" else "right")
+         for col in ("cell", "trials", "per client", "vs F=0")],
+        ([label(cell), str(len(s[cell])), f"{statistics.fmean(s[cell]) / 1e6:,.2f} Mbit/s",
+          f"{-d.decrease_pct:+.1f} %" if (d := dec.get(cell)) else ""]
+         for cell in sorted(s)))

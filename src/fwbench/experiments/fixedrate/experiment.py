@@ -29,6 +29,7 @@ from collections import defaultdict
 from rich.console import Console, RenderableType
 from rich.table import Table
 
+from fwbench import summary
 from fwbench.backends.base import Backend
 from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.experiments.base import Planned, Trial, disturbed_of
@@ -220,18 +221,19 @@ def summary_table(records: list[TrialRecord]) -> Table:
     for r in records:
         cells[r.cell(FACTORS)].append(r)
     points = stats.degradation_points(records)
-    t = Table(title="fixedrate: median over repetitions (seed 003's flows; frame size "
-                    "incl. FCS)")
-    for col in ("frame", "chain", "cpus", "backend", "rules", "processed pps", "loss %",
-                "n ok", "loss begins (rules)"):
-        t.add_column(col, justify="left" if col in ("backend", "chain") else "right")
-    for (b, n, f, chain, cpus) in sorted(cells, key=lambda k: (k[2], k[3], k[4], k[0], k[1])):
+
+    def row(b, n, f, chain, cpus) -> list[str]:
         ok = [r for r in cells[(b, n, f, chain, cpus)] if r.status == "ok"]
         pps = [r.metrics["processed_pps"] for r in ok]
         loss = [100 * r.metrics["loss_ratio"] for r in ok]
         d = points.get((b, f, chain, cpus))
         where = "-" if d is None or b == "none" else stats.bracket_text(d)
-        t.add_row(str(f), chain, str(cpus), b, f"{n:,}" if b != "none" else "-",
-                  f"{statistics.median(pps):,.0f}" if pps else "-",
-                  f"{statistics.median(loss):.2f}" if loss else "-", str(len(ok)), where)
-    return t
+        return [str(f), chain, str(cpus), b, f"{n:,}" if b != "none" else "-",
+                f"{statistics.median(pps):,.0f}" if pps else "-",
+                f"{statistics.median(loss):.2f}" if loss else "-", str(len(ok)), where]
+    return summary.render(
+        "fixedrate: median over repetitions (seed 003's flows; frame size incl. FCS)",
+        [(col, "left" if col in ("backend", "chain") else "right") for col in (
+            "frame", "chain", "cpus", "backend", "rules", "processed pps", "loss %",
+            "n ok", "loss begins (rules)")],
+        (row(*k) for k in sorted(cells, key=lambda k: (k[2], k[3], k[4], k[0], k[1]))))

@@ -26,6 +26,7 @@ import numpy as np
 from rich.table import Table
 
 from fwbench import stats
+from fwbench import summary
 from fwbench.metrics import round_trips
 from fwbench.results import TrialRecord
 
@@ -244,24 +245,25 @@ def table(records: list[TrialRecord]) -> Table:
     """The table that ends a run: per configuration the trials' median RTT, the
     pooled mean / median / sd and the engine's one-way p50, the load achieved."""
     cs = configs(records)
-    t = Table(title="loadlatency: ping RTT through the firewall, µs (trial means: their "
-                    "median over trials; pooled replies as seed 004 reported them)")
-    for col in ("rule set", "backend", "load", "conns", "n ok", "trial mean [95 %]",
-                "pooled mean", "median", "sd",
-                "round-trip p50" if round_trips(records) else "one-way p50",
-                "load up/down Gbit/s"):
-        t.add_column(col, justify="left" if col in ("rule set", "backend", "load")
-                     else "right")
-    for c, s in sorted(cs.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3],
-                                                   _backend_order(kv[0][1]))):
+
+    def row(c, s) -> list[str]:
         p = s.pooled()
         ci = s.value_ci()
         med = (f"{statistics.median(s.trial_values):,.0f}" +
                (f" [{ci.low:,.0f}, {ci.high:,.0f}]" if ci else "")) if s.n else "-"
         load = (f"{statistics.median(s.load_up) / 1e9:.2f} / "
                 f"{statistics.median(s.load_down) / 1e9:.2f}" if s.load_up else "-")
-        t.add_row(c[0], c[1], c[2], f"{c[3]:,}", str(s.n), med,
-                  f"{p['mean']:,.0f}" if p else "-", f"{p['median']:,.0f}" if p else "-",
-                  f"{p['sd']:,.0f}" if p and p["sd"] is not None else "-",
-                  f"{statistics.median(s.probe_p50):,.1f}" if s.probe_p50 else "-", load)
-    return t
+        return [c[0], c[1], c[2], f"{c[3]:,}", str(s.n), med,
+                f"{p['mean']:,.0f}" if p else "-", f"{p['median']:,.0f}" if p else "-",
+                f"{p['sd']:,.0f}" if p and p["sd"] is not None else "-",
+                f"{statistics.median(s.probe_p50):,.1f}" if s.probe_p50 else "-", load]
+    return summary.render(
+        "loadlatency: ping RTT through the firewall, µs (trial means: their median over "
+        "trials; pooled replies as seed 004 reported them)",
+        [(col, "left" if col in ("rule set", "backend", "load") else "right") for col in (
+            "rule set", "backend", "load", "conns", "n ok", "trial mean [95 %]",
+            "pooled mean", "median", "sd",
+            "round-trip p50" if round_trips(records) else "one-way p50",
+            "load up/down Gbit/s")],
+        (row(c, s) for c, s in sorted(cs.items(), key=lambda kv: (
+            kv[0][0], kv[0][2], kv[0][3], _backend_order(kv[0][1])))))

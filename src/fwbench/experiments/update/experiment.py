@@ -39,6 +39,7 @@ from rich.table import Table
 
 from fwbench import backends as registry
 from fwbench import engine
+from fwbench import summary
 from fwbench.backends.base import Backend, Step
 from fwbench.backends.kernel import flush_all, flush_conntrack
 from fwbench.errors import FwbenchError
@@ -464,22 +465,22 @@ def summary_table(records: list[TrialRecord]) -> Table:
     cells: dict[tuple, list[TrialRecord]] = defaultdict(list)
     for r in records:
         cells[r.cell(FACTORS)].append(r)
-    t = Table(title="update: medians over repetitions (in effect: when the probe flow "
-                    "changed; kept flow: the flow no update touches)")
-    for col in ("backend", "rules", "kind", "mechanism", "in effect ms", "command ms",
-                "kept lost", "longest gap ms", "n ok"):
-        t.add_column(col, justify="left" if col in ("backend", "kind", "mechanism")
-                     else "right")
-
     def med(vals) -> str:
         vals = [v for v in vals if v is not None]
         return f"{statistics.median(vals):,.1f}" if vals else "-"
-    for key in sorted(cells, key=lambda c: (c[0], c[1], c[2], c[3])):
+
+    def row(key) -> list[str]:
         ok = [r for r in cells[key] if r.status == "ok"]
         b, n, kname, mech = key
-        t.add_row(b, f"{n:,}", kname, mech,
-                  med(1e3 * r.metrics["update_s"] for r in ok),
-                  med(1e3 * r.metrics["command_s"] for r in ok),
-                  med(r.metrics["kept"]["lost"] for r in ok),
-                  med(1e3 * r.metrics["kept"]["max_gap_s"] for r in ok), str(len(ok)))
-    return t
+        return [b, f"{n:,}", kname, mech,
+                med(1e3 * r.metrics["update_s"] for r in ok),
+                med(1e3 * r.metrics["command_s"] for r in ok),
+                med(r.metrics["kept"]["lost"] for r in ok),
+                med(1e3 * r.metrics["kept"]["max_gap_s"] for r in ok), str(len(ok))]
+    return summary.render(
+        "update: medians over repetitions (in effect: when the probe flow changed; kept "
+        "flow: the flow no update touches)",
+        [(col, "left" if col in ("backend", "kind", "mechanism") else "right") for col in (
+            "backend", "rules", "kind", "mechanism", "in effect ms", "command ms",
+            "kept lost", "longest gap ms", "n ok")],
+        (row(key) for key in sorted(cells, key=lambda c: (c[0], c[1], c[2], c[3]))))
