@@ -64,6 +64,9 @@ class Method:
     # False: the method judges disturbance itself (cpucost: its soaker is meant to
     # take the firewall's CPU).
     remeasure = True
+    # True: it measures any rule set's flow (IPv6, an imported rule set); False:
+    # seed 000's IPv4 flow only.
+    any_flow = True
 
     def __init__(self, traffic: EngineTraffic):
         self.engine = traffic

@@ -84,6 +84,7 @@ class FixedRate(Method):
     name = "fixedrate"
     remeasure = False    # its points re-measure themselves (_point): an INPUT flow's
                          # loss is the firewall's counters', not the measurer's
+    any_flow = False
 
     @classmethod
     def for_scenario(cls, sc, engine, ping) -> "FixedRate":

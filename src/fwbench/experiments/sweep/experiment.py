@@ -28,7 +28,7 @@ from fwbench.experiments.fixedrate.method import FixedRate
 from fwbench.experiments.sweep.latency import Latency
 from fwbench.experiments.sweep.lossload import LossLoad
 from fwbench.experiments.sweep.maxrate import MaxRate
-from fwbench.experiments.sweep.throughput import Throughput, search_config
+from fwbench.experiments.sweep.throughput import Throughput
 from fwbench.plan import TrialKey, sweep_cells
 from fwbench.results import TrialRecord
 from fwbench.ruleset import flows
@@ -272,21 +272,15 @@ def make_method(sc: Scenario) -> Method:
             raise FwbenchError("iperf3 traffic measures seed 000's IPv4 flow only; use "
                                "traffic = engine with --family ipv6 or --ruleset")
         return MaxRate(Iperf3Rate(ins.iperf3_streams), ping)
-    e = sc.engine
-    if sc.traffic == "engine" and (sc.version == 6 or sc.policy.file) and \
-            sc.method not in ("maxrate", "throughput", "lossload", "cpucost"):
+    cls = next((c for c in METHODS if c.name == sc.method), None)
+    if cls is None:
+        raise FwbenchError(f"unknown method {sc.method}")
+    if (sc.version == 6 or sc.policy.file) and not cls.any_flow:
+        *some, last = [c.name for c in METHODS if c.any_flow]
         raise FwbenchError(f"method {sc.method} measures seed 000's IPv4 flow only; "
-                           f"use maxrate, throughput, lossload or cpucost with --family "
+                           f"use {', '.join(some)} or {last} with --family "
                            f"ipv6 or --ruleset")
-    engine = EngineTraffic(e, Flow(**measured_flow(sc)))
-    if sc.method in ("throughput", "latency"):
-        # Validate with a stand-in ceiling; the real one is measured per frame size.
-        top = sc.throughput.max_load_pps or 2 * sc.throughput.min_load_pps
-        search_config(sc.throughput, sc.duration_s, top)
-    for cls in METHODS:
-        if cls.name == sc.method:
-            return cls.for_scenario(sc, engine, ping)
-    raise FwbenchError(f"unknown method {sc.method}")
+    return cls.for_scenario(sc, EngineTraffic(sc.engine, Flow(**measured_flow(sc))), ping)
 
 
 def _ruleset_for(rules: int, backend: Backend, sc: Scenario, cache: dict) -> RuleSet:
