@@ -287,10 +287,21 @@ def test_the_readme_is_a_front_door():
         assert f"](docs/{page.name})" in text, f"docs/{page.name} is not linked from the README"
 
 
+def anchors(page: Path) -> set[str]:
+    """The page's headings as GitHub names their anchors."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
 def test_every_link_between_pages_resolves():
     for page in [README, *DOCS]:
-        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)", page.read_text()):
+        for target, anchor in re.findall(r"\]\(([^)#:]+\.md)(?:#([^)]*))?\)",
+                                         page.read_text()):
             assert (page.parent / target).exists(), f"{page.name}: {target}"
+            if anchor:
+                assert anchor in anchors(page.parent / target), \
+                    f"{page.name}: {target}#{anchor}: no such heading"
 
 
 if __name__ == "__main__":
