@@ -385,8 +385,8 @@ class XtLegacy(Firewall):
         for name, table_file in self._TABLES.items():
             if name not in saved:
                 continue
-            tables = ex.run(role, ["cat", f"/proc/net/{table_file}"], check=False).stdout.split()
-            for t in tables:
+            tables = ex.run(role, ["cat", f"/proc/net/{table_file}"], check=False)
+            for t in tables.stdout.split():
                 step(f"emptying {name} {t}", emptying(name, t, zero=zero))
 
     def reload_host(self, saved: dict[str, str], step) -> None:
@@ -394,8 +394,8 @@ class XtLegacy(Firewall):
 
     def emptying_script(self) -> str:
         return "; ".join(
-            f"for t in $(cat /proc/net/{names} 2>/dev/null); do {emptying_shell(tool, '$t')}; done"
-            for tool, names in self._TABLES.items())
+            f"for t in $(cat /proc/net/{names} 2>/dev/null); do "
+            f"{emptying_shell(tool, '$t')}; done" for tool, names in self._TABLES.items())
 
 
 class XtNft(Firewall):

@@ -192,6 +192,7 @@ class SshTestbed(Testbed):
         empties the host's firewall, and the session comes back. Disarming it is the
         proof the session survived."""
         dogs = {}
+        empty = hoststate.emptying_script(self.firewalls)
         for r in (h.role for h in self.topo.hosts if h.kind == "firewall"):
             self._dogs += 1
             mark = f"{self.executor.rundir[r]}/watchdog-{self._dogs}"
@@ -200,7 +201,7 @@ class SshTestbed(Testbed):
             dogs[r] = (mark, self.spawn(r, [sys.executable, "-c", (
                 f"import subprocess, time; time.sleep({self.hosts[r].watchdog_s:g}); "
                 f"open({mark!r}, 'w').close(); "
-                f"subprocess.run(['sh', '-c', {hoststate.emptying_script(self.firewalls)!r}])")],
+                f"subprocess.run(['sh', '-c', {empty!r}])")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         try:
             yield

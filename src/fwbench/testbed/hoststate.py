@@ -4,9 +4,9 @@ back however the run ends.
 What is saved (`snapshot`): the firewall as each tool lists it (the listings of
 every firewall the registered backends load into, backends.kernel.Firewall:
 iptables-save and ip6tables-save of both the legacy and the nft tools, `nft list
-ruleset`, `ipset save`), and for each test interface its link settings (up, MTU, MAC), addresses,
-permanent neighbours, offloads (`ethtool -k`), RPS masks, attached XDP programs and
-qdiscs; the routes and policy rules through the test interfaces; every sysctl
+ruleset`, `ipset save`), and for each test interface its link settings (up, MTU,
+MAC), addresses, permanent neighbours, offloads (`ethtool -k`), RPS masks, attached
+XDP programs and qdiscs; the routes and policy rules through the test interfaces; every sysctl
 fwbench writes (the ones the build sets, and any other the moment before a caller
 first writes it). Beside it, `added` (`no_additions`): what fwbench adds, each
 thing recorded before it is added.
