@@ -449,7 +449,7 @@ def cmd_clean(args, out: Console) -> int:
     if args.inventory:
         from fwbench.testbed import hosts, inventory
         inv = inventory.load(args.inventory)
-        done = hosts.clean(inv)
+        done = hosts.clean(inv, registry.firewalls())
         for role, what in done.items():   # one line a host, however wide
             out.print(f"{inv.hosts[role].where}: {what}", soft_wrap=True, highlight=False,
                       markup=False)
