@@ -19,6 +19,7 @@ import time
 
 from rich.console import Console, RenderableType
 
+from fwbench import backends as registry
 from fwbench import engine, proc, statecheck
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all, flush_conntrack
@@ -37,8 +38,6 @@ from fwbench.traffic.latency_series import EngineProbeSeries, PingSeries
 from fwbench.traffic.tcpload import TcpBidirLoad, whole_seconds
 
 METHOD = "loadlatency"
-# The backends seed 004 compared, and iptables over nf_tables beside them.
-NETFILTER = ("iptables-legacy", "iptables-nft", "nftables")
 SERVICE_PORT = 5001            # iperf 2's port, which the NAT rule set forwards
 CALIBRATION_S = 3.0            # the no-firewall load, once per session
 
@@ -92,8 +91,11 @@ class LoadLatency(Experiment):
     def _resolve(self) -> tuple[list[str], dict[str, str]]:
         """The backends to run and those skipped (only when the scenario said all):
         an explicit backend that cannot hold every rule set is an error, one line."""
+        # The linear netfilter backends: those seed 004 compared, and iptables over
+        # nf_tables beside them.
         chosen, skipped = self.choose_backends(
-            NETFILTER, lambda b: Refusal.same(self._refusal(b)))
+            registry.names(family=("x_tables", "nf_tables"), layout="linear"),
+            lambda b: Refusal.same(self._refusal(b)))
         if not chosen:
             raise FwbenchError("no backend can hold the rule sets here: " +
                                "; ".join(skipped.values()))
