@@ -38,7 +38,7 @@ from fwbench.ruleset.model import (PORTLESS, PROTO_NUMBERS, TESTBED_IPSEC, TESTB
                                    Packet)
 
 if TYPE_CHECKING:
-    from fwbench.testbed.base import Testbed
+    from fwbench.testbed.base import IfStats, Testbed
 
 MAGIC = b"FWBp"
 MARKER_LEN = len(MAGIC) + 4 + 4   # magic, nonce, index
@@ -328,11 +328,16 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
     share a conntrack entry (and its NAT binding); one matching another's reverse
     makes it `established`. Observed addresses are in canonical text.
 
-    Raises MeasurementInvalid when the instrument itself lost packets (a capture
-    socket overflowed, the firewall could not hand a packet to an end host), since
-    a None would then be a lie. `prepare(tb)` first for destinations beyond the two
-    end hosts' addresses; conntrack keeps what earlier exchanges left
-    (fwbench.backends.kernel.flush_conntrack)."""
+    The firewall's own counters tell a packet it dropped from one the instrument
+    lost: every frame the firewall hands to an end host counts in its port's
+    tx_packets, so the capture waits until it has seen as many frames (any frame,
+    marked or not) as the firewall's ports count. Raises InstrumentLost (a
+    MeasurementInvalid, holding what was seen) when a packet is missing and the
+    instrument lost frames (a capture socket overflowed, the firewall could not hand
+    a frame to an end host, or frames the firewall counted never reached the
+    capture), since a None would then be a lie. `prepare(tb)` first for
+    destinations beyond the two end hosts' addresses; conntrack keeps what earlier
+    exchanges left (fwbench.backends.kernel.flush_conntrack)."""
     if not packets:
         return []
     t = tb.topo
@@ -356,7 +361,7 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
         for role, (host, _) in ends.items():
             _sink(tb, role, host.ifname)
             sinks.append(role)
-        handed_before = _handover_drops(tb)
+        handed_before = _handed(tb)
         start_in = tb.taken_in()
         taken_in = None if start_in is None else start_in + len(packets)
         for role, a in agents.items():
@@ -366,14 +371,17 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
         if unsent:
             raise MeasurementInvalid(f"packets: {unsent} of {len(packets)} packets were not "
                                      f"taken in by the firewall within {timeout_s:g} s")
-        _wait_quiet(tb, agents, len(packets), start + timeout_s, quiet_s, taken_in)
+        _wait_quiet(tb, agents, len(packets), start + timeout_s, quiet_s, taken_in,
+                    handed_before)
         got = {role: a.ask({"cmd": "collect"}) for role, a in agents.items()}
-        lost = _handover_drops(tb) - handed_before
+        handed = _handed(tb)
+        dropped = sum(handed[r].tx_dropped - handed_before[r].tx_dropped for r in handed)
         socket_drops = sum(g["socket_drops"] for g in got.values())
-        if lost or socket_drops:
-            raise MeasurementInvalid(
-                f"packets: the instrument lost packets ({lost} between firewall and end "
-                f"host, {socket_drops} in the capture sockets); repeat the exchange")
+        # Frames the firewall counted out of a port that its end host's capture
+        # neither saw nor counted as dropped: lost on the way (still in flight when
+        # the wait ended, on a machine too busy to deliver them).
+        unseen = sum(max(0, handed[r].tx_packets - handed_before[r].tx_packets
+                         - got[r]["all"] - got[r]["socket_drops"]) for r in handed)
     finally:
         for a in agents.values():
             a.close()
@@ -395,7 +403,23 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
             pkt = Packet(f.version, sent.iif, f.saddr, f.daddr, f.proto, f.sport, f.dport,
                          f.icmp_type)
             out[f.index] = Observed(pkt, role, f.checksum_ok)
+    if (dropped or socket_drops or unseen) and None in out:
+        raise InstrumentLost(
+            f"packets: the instrument lost packets ({dropped} between firewall and end "
+            f"host, {socket_drops} in the capture sockets, {unseen} counted out of the "
+            f"firewall but never captured); repeat the exchange",
+            out, dropped + socket_drops + unseen)
     return out
+
+
+class InstrumentLost(MeasurementInvalid):
+    """The exchange lost frames that were not the firewall's doing, and some packet
+    is missing: `seen` is what was observed (a None there may be the firewall's
+    verdict or the loss), `lost` how many frames the counters show lost."""
+
+    def __init__(self, message: str, seen: list[Observed | None], lost: int):
+        super().__init__(message)
+        self.seen, self.lost = seen, lost
 
 
 def _sink(tb: "Testbed", role: str, ifname: str) -> None:
@@ -415,11 +439,23 @@ def _refuse_xdp(tb: "Testbed", role: str, ifname: str) -> None:
                            "from the capture; detach it first")
 
 
-def _handover_drops(tb: "Testbed") -> int:
-    """Packets the firewall forwarded but could not hand to an end host (the end
-    host's input queue was full): the firewall's ports' tx_dropped."""
+def _handed(tb: "Testbed") -> dict[str, "IfStats"]:
+    """The firewall's counters of its ports facing each end host: tx_packets, the
+    frames it handed to that host (veth counts a frame once the peer's input queue
+    took it); tx_dropped, those it could not (that queue was full)."""
     t = tb.topo
-    return sum(tb.stats(p).tx_dropped for p in (t.fw_client_side, t.fw_server_side))
+    return {"client": tb.stats(t.fw_client_side), "server": tb.stats(t.fw_server_side)}
+
+
+def _settled(agents: dict[str, "_Agent"], handed: dict[str, "IfStats"],
+             before: dict[str, "IfStats"]) -> bool:
+    """Whether each end host's capture has seen (or counted as dropped) every frame
+    the firewall's counters `handed` show handed to it since `before`."""
+    for role, a in agents.items():
+        c = a.ask({"cmd": "count"})
+        if c["all"] + c["socket_drops"] < handed[role].tx_packets - before[role].tx_packets:
+            return False
+    return True
 
 
 # Once the firewall's IP layer has taken in every packet sent, this long without a
@@ -428,11 +464,21 @@ def _handover_drops(tb: "Testbed") -> int:
 SETTLE_S = 0.05
 
 
+# After the quiet wait, at most this long more for frames the firewall's counters
+# show handed to an end host but not yet captured (a busy machine delays the end
+# host's input queue); what is still missing then is counted lost.
+IN_FLIGHT_S = 2.0
+
+
 def _wait_quiet(tb: "Testbed", agents: dict[str, "_Agent"], expected: int,
-                deadline: float, quiet_s: float, taken_in: int | None = None) -> None:
+                deadline: float, quiet_s: float, taken_in: int | None = None,
+                handed_before: dict[str, "IfStats"] | None = None) -> None:
     """Until every packet is captured, or nothing has moved for `quiet_s` (SETTLE_S
-    once the firewall's IP input counter has reached `taken_in`)."""
+    once the firewall's IP input counter has reached `taken_in`) and the captures
+    have seen every frame the firewall's ports counted out since `handed_before`
+    (for at most IN_FLIGHT_S more)."""
     last, since = None, time.monotonic()
+    in_flight_until = None
     while True:
         captured = [a.ask({"cmd": "count"})["captured"] for a in agents.values()]
         if sum(captured) >= expected:
@@ -444,7 +490,11 @@ def _wait_quiet(tb: "Testbed", agents: dict[str, "_Agent"], expected: int,
             last, since = now_state, now
         elif now - since >= (SETTLE_S if taken_in is not None and fw_in >= taken_in
                              else quiet_s):
-            return
+            if handed_before is None or _settled(agents, _handed(tb), handed_before):
+                return
+            in_flight_until = in_flight_until or min(deadline, now + IN_FLIGHT_S)
+            if now >= in_flight_until:
+                return          # the rest is counted lost (exchange)
         if now >= deadline:
             raise MeasurementInvalid("packets: packets were still arriving when the "
                                      "exchange's time ran out; give it a longer timeout")
@@ -516,12 +566,25 @@ def _agent(ifname: str, marker: bytes) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 100_000))
     sock.bind((ifname, _ETH_P_ALL))
     captured: list[bytes] = []
+    # Every frame received, marked or not: what the firewall's tx counter of the
+    # port facing this host must come to (exchange's test of lost frames).
+    received = [0]
 
     def capture() -> None:
         while True:
             data, addr = sock.recvfrom(65535)
-            if addr[2] != _PACKET_OUTGOING and marker in data:
-                captured.append(data)
+            if addr[2] != _PACKET_OUTGOING:
+                if marker in data:
+                    captured.append(data)
+                received[0] += 1
+
+    dropped = [0]
+
+    def drops() -> int:
+        # Reading the statistics resets them: the agent keeps the sum.
+        _, n = struct.unpack("II", sock.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8))
+        dropped[0] += n
+        return dropped[0]
 
     threading.Thread(target=capture, daemon=True).start()
     out = sys.stdout
@@ -533,10 +596,13 @@ def _agent(ifname: str, marker: bytes) -> None:
         if cmd == "send":
             reply = _send(sock, [bytes.fromhex(h) for h in msg["frames"]], msg["limit_s"])
         elif cmd == "count":
-            reply = {"captured": len(captured)}
+            reply = {"captured": len(captured), "all": received[0],
+                     "socket_drops": drops()}
         elif cmd == "collect":
-            _, drops = struct.unpack("II", sock.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8))
-            reply = {"frames": [f.hex() for f in list(captured)], "socket_drops": drops}
+            # The count first: a frame is in `captured` before it is counted.
+            n = received[0]
+            reply = {"all": n, "frames": [f.hex() for f in list(captured)],
+                     "socket_drops": drops()}
         elif cmd == "quit":
             return
         else:
