@@ -43,16 +43,32 @@ def wait_for_records(d, n, p, limit_s=120):
         if (d / "trials.jsonl").exists() and len(records(d)) >= n:
             return
         assert p.poll() is None, p.communicate()
-        time.sleep(0.1)
+        time.sleep(0.02)
     raise AssertionError(f"no {n} records within {limit_s} s")
 
 
-def interrupt(d, after_records, sig):
-    """Start a SMALL run into d and send `sig` once `after_records` trials are on disk."""
-    p = start("run", *SMALL, "--out", str(d))
-    wait_for_records(d, after_records, p)
-    p.send_signal(sig)
-    return p
+def interrupt(d, after_records, sig, attempts=3):
+    """Start a SMALL run into d and, once `after_records` trials are on disk, hold it
+    (SIGSTOP) and send `sig` while it is held with trials left, then let it go on
+    (SIGCONT): the signal arrives at that point however busy the machine. A run that
+    finished all its trials before it could be held (the test starved of CPU) is no
+    test of the signal: it is started again, at most `attempts` times in all."""
+    for _ in range(attempts):
+        if d.exists():
+            shutil.rmtree(d)
+        p = start("run", *SMALL, "--out", str(d))
+        wait_for_records(d, after_records, p)
+        p.send_signal(signal.SIGSTOP)
+        left = sum(planned_keys(d).values()) - len(records(d))
+        if p.poll() is None and left > 0:
+            p.send_signal(sig)
+            p.send_signal(signal.SIGCONT)
+            return p
+        p.send_signal(signal.SIGCONT)
+        p.communicate(timeout=60)
+        print(f"the run finished before it could be held ({left} trials left): "
+              "started again")
+    raise AssertionError(f"the run finished before the signal in {attempts} attempts")
 
 
 def planned_keys(d):
@@ -181,6 +197,7 @@ def test_sigterm_cleans_up_and_says_how_to_resume(tmp_path, own_netns):
     assert p.returncode == 130, err
     assert f"fwbench run --resume {d}" in err
     assert own_netns(d) == []
+    assert len(records(d)) < sum(planned_keys(d).values())   # it stopped mid-run
 
 
 def finished_copy(finished_sweep, tmp_path):
