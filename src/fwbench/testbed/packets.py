@@ -14,20 +14,17 @@ Parts:
 - `exchange(tb, packets)`: send, capture, and return one `Observed` or None per
   packet.
 - `build_frame` / `parse_frame`: the pure frame codec.
-- `python -m fwbench.testbed.packets agent IFNAME MARKER`: the small process run in
-  each end host's namespace; JSON lines on stdin/stdout. Kept import-light.
+- the agent (testbed.packet_agent), the small process run in each end host's
+  namespace; JSON lines on stdin/stdout.
 """
 from __future__ import annotations
 
-import errno
 import ipaddress
 import json
 import secrets
-import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -45,12 +42,6 @@ MARKER_LEN = len(MAGIC) + 4 + 4   # magic, nonce, index
 SINK_TABLE = "fwb_packets_sink"
 ALLOWED = (addresses.BENCH[4], addresses.BENCH[6])
 
-_ETH_P_ALL = 0x0003
-_PACKET_OUTGOING = 4
-_SOL_PACKET = 263
-_PACKET_STATISTICS = 6
-_SO_RCVBUFFORCE = 33        # not in Python's socket module
-_SNDBUF = 128 << 10
 _ETHERTYPE = {4: 0x0800, 6: 0x86DD}
 _PROTO_NAME = {v: k for k, v in PROTO_NUMBERS.items()}
 _ECHO_REQUEST = {"icmp": 8, "icmpv6": 128}
@@ -383,6 +374,8 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
         unseen = sum(max(0, handed[r].tx_packets - handed_before[r].tx_packets
                          - got[r]["all"] - got[r]["socket_drops"]) for r in handed)
     finally:
+        for a in agents.values():   # both told first: they end side by side
+            a.quit()
         for a in agents.values():
             a.close()
         for role in sinks:
@@ -519,7 +512,8 @@ class _Agent:
 
     def __init__(self, tb: "Testbed", role: str, ifname: str, marker: bytes):
         self.tb, self.role = tb, role
-        self.p = tb.spawn(role, [sys.executable, "-m", "fwbench.testbed.packets", "agent",
+        self._quit = False
+        self.p = tb.spawn(role, [sys.executable, "-m", "fwbench.testbed.packet_agent",
                                  ifname, marker.hex()],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
@@ -547,12 +541,21 @@ class _Agent:
         raise FwbenchError(f"packets: the {self.role} agent exited {self.p.returncode}: "
                            f"{err[-1] if err else 'no message'}")
 
-    def close(self) -> None:
-        if self.p.poll() is None:
+    def quit(self) -> None:
+        """Tell the agent to end, without waiting for it (close waits)."""
+        if self.p.poll() is None and not self._quit:
+            self._quit = True
             try:
                 self.write({"cmd": "quit"})
+            except (FwbenchError, OSError):
+                pass
+
+    def close(self) -> None:
+        self.quit()
+        if self.p.poll() is None:
+            try:
                 self.p.wait(2)
-            except (FwbenchError, subprocess.TimeoutExpired, OSError):
+            except subprocess.TimeoutExpired:
                 pass
         self.tb.forget(self.p)
         for f in (self.p.stdin, self.p.stdout, self.p.stderr):
@@ -560,97 +563,3 @@ class _Agent:
                 f.close()
             except OSError:
                 pass
-
-
-# --- the agent, inside an end host's namespace ---------------------------------------------
-
-def _agent(ifname: str, marker: bytes) -> None:
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_ALL))
-    # Room for every frame of a large exchange even if the reader falls behind;
-    # overflow is reported (PACKET_STATISTICS), never silent.
-    sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, 64 << 20)
-    # A frame holds send-buffer space until the firewall has dealt with it, so
-    # the buffer bounds the frames in flight: 256 KiB (the kernel doubles this) is
-    # about 300 small frames, well under the firewall's input queue (1,000 by
-    # default), which the sender therefore rarely overruns.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SNDBUF)
-    # A send blocked on that buffer gives up now and then (EAGAIN), so the
-    # exchange's time limit holds however slow the firewall is.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 100_000))
-    sock.bind((ifname, _ETH_P_ALL))
-    captured: list[bytes] = []
-    # Every frame received, marked or not: what the firewall's tx counter of the
-    # port facing this host must come to (exchange's test of lost frames).
-    received = [0]
-
-    def capture() -> None:
-        while True:
-            data, addr = sock.recvfrom(65535)
-            if addr[2] != _PACKET_OUTGOING:
-                if marker in data:
-                    captured.append(data)
-                received[0] += 1
-
-    dropped = [0]
-
-    def drops() -> int:
-        # Reading the statistics resets them: the agent keeps the sum.
-        _, n = struct.unpack("II", sock.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8))
-        dropped[0] += n
-        return dropped[0]
-
-    threading.Thread(target=capture, daemon=True).start()
-    out = sys.stdout
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        msg = json.loads(line)
-        cmd = msg["cmd"]
-        if cmd == "send":
-            reply = _send(sock, [bytes.fromhex(h) for h in msg["frames"]], msg["limit_s"])
-        elif cmd == "count":
-            reply = {"captured": len(captured), "all": received[0],
-                     "socket_drops": drops()}
-        elif cmd == "collect":
-            # The count first: a frame is in `captured` before it is counted.
-            n = received[0]
-            reply = {"all": n, "frames": [f.hex() for f in list(captured)],
-                     "socket_drops": drops()}
-        elif cmd == "quit":
-            return
-        else:
-            raise SystemExit(f"unknown command {cmd!r}")
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-
-
-def _send(sock: socket.socket, frames: list[bytes], limit_s: float) -> dict:
-    """Send each frame once. veth refuses a frame (ENOBUFS) when the firewall's
-    input queue is full (the queue is per CPU, shared with whatever else runs on
-    the machine); such a frame never reached the firewall, so sending it again
-    after a pause is exact."""
-    deadline = time.monotonic() + limit_s
-    retries = 0
-    for i, f in enumerate(frames):
-        while True:
-            try:
-                sock.send(f)
-                break
-            except OSError as e:
-                if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
-                    raise
-                if time.monotonic() > deadline:
-                    return {"sent": i, "unsent": len(frames) - i, "retries": retries}
-                retries += 1
-                time.sleep(0.0002)
-    return {"sent": len(frames), "unsent": 0, "retries": retries}
-
-
-def main(argv: list[str]) -> None:
-    if len(argv) != 3 or argv[0] != "agent":
-        raise SystemExit("usage: python -m fwbench.testbed.packets agent IFNAME MARKER_HEX")
-    _agent(argv[1], bytes.fromhex(argv[2]))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
