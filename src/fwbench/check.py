@@ -379,14 +379,14 @@ def original_of(path: str | None, ipsets: str | None = None) -> OriginalFile | N
     return orig
 
 
-def template_params(items: list[str]) -> dict[str, int | str]:
-    """`key=value` settings of a template; integers become int."""
-    out: dict[str, int | str] = {}
+def template_params(items: list[str]) -> dict[str, str]:
+    """`key=value` settings of a template, as written (templates.build types them)."""
+    out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise FwbenchError(f"template setting {item!r}: expected KEY=VALUE")
-        out[key.replace("-", "_")] = int(value) if value.lstrip("-").isdigit() else value
+        out[key.replace("-", "_")] = value
     return out
 
 
@@ -398,10 +398,6 @@ def ruleset_from(*, path: str | None = None, template: str | None = None,
     if (path is None) == (template is None):
         raise FwbenchError("give a rule-set file or --template NAME (one of them)")
     if template is not None:
-        fn = templates.get(template)
-        try:
-            return fn(**(params or {}))
-        except TypeError as e:
-            raise FwbenchError(f"template {template}: {e}") from None
+        return templates.build(template, {k: str(v) for k, v in (params or {}).items()})
     from fwbench.ruleset.importers import load
     return load.load_file(path, load.parse_iface_map(iface) if iface else None, ipsets)

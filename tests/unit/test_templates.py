@@ -2,6 +2,7 @@
 for a range of settings, sized as documented, deterministic, ids as specified,
 every address in the benchmarking ranges, and probes the reference evaluator
 agrees with."""
+import inspect
 import ipaddress
 import random
 from dataclasses import replace
@@ -534,3 +535,18 @@ def test_random_sets_leave_most_of_the_corpus_to_more_than_a_few_rules():
             forwarded = sum(v.forward for v in verdicts)
             assert len(counted) >= 40, (version, seed, len(counted))
             assert 0 < forwarded < len(verdicts), (version, seed, forwarded)
+
+
+@pytest.mark.parametrize("name", sorted(templates.TEMPLATES))
+def test_every_template_builds_with_its_defaults(name):
+    """`fwbench check --template NAME` with no --param, as the README writes it."""
+    rs = templates.build(name)
+    assert isinstance(rs, RuleSet) and validate(rs) is not None
+    assert all(d is not inspect.Parameter.empty
+               for _, d in templates.settings(name).values()), name
+
+
+def test_settings_given_as_text_take_the_type_the_template_declares():
+    rs = templates.build("seed000", {"n": "7", "counters": "false", "layout": "set"})
+    assert rs.size == 7 and rs.layout == "set"
+    assert templates.build("seed000", {"n": "7"}) == templates.get("seed000")(7)

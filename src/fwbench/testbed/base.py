@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -313,11 +312,6 @@ class Testbed(ABC):
             for n, v in zip(names, vals.split()[1:]):
                 out[f"{proto}{n}"] = int(v)
         return out
-
-    def send_udp(self, dst: str, port: int, count: int, payload: int = 18) -> None:
-        """Send `count` UDP datagrams from the client; used by verification probes."""
-        self.exec("client", [sys.executable, "-m", "fwbench.testbed.probe", dst, str(port),
-                             str(count), str(payload)])
 
     def ping(self, dst: str, count: int, interval_s: float = 0.01, payload: int = 56,
              timeout_s: float = 2.0) -> subprocess.CompletedProcess:

@@ -68,7 +68,7 @@ def _udp_from_client() -> Match:
     return Match(iif=Iface(CLIENT), proto="udp")
 
 
-def droprate(*, treatment: str, size: int = 1, nonmatching: int = 5,
+def droprate(*, treatment: str = "raw", size: int = 1, nonmatching: int = 5,
              port: int = FLOOD_PORT, text: str = "foo.com",
              hashlimit_pps: int = 1000) -> RuleSet:
     """The rule set of one treatment: `size` is the set's size (ipset, nftset),

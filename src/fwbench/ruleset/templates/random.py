@@ -397,7 +397,7 @@ def _settle(gen: _Gen, chains: dict[str, list[Rule]], mangle: list[Rule], flow: 
             i += 1
 
 
-def random_ruleset(*, n_rules: int, seed: int, version: int = 4) -> RuleSet:
+def random_ruleset(*, n_rules: int = 100, seed: int = 0, version: int = 4) -> RuleSet:
     """Exactly `n_rules` rules, the same for the same (n_rules, seed, version)."""
     if n_rules < 1:
         raise RuleSetError(f"rule count must be at least 1, got {n_rules}")

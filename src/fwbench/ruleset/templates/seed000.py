@@ -112,7 +112,7 @@ def filler(i: int, server: str) -> tuple[str, str, int]:
     return _filler(i, server)
 
 
-def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool = True,
+def seed000(n: int = 20, *, version: int = 4, layout: str = "linear", counters: bool = True,
             test_port: int = 5201, control_port: int = 5201,
             chain: str = "forward", host_traffic: bool = False) -> RuleSet:
     """N entries, the test entry (UDP to the server's test port) last; `counters`
@@ -122,6 +122,8 @@ def seed000(n: int, *, version: int = 4, layout: str = "linear", counters: bool 
     own traffic (not on a test interface) through there."""
     if not 1 <= n <= MAX_ENTRIES:
         raise RuleSetError(f"rule count must be 1..{MAX_ENTRIES}, got {n}")
+    if version not in (4, 6):
+        raise RuleSetError(f"IP version must be 4 or 6, got {version}")
     if layout not in ("linear", "set"):
         raise RuleSetError(f"layout must be linear or set, got {layout!r}")
     if chain not in CHAINS:

@@ -87,7 +87,7 @@ def qos_mark(i: int) -> int:
     return i
 
 
-def seed001(n_clients: int, f: int, *, version: int = 4, proto: str = "udp",
+def seed001(n_clients: int = 10, f: int = 2, *, version: int = 4, proto: str = "udp",
             test_port: int = 5201, stateful: bool = False) -> RuleSet:
     """n_clients clients under setting F (0, 2 or 4); `proto` is the protocol the
     rules allow (seed 001 ran TCP, UDP and SCTP; this kernel has no SCTP);
