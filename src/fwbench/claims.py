@@ -53,9 +53,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Sequence
 
-from scipy import stats as sps
-
-from fwbench.stats import RatioTest, holm
+from fwbench.stats import RatioTest, holm, sps
 from fwbench.stats import log_ratio as stats_log_ratio
 
 HOLDS = "holds"

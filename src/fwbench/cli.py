@@ -189,10 +189,16 @@ def _need_root(what: str) -> None:
                            f"and loads firewall rules inside them")
 
 
+def open_claims(meta: dict, records: list):
+    """The report's open_claims, imported when a sequential study first asks (the
+    report draws with matplotlib, which a run needs only at its end)."""
+    from fwbench.report.findings import open_claims
+    return open_claims(meta, records)
+
+
 def cmd_run(args, out: Console, err: Console) -> int:
     from fwbench import scenario
     from fwbench.experiments import loop
-    from fwbench.report.findings import open_claims
 
     scenario_opts = {"backends": args.backends, "rules": args.rules,
                      "frame_sizes": args.frame_sizes, "repeat": args.repeat,
@@ -449,7 +455,7 @@ def cmd_clean(args, out: Console) -> int:
     if args.inventory:
         from fwbench.testbed import hosts, inventory
         inv = inventory.load(args.inventory)
-        done = hosts.clean(inv)
+        done = hosts.clean(inv, registry.firewalls())
         for role, what in done.items():   # one line a host, however wide
             out.print(f"{inv.hosts[role].where}: {what}", soft_wrap=True, highlight=False,
                       markup=False)

@@ -34,8 +34,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as sps
-from scipy.optimize import curve_fit
+
+from fwbench.lazy import Module
+
+sps = Module("scipy.stats")
+optimize = Module("scipy.optimize")
 
 LEVEL = 0.95
 
@@ -337,7 +340,7 @@ def fit_cost(points: Sequence[tuple[int, float]], level: float = LEVEL) -> CostF
     guess = np.maximum(ols.intercept + ols.slope * xs, ys.min() / 10)
     with warnings.catch_warnings():  # exact data: covariance 0, scipy warns
         warnings.simplefilter("ignore")
-        (a, b), cov = curve_fit(lambda x, a, b: a + b * x, xs, ys,
+        (a, b), cov = optimize.curve_fit(lambda x, a, b: a + b * x, xs, ys,
                                 p0=(ols.intercept, ols.slope), sigma=guess,
                                 absolute_sigma=False)
     se_a, se_b = (float(math.sqrt(max(v, 0.0))) if math.isfinite(v) else 0.0

@@ -2,7 +2,7 @@
 tests/data/runs and a synthetic maxrate sweep (test_report's); every figure is
 checked against trials.jsonl or the report's own CSV tables, not against the code
 that made it. run() is only checked for what it refuses here (running is
-tests/privileged/test_api_readme.py's)."""
+tests/privileged/test_docs_api.py's)."""
 from __future__ import annotations
 
 import json

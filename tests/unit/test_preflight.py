@@ -5,6 +5,7 @@ no command that changes it."""
 import pytest
 from fakehost import FakeExecutor, Host, Link, route, rule
 
+from fwbench import backends as registry
 from fwbench.errors import FwbenchError
 from fwbench.testbed import hosts, inventory
 from fwbench.testbed.topology import Topology
@@ -39,7 +40,7 @@ def a_host(role: str) -> Host:
 def bed(tmp_path, edit=lambda role, h: None):
     (tmp_path / "lab.toml").write_text(INVENTORY)
     inv = inventory.load(tmp_path / "lab.toml")
-    tb = hosts.SshTestbed(Topology.line(), inv, [])
+    tb = hosts.SshTestbed(Topology.line(), inv, [], registry.firewalls())
     fakes = {}
     for role in ("client", "fw", "server"):
         fakes[role] = a_host(role)

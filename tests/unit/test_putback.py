@@ -9,7 +9,11 @@ import copy
 
 from fakehost import FakeExecutor, Host, Link, route, rule
 
+from fwbench import backends as registry
 from fwbench.testbed import hoststate
+
+# Every firewall a backend loads into: what a real host's state saves and puts back.
+FIREWALLS = registry.firewalls()
 
 FW_IFS = ["test0", "test1"]
 SYSCTLS = ["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"]
@@ -128,7 +132,7 @@ FW_ADDED = {"firewall": True,
 
 def saved_of(host: Host, ifnames: list[str], added: dict) -> dict:
     """What the provider saves of `host` before its first change."""
-    s = hoststate.snapshot(FakeExecutor({"h": host}), "h", ifnames, SYSCTLS)
+    s = hoststate.snapshot(FakeExecutor({"h": host}), "h", ifnames, SYSCTLS, FIREWALLS)
     return {**s, "ifnames": ifnames, "added": added}
 
 
@@ -144,10 +148,10 @@ def test_the_firewall_host_comes_back_command_by_command():
     assert saved["links"]["test0"]["addresses"] == ["192.0.2.10/24", "fe80::5054:ff:fe00:10/64"]
     mid = firewall_mid_run(before)
     ex = FakeExecutor({"fw": mid})
-    now = hoststate.snapshot(ex, "fw", FW_IFS, [])
+    now = hoststate.snapshot(ex, "fw", FW_IFS, [], FIREWALLS)
     assert ex.changes == []                        # reading changes nothing
     notes = []
-    hoststate.restore_hooks_and_firewall(ex, "fw", saved, now, notes.append)
+    hoststate.restore_hooks_and_firewall(ex, "fw", saved, now, FIREWALLS, notes.append)
     hoststate.restore_links(ex, "fw", saved, notes.append)
     assert notes == []
     assert ex.changes == [
@@ -260,8 +264,8 @@ def test_an_end_host_loses_fwbench_s_routes_and_keeps_its_own_firewall():
     mid.firewall = {"nft": "table inet host {\n\tchain c {\n\t}\n}\n"}   # changed meanwhile
     mid.sysctls = {"net.ipv6.conf.eth1.accept_dad": "0", "net.ipv6.conf.eth1.addr_gen_mode": "1"}
     ex = FakeExecutor({"client": mid})
-    now = hoststate.snapshot(ex, "client", ["eth1"], [])
-    hoststate.restore_hooks_and_firewall(ex, "client", saved, now)
+    now = hoststate.snapshot(ex, "client", ["eth1"], [], FIREWALLS)
+    hoststate.restore_hooks_and_firewall(ex, "client", saved, now, FIREWALLS)
     hoststate.restore_links(ex, "client", saved)
     assert ex.changes == [
         "ip -4 route del 198.19.0.0/16 via 198.18.0.1 dev eth1 table main",
@@ -285,8 +289,8 @@ def test_the_injector_s_drop_table_left_on_an_end_host_goes():
                            "\tchain c {\n\t\ttype filter hook ingress device \"eth1\" "
                            "priority -500; policy drop;\n\t}\n}\n"}
     ex = FakeExecutor({"client": mid})
-    now = hoststate.snapshot(ex, "client", ["eth1"], [])
-    hoststate.restore_hooks_and_firewall(ex, "client", saved, now)
+    now = hoststate.snapshot(ex, "client", ["eth1"], [], FIREWALLS)
+    hoststate.restore_hooks_and_firewall(ex, "client", saved, now, FIREWALLS)
     assert ex.changes == ["nft delete table netdev fwb_packets_sink"]
 
 
@@ -294,11 +298,12 @@ def test_a_host_fwbench_changed_nothing_on_gets_no_command():
     before = firewall_before()
     saved = saved_of(before, FW_IFS, {**FW_ADDED, "tables": []})
     ex = FakeExecutor({"fw": copy.deepcopy(before)})
-    now = hoststate.snapshot(ex, "fw", FW_IFS, [])
-    hoststate.restore_hooks_and_firewall(ex, "fw", saved, now)
+    now = hoststate.snapshot(ex, "fw", FW_IFS, [], FIREWALLS)
+    hoststate.restore_hooks_and_firewall(ex, "fw", saved, now, FIREWALLS)
     hoststate.restore_links(ex, "fw", saved)
     assert ex.changes == []
-    assert hoststate.compare(saved, hoststate.snapshot(ex, "fw", FW_IFS, SYSCTLS)) == []
+    assert hoststate.compare(saved, hoststate.snapshot(ex, "fw", FW_IFS, SYSCTLS,
+                                                       FIREWALLS)) == []
 
 
 def test_a_saved_rule_through_a_test_interface_comes_back():

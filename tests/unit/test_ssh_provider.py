@@ -10,6 +10,7 @@ import zipfile
 import pytest
 
 from fwbench.backends.base import host_traffic_rules
+from fwbench import backends as registry
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.templates.seed004 import seed004_forward, seed004_nat
 from fwbench.testbed import hosts, hoststate, inventory
@@ -164,11 +165,11 @@ def test_compare_names_what_differs_and_nothing_else():
 def test_the_nft_listing_splits_into_tables_and_iptables_nft_s_are_known():
     listing = ("table ip filter {\n\tchain INPUT {\n\t}\n}\n"
                "table inet site {\n\tset s {\n\t\ttype ipv4_addr\n\t}\n}\n")
-    tables = hoststate._nft_tables(listing)
+    tables = hoststate.nft_tables(listing)
     assert [(f, n) for f, n, _ in tables] == [("ip", "filter"), ("inet", "site")]
     assert tables[1][2].startswith("table inet site {") and tables[1][2].endswith("}\n")
     save = "# Generated\n*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n*nat\nCOMMIT\n"
-    assert hoststate._xtables(save, "ip") == {("ip", "filter"), ("ip", "nat")}
+    assert hoststate.nft_xtables(save, "ip") == {("ip", "filter"), ("ip", "nat")}
 
 
 def test_a_host_s_own_traffic_reaches_only_unpinned_rules_of_its_own_hooks():
@@ -229,7 +230,7 @@ def test_put_back_restores_interfaces_only_after_every_host_s_hooks_are_gone(mon
     inv = inventory.load(write(tmp_path, GOOD))
     saved = {r: {"ifnames": ["eth1"], "sysctls": {}} for r in inv.hosts}
     ex = types.SimpleNamespace(rundir={r: f"/var/tmp/fwbench/{r}-x" for r in inv.hosts})
-    left = hosts.put_back(ex, inv.hosts, saved, lambda s: None)
+    left = hosts.put_back(ex, inv.hosts, saved, lambda s: None, registry.firewalls())
     assert left == {r: [] for r in inv.hosts}
     order = [what for what, _ in events if what != "snapshot"]
     assert order == ["unhook"] * 3 + ["links"] * 3, events

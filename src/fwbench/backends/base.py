@@ -87,6 +87,23 @@ class Backend(abc.ABC):
     # (what it runs, whether the kernel sees the whole change in one step).
     mechanisms: dict[str, tuple[str, bool]] = {}
 
+    # Traits: what the rest of fwbench knows about a backend, read from its class
+    # by the registry (fwbench.backends.registry), never by its name.
+    # The kernel's kind of firewall: "x_tables", "nf_tables", "ebpf" or "none"
+    # (registry.FAMILIES).
+    family = "none"
+    # The kernel firewalls it loads into (kernel.Firewall), named objects after
+    # those naming them: how flush_all empties it, and how a real host's state
+    # is saved and put back around it.
+    firewalls: tuple = ()
+    # Whether its rules see every packet the firewall handles, both ways and its
+    # own (netfilter's hooks), or only what arrives on one port (an eBPF hook on
+    # the client side's ingress).
+    sees_every_packet = True
+    # The report's default pairs with this backend first: question -> the
+    # backends it is set against (report.analysis).
+    compared_with: dict[str, tuple[str, ...]] = {}
+
     def unavailable(self) -> str | None:
         """None when the backend can run here, else why not (one line)."""
         if os.geteuid() != 0:

@@ -15,6 +15,7 @@ import platform
 from collections import OrderedDict
 
 from fwbench import bpf, proc
+from fwbench.backends import kernel
 from fwbench.backends.base import Backend, Snapshot, Step, interfaces, \
     ordered_differences, remembered, unordered_differences
 from fwbench.errors import FwbenchError
@@ -44,6 +45,9 @@ class _Ebpf(Backend):
     mode: str     # "linear" or "set"
     tools = ("ip", "tc")
     max_rules = 1_000_000
+    family = "ebpf"
+    firewalls = (kernel.BPF_HOOKS,)
+    sees_every_packet = False   # attached at the client side's ingress alone
     reads_once = True
     mechanisms = {
         "reload": ("fwbench-bpf load: a new program and maps attached in place of the "
@@ -187,6 +191,8 @@ class XdpLinear(_Ebpf):
     name = "xdp-linear"
     hook, mode = "xdp", "linear"
     description = "eBPF at XDP (native), rules in an array scanned in order (bpf_loop)"
+    compared_with = {"linear vs indexed": ("xdp-set",),
+                     "eBPF vs netfilter": ("iptables-legacy",)}
 
 
 class XdpSet(_Ebpf):
@@ -195,12 +201,15 @@ class XdpSet(_Ebpf):
     layout = "set"
     mechanisms = _SET_MECHANISMS
     description = "eBPF at XDP (native), entries in a hash keyed (daddr, proto, port)"
+    compared_with = {"eBPF vs netfilter": ("ipset", "nftset"), "XDP vs tc": ("tc-set",)}
 
 
 class TcLinear(_Ebpf):
     name = "tc-linear"
     hook, mode = "tc", "linear"
     description = "eBPF at tc ingress (cls_bpf), rules in an array scanned in order"
+    compared_with = {"linear vs indexed": ("tc-set",),
+                     "eBPF vs netfilter": ("iptables-legacy",)}
 
 
 class TcSet(_Ebpf):
@@ -209,3 +218,4 @@ class TcSet(_Ebpf):
     layout = "set"
     mechanisms = _SET_MECHANISMS
     description = "eBPF at tc ingress (cls_bpf), entries in a hash keyed (daddr, proto, port)"
+    compared_with = {"eBPF vs netfilter": ("ipset",)}

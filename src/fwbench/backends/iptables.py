@@ -229,6 +229,9 @@ class IptablesLegacy(_Iptables):
     variant = "legacy"
     description = "iptables (x_tables), one rule per entry in a linear chain"
     max_rules = 200_000
+    family = "x_tables"
+    firewalls = (kernel.XT_LEGACY,)
+    compared_with = {"seed 000": ("nftables",), "linear vs indexed": ("ipset",)}
 
 
 class IptablesNft(_Iptables):
@@ -236,6 +239,8 @@ class IptablesNft(_Iptables):
     variant = "nft"
     description = "iptables-nft (nf_tables kernel, iptables syntax), linear chain"
     max_rules = 100_000
+    family = "nf_tables"
+    firewalls = (kernel.XT_NFT, kernel.NF_TABLES)
 
 
 class Ipset(_Iptables):
@@ -244,6 +249,10 @@ class Ipset(_Iptables):
     layout = "set"
     description = "ipset hash:ip,port holding every entry, one iptables-legacy rule"
     max_rules = 1_000_000
+    family = "x_tables"
+    # The rule first: a set an iptables rule names cannot be destroyed.
+    firewalls = (kernel.XT_LEGACY, kernel.IPSET)
+    compared_with = {"seed 000": ("nftset",)}
     mechanisms = {
         "reload": ("ipset restore of a new set swapped in (ipset swap), then "
                    "iptables-restore of the rules", True),

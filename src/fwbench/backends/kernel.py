@@ -1,5 +1,6 @@
 """Kernel I/O in one place: loading, listing and counting every netfilter family
-in the firewall namespace, and emptying them all.
+in the firewall namespace, and each kernel firewall (Firewall) emptied and
+counted: flush_all goes through those the registered backends load into.
 
 Backends render text and call these; they keep only what differs between them.
 Counters are read by rule id (the `fwb:` annotation every rendering carries), never
@@ -15,9 +16,10 @@ from pathlib import Path
 
 from fwbench import bpf, proc
 from fwbench.addresses import BENCH
+from fwbench.backends import registry
 from fwbench.ruleset.render import ID_TAG
 from fwbench.testbed.base import Testbed
-from fwbench.testbed.hoststate import emptying
+from fwbench.testbed.hoststate import emptying, emptying_shell, nft_tables, nft_xtables
 
 
 @dataclass(frozen=True)
@@ -310,26 +312,196 @@ def nft_lines(text: str) -> tuple[list[str], dict[str, list[str]]]:
     return lines, elements
 
 
-# --- every family at once -----------------------------------------------------------
+# --- every firewall at once ---------------------------------------------------------
+
+class Firewall:
+    """One of the kernel's firewalls as fwbench empties and counts it in the
+    firewall namespace, and as a real host's state saves and puts it back
+    (testbed.hoststate, testbed.hosts). Backends name the ones they load into
+    (Backend.firewalls); flush_all, ruleset_state and the put-back go through
+    every registered backend's (registry.firewalls)."""
+    name: str
+    # A real host's listings of it, for its saved state: name -> argv, read-only.
+    listings: dict[str, list[str]] = {}
+    # Holds objects other firewalls' rules name (ipset's sets): the put-back
+    # reloads it before the others.
+    named_by_others = False
+
+    def empty_host(self, ex, role: str, saved: dict[str, str], step,
+                   zero: bool = True) -> None:
+        """Empty it on a real host whose saved listings are `saved`, each command
+        through `step(what, argv)`: before a run, and in the put-back, where
+        counters are zeroed too (`zero`), as a fresh table's are."""
+
+    def reload_host(self, saved: dict[str, str], step) -> None:
+        """Load `saved`'s listings of it back, after every firewall was emptied."""
+
+    def emptying_script(self) -> str | None:
+        """Shell emptying it on a real host, tool by tool; None when emptying
+        another (nf_tables) empties it too, or it is not a table of rules."""
+        return None
+
+    def flush(self, tb: Testbed) -> None:
+        """Empty it; a firewall whose tool is missing holds nothing to empty."""
+
+    def held(self, tb: Testbed) -> dict[str, int]:
+        """What it holds, counted: listing name -> rules (or tables, sets,
+        programs); empty when its tool is missing."""
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<firewall {self.name}>"
+
+
+class XtLegacy(Firewall):
+    """x_tables through iptables-legacy and ip6tables-legacy."""
+    name = "x_tables"
+
+    def flush(self, tb: Testbed) -> None:
+        for fam in XT_FAMILIES:
+            if fam.variant != "legacy" or not proc.have(fam.tool):
+                continue
+            # Only tables already registered: touching nat would register it, and
+            # with it connection tracking, for every later trial in this namespace.
+            # Policies first, in one command (hoststate.emptying says why).
+            for table in _xt_tables(tb, fam):
+                tb.exec("fw", emptying(fam.tool, table))
+
+    def held(self, tb: Testbed) -> dict[str, int]:
+        out = {}
+        for fam in XT_FAMILIES:
+            if fam.variant == "legacy" and proc.have(f"{fam.tool}-save"):
+                text = ipt_save(tb, fam)
+                out[fam.tool] = sum(1 for ln in text.splitlines() if ln.startswith("-A "))
+        return out
+
+    listings = {"iptables-legacy": ["iptables-legacy-save"],
+                "ip6tables-legacy": ["ip6tables-legacy-save"]}
+    # Listing -> the file naming its registered tables.
+    _TABLES = {"iptables-legacy": "ip_tables_names", "ip6tables-legacy": "ip6_tables_names"}
+
+    def empty_host(self, ex, role: str, saved: dict[str, str], step,
+                   zero: bool = True) -> None:
+        for name, table_file in self._TABLES.items():
+            if name not in saved:
+                continue
+            tables = ex.run(role, ["cat", f"/proc/net/{table_file}"], check=False)
+            for t in tables.stdout.split():
+                step(f"emptying {name} {t}", emptying(name, t, zero=zero))
+
+    def reload_host(self, saved: dict[str, str], step) -> None:
+        _reload_saves(self.listings, saved, step)
+
+    def emptying_script(self) -> str:
+        return "; ".join(
+            f"for t in $(cat /proc/net/{names} 2>/dev/null); do "
+            f"{emptying_shell(tool, '$t')}; done" for tool, names in self._TABLES.items())
+
+
+class XtNft(Firewall):
+    """iptables-nft's tables: nf_tables tables in iptables' terms, emptied and
+    counted with the rest of nf_tables (NfTables), listed and reloaded with its
+    own tools."""
+    name = "x_tables over nf_tables"
+    listings = {"iptables-nft": ["iptables-nft-save"],
+                "ip6tables-nft": ["ip6tables-nft-save"]}
+
+    def reload_host(self, saved: dict[str, str], step) -> None:
+        _reload_saves(self.listings, saved, step)
+
+
+def _reload_saves(listings: dict[str, list[str]], saved: dict[str, str], step) -> None:
+    """iptables-restore each saved iptables-save listing that holds anything."""
+    for name, argv in listings.items():
+        if saved.get(name, "").strip():
+            step(f"restoring {name}", [argv[0].replace("-save", "-restore")], saved[name])
+
+
+class NfTables(Firewall):
+    name = "nf_tables"
+
+    def flush(self, tb: Testbed) -> None:
+        if proc.have("nft"):
+            tb.exec("fw", ["nft", "flush", "ruleset"])  # also removes iptables-nft's tables
+
+    def held(self, tb: Testbed) -> dict[str, int]:
+        if not proc.have("nft"):
+            return {}
+        return {"nftables_tables": sum(1 for ln in nft_list(tb).splitlines()
+                                       if ln.startswith("table "))}
+
+    listings = {"nft": ["nft", "list", "ruleset"]}
+
+    def empty_host(self, ex, role: str, saved: dict[str, str], step,
+                   zero: bool = True) -> None:
+        if "nft" in saved:
+            step("flushing nftables", ["nft", "flush", "ruleset"])
+
+    def reload_host(self, saved: dict[str, str], step) -> None:
+        """The tables of the listing that iptables-nft's listings do not hold
+        (those came back with iptables-nft-restore)."""
+        if saved.get("nft", "").strip():
+            managed = nft_xtables(saved.get("iptables-nft", ""), "ip") \
+                | nft_xtables(saved.get("ip6tables-nft", ""), "ip6")
+            native = "".join(block for fam, name, block in nft_tables(saved["nft"])
+                             if (fam, name) not in managed)
+            if native:
+                step("restoring nftables", ["nft", "-f", "-"], native)
+
+    def emptying_script(self) -> str:
+        return "nft flush ruleset"
+
+
+class Ipsets(Firewall):
+    name = "ipset"
+
+    def flush(self, tb: Testbed) -> None:
+        if proc.have("ipset"):
+            tb.exec("fw", ["ipset", "destroy"])
+
+    def held(self, tb: Testbed) -> dict[str, int]:
+        if not proc.have("ipset"):
+            return {}
+        return {"ipsets": len(tb.exec("fw", ["ipset", "list", "-n"]).split())}
+
+    listings = {"ipset": ["ipset", "save"]}
+    named_by_others = True
+
+    def empty_host(self, ex, role: str, saved: dict[str, str], step,
+                   zero: bool = True) -> None:
+        if "ipset" in saved:
+            step("destroying ipsets", ["ipset", "destroy"])
+
+    def reload_host(self, saved: dict[str, str], step) -> None:
+        if saved.get("ipset", "").strip():
+            step("restoring ipsets", ["ipset", "restore"], saved["ipset"])
+
+
+class BpfHooks(Firewall):
+    """eBPF programs at XDP and tc on the firewall's two ports."""
+    name = "eBPF"
+
+    def flush(self, tb: Testbed) -> None:
+        for port in (tb.topo.fw_client_side, tb.topo.fw_server_side):
+            bpf.detach_all(tb.executor, "fw", port.ifname)
+
+    def held(self, tb: Testbed) -> dict[str, int]:
+        return {"bpf_programs": sum(len(bpf.attached(tb.executor, "fw", port.ifname))
+                                    for port in (tb.topo.fw_client_side,
+                                                 tb.topo.fw_server_side))}
+
+
+XT_LEGACY, XT_NFT, NF_TABLES, IPSET, BPF_HOOKS = XtLegacy(), XtNft(), NfTables(), \
+    Ipsets(), BpfHooks()
+
 
 def flush_all(tb: Testbed) -> None:
-    """Empty every firewall in the firewall namespace: legacy and nft rules would
-    otherwise stack, and both would apply. Connection tracking's table goes too,
-    so an earlier trial's flows are not `established` in the next."""
-    for fam in XT_FAMILIES:
-        if fam.variant != "legacy" or not proc.have(fam.tool):
-            continue
-        # Only tables already registered: touching nat would register it, and with
-        # it connection tracking, for every later trial in this namespace. Policies
-        # first, in one command (hoststate.emptying says why).
-        for table in _xt_tables(tb, fam):
-            tb.exec("fw", emptying(fam.tool, table))
-    if proc.have("nft"):
-        tb.exec("fw", ["nft", "flush", "ruleset"])  # also removes iptables-nft's tables
-    if proc.have("ipset"):
-        tb.exec("fw", ["ipset", "destroy"])
-    for port in (tb.topo.fw_client_side, tb.topo.fw_server_side):
-        bpf.detach_all(tb.executor, "fw", port.ifname)
+    """Empty every firewall in the firewall namespace, every registered backend's
+    (registry.firewalls): legacy and nft rules would otherwise stack, and both
+    would apply. Connection tracking's table goes too, so an earlier trial's
+    flows are not `established` in the next."""
+    for fw in registry.firewalls():
+        fw.flush(tb)
     flush_conntrack(tb)
 
 
@@ -364,16 +536,7 @@ def conntrack_entries(tb: Testbed) -> list[str]:
 
 def ruleset_state(tb: Testbed) -> dict[str, int]:
     """How many rules of any kind the firewall namespace holds, per firewall."""
-    out = {}
-    for fam in XT_FAMILIES:
-        if fam.variant == "legacy" and proc.have(f"{fam.tool}-save"):
-            text = ipt_save(tb, fam)
-            out[fam.tool] = sum(1 for ln in text.splitlines() if ln.startswith("-A "))
-    if proc.have("nft"):
-        out["nftables_tables"] = sum(1 for ln in nft_list(tb).splitlines()
-                                     if ln.startswith("table "))
-    if proc.have("ipset"):
-        out["ipsets"] = len(tb.exec("fw", ["ipset", "list", "-n"]).split())
-    out["bpf_programs"] = sum(len(bpf.attached(tb.executor, "fw", port.ifname))
-                              for port in (tb.topo.fw_client_side, tb.topo.fw_server_side))
+    out: dict[str, int] = {}
+    for fw in registry.firewalls():
+        out.update(fw.held(tb))
     return out

@@ -32,6 +32,8 @@ from fwbench.backends import delta
 
 class _Nft(Backend):
     tools = ("nft",)
+    family = "nf_tables"
+    firewalls = (kernel.NF_TABLES,)
     reads_once = True
     mechanisms = {
         "reload": ("one nft -f: flush ruleset, then the whole rule set", True),
@@ -142,6 +144,7 @@ class NftLinear(_Nft):
     name = "nftables"
     description = "nftables, one rule per entry in a linear chain (counters per scenario)"
     max_rules = 200_000
+    compared_with = {"linear vs indexed": ("nftset",)}
 
 
 class NftSet(_Nft):

@@ -30,6 +30,7 @@ import time
 
 from rich.console import Console, RenderableType
 
+from fwbench import backends as registry
 from fwbench import engine, proc, statecheck
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all, flush_conntrack
@@ -49,8 +50,6 @@ from fwbench.testbed.topology import Topology
 from fwbench.traffic.echo import EchoServer, EchoSpec, run_clients
 
 METHOD = "echo"
-NETFILTER = ("iptables-legacy", "iptables-nft", "nftables")
-EBPF = ("xdp-linear", "xdp-set", "tc-linear", "tc-set")
 # Validation counts that fail a trial: the path changed, dropped into or mixed up
 # messages in a way a correct firewall never does. Lost, late and unsent are
 # measurements (a busy machine can stall an echo past its timeout).
@@ -144,7 +143,8 @@ class Echo(Experiment):
 
     def _backend_names(self) -> list[str]:
         if ALL in self.sc.backends:
-            return list(NETFILTER + EBPF)
+            return registry.names(family=("x_tables", "nf_tables"), layout="linear") \
+                + registry.names(family="ebpf")
         return list(self.sc.backends)
 
     def _refuse(self, cell: tuple) -> str | None:

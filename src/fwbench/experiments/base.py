@@ -184,7 +184,8 @@ class Experiment(abc.ABC):
             from fwbench.testbed import hosts, inventory
             programs = [engine.binary(), kernel.nftdump_binary(), bpf.binary(),
                         bpf.DROP_OBJECT]
-            return hosts.SshTestbed(self.topology(), inventory.load(s.inventory), programs)
+            return hosts.SshTestbed(self.topology(), inventory.load(s.inventory), programs,
+                                    registry.firewalls())
         return NetnsTestbed(self.topology())
 
     def over_ssh(self) -> str | None:

@@ -19,6 +19,7 @@ import time
 
 from rich.console import Console, RenderableType
 
+from fwbench import backends as registry
 from fwbench import engine, proc, statecheck
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all, flush_conntrack
@@ -37,8 +38,6 @@ from fwbench.traffic.latency_series import EngineProbeSeries, PingSeries
 from fwbench.traffic.tcpload import TcpBidirLoad, whole_seconds
 
 METHOD = "loadlatency"
-# The backends seed 004 compared, and iptables over nf_tables beside them.
-NETFILTER = ("iptables-legacy", "iptables-nft", "nftables")
 SERVICE_PORT = 5001            # iperf 2's port, which the NAT rule set forwards
 CALIBRATION_S = 3.0            # the no-firewall load, once per session
 REQUIRED_TOOLS = {"ip": "iproute2", "ping": "iputils-ping", "conntrack": "conntrack",
@@ -94,7 +93,10 @@ class LoadLatency(Experiment):
         """The backends to run and those skipped (only when the scenario said all):
         an explicit backend that cannot hold every rule set is an error, one line."""
         explicit = ALL not in self.sc.backends
-        wanted = list(self.sc.backends) if explicit else list(NETFILTER)
+        # The linear netfilter backends: those seed 004 compared, and iptables over
+        # nf_tables beside them.
+        wanted = list(self.sc.backends) if explicit else \
+            registry.names(family=("x_tables", "nf_tables"), layout="linear")
         chosen, skipped = [], {}
         for name in wanted:
             why = self._refusal(self.backend(name))

@@ -19,6 +19,7 @@ import itertools
 import statistics
 from dataclasses import dataclass, field
 
+from fwbench import backends as registry
 from fwbench import stats
 from fwbench.metrics import Metric
 from fwbench.report.data import Cell, RunData
@@ -29,21 +30,6 @@ ALPHA = 0.05
 UNDECIDED = 2.0
 NOISY = 0.10            # a cell's 95 % median interval wider than this fraction
 GENERATOR_BOUND = 0.95  # a rate within 5 % of the no-firewall ceiling measured the sender
-# Backend families: the per-metric figures' panels, and what the default pairs contrast.
-GROUPS = (("netfilter, linear", ("iptables-legacy", "iptables-nft", "nftables")),
-          ("netfilter, indexed", ("ipset", "nftset")),
-          ("eBPF, linear", ("xdp-linear", "tc-linear")),
-          ("eBPF, indexed", ("xdp-set", "tc-set")))
-# The pairs a reader asks about, by the question each answers (`--pair` replaces them).
-PAIR_KINDS = (
-    ("seed 000", (("iptables-legacy", "nftables"), ("ipset", "nftset"))),
-    ("linear vs indexed", (("iptables-legacy", "ipset"), ("nftables", "nftset"),
-                           ("xdp-linear", "xdp-set"), ("tc-linear", "tc-set"))),
-    ("eBPF vs netfilter", (("xdp-linear", "iptables-legacy"), ("tc-linear", "iptables-legacy"),
-                           ("xdp-set", "ipset"), ("xdp-set", "nftset"), ("tc-set", "ipset"))),
-    ("XDP vs tc", (("xdp-set", "tc-set"),)),
-)
-DEFAULT_PAIRS = tuple(p for _, pairs in PAIR_KINDS for p in pairs)
 
 
 @dataclass(frozen=True)
@@ -224,21 +210,29 @@ def pair_tables(data: RunData, metric: Metric, cells: dict[Cell, CellSummary],
     return out
 
 
+def pair_kinds() -> list[tuple[str, list[tuple[str, str]]]]:
+    """The pairs a reader asks about, by the question each answers (`--pair`
+    replaces them): those the backends declare (registry.pair_kinds)."""
+    return registry.pair_kinds()
+
+
 def default_pairs(data: RunData) -> list[tuple[str, str]]:
     present = set(data.backends())
-    return [p for p in DEFAULT_PAIRS if set(p) <= present]
+    return [p for _, pairs in pair_kinds() for p in pairs if set(p) <= present]
 
 
 def pair_kind(a: str, b: str) -> str:
-    """The question a pair answers (PAIR_KINDS), or "chosen" for a `--pair` of one's own."""
-    return next((k for k, pairs in PAIR_KINDS if (a, b) in pairs), "chosen")
+    """The question a pair answers (pair_kinds), or "chosen" for a `--pair` of one's own."""
+    return next((k for k, pairs in pair_kinds() if (a, b) in pairs), "chosen")
 
 
 def groups(backends: list[str]) -> list[tuple[str, list[str]]]:
-    """GROUPS restricted to `backends` (`none` left out), in their order; a backend of no
+    """The backend groups (registry.groups: the per-metric figures' panels)
+    restricted to `backends` (`none` left out), in their order; a backend of no
     group goes into "other"."""
-    out = [(name, [b for b in members if b in backends]) for name, members in GROUPS]
-    known = {b for _, members in GROUPS for b in members}
+    every = registry.groups()
+    out = [(name, [b for b in members if b in backends]) for name, members in every]
+    known = {b for _, members in every for b in members}
     out.append(("other", [b for b in backends if b not in known and b != "none"]))
     return [(name, members) for name, members in out if members]
 

@@ -503,7 +503,7 @@ class Report:
         its interval | how sure | p (Holm) | test | verdict, pairs grouped by what
         they answer."""
         rows, classes = [], []
-        order = {k: i for i, (k, _) in enumerate(an.PAIR_KINDS)}
+        order = {k: i for i, (k, _) in enumerate(an.pair_kinds())}
         tables = [t for mm, t, _ in self.compared if mm is m
                   and (frames is None or t.frame_size in frames)]
         tables.sort(key=lambda t: (order.get(an.pair_kind(t.a, t.b), 99),

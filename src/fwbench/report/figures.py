@@ -4,7 +4,7 @@ report.html opens from disk with no network and no scripts.
 - the ranking at a glance: time per packet against rule-set size, one line per backend
   labelled at its end, and a backend x rule-set size heat map of the headline rate;
 - one figure per frame size and metric: the metric against rule-set size, one panel per
-  backend family (analysis.GROUPS) on shared axes, a line per backend through the cell
+  backend family (analysis.groups) on shared axes, a line per backend through the cell
   medians with the median's 95 % interval as a band and every trial as a dot (seed 000,
   Figures 6-19), log-scaled where the range needs it;
 - latency percentile curves per frame size (p50 .. p99.9 on a "nines" axis);

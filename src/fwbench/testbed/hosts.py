@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from typing import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,12 +160,16 @@ class SshTestbed(Testbed):
     provider = "ssh"
     own_traffic = True    # the SSH session itself
 
-    def __init__(self, topo: Topology, inventory: Inventory, programs: list[Path]):
+    def __init__(self, topo: Topology, inventory: Inventory, programs: list[Path],
+                 firewalls: Sequence[hoststate.Firewall]):
         """`programs`: the files the hosts run (the engine, the eBPF loader and
-        objects), copied there; a command naming one runs the host's copy."""
+        objects), copied there; a command naming one runs the host's copy.
+        `firewalls`: every kernel firewall a backend may load into
+        (backends.registry.firewalls), each saved, emptied and put back."""
         super().__init__(topo, None)   # the executor comes with the connections
         self.inventory = inventory
         self.programs = programs
+        self.firewalls = tuple(firewalls)
         self.libraries = shared_libraries(programs)
         self.hosts = {r: inventory.host(r) for r in topo.roles}
         self.executor: SshExecutor | None = None
@@ -187,6 +192,7 @@ class SshTestbed(Testbed):
         empties the host's firewall, and the session comes back. Disarming it is the
         proof the session survived."""
         dogs = {}
+        empty = hoststate.emptying_script(self.firewalls)
         for r in (h.role for h in self.topo.hosts if h.kind == "firewall"):
             self._dogs += 1
             mark = f"{self.executor.rundir[r]}/watchdog-{self._dogs}"
@@ -195,7 +201,7 @@ class SshTestbed(Testbed):
             dogs[r] = (mark, self.spawn(r, [sys.executable, "-c", (
                 f"import subprocess, time; time.sleep({self.hosts[r].watchdog_s:g}); "
                 f"open({mark!r}, 'w').close(); "
-                f"subprocess.run(['sh', '-c', {hoststate.EMPTY_FIREWALL!r}])")],
+                f"subprocess.run(['sh', '-c', {empty!r}])")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         try:
             yield
@@ -328,7 +334,7 @@ class SshTestbed(Testbed):
                    stderr=subprocess.DEVNULL)
         keys = self._sysctl_keys(role)
         self._tracked[role] |= set(keys)
-        saved = hoststate.snapshot(ex, role, list(h.ports.values()), keys)
+        saved = hoststate.snapshot(ex, role, list(h.ports.values()), keys, self.firewalls)
         saved["ifnames"] = list(h.ports.values())
         # What fwbench adds from here on, recorded before it is added: the put-back
         # takes away only what is written here (hoststate.restore_links).
@@ -374,7 +380,7 @@ class SshTestbed(Testbed):
         if h.kind == "firewall":
             added["firewall"] = True
             self._write_state(role)
-            _empty_firewall(self.executor, role)
+            _empty_firewall(self.executor, role, self.firewalls)
         ports = t.ports_of(role)
         self.sysctl(role, *[f"net.ipv6.conf.{p.ifname}.{k}={v}" for p in ports
                             for k, v in (("accept_dad", 0), ("addr_gen_mode", 1))])
@@ -449,8 +455,8 @@ class SshTestbed(Testbed):
                 self.stop_processes()
             except FwbenchError as e:
                 self.notes.append(str(e))
-            results = put_back(self.executor, self.hosts, self._saved, self.notes.append) \
-                if self._saved else {}
+            results = put_back(self.executor, self.hosts, self._saved, self.notes.append,
+                               self.firewalls) if self._saved else {}
             self.recorded["restored"] = {r: (not left) for r, left in results.items()}
             for r in self._made - set(self._saved):   # stopped before its state was saved
                 remove_private(self.executor, r, self.hosts[r], self.notes.append)
@@ -478,7 +484,7 @@ def shared_clock(hosts: dict[str, Host], boot_ids: dict[str, str]) -> tuple[bool
 
 
 def put_back(ex: SshExecutor, hosts: dict[str, Host], saved: dict[str, dict],
-             note) -> dict[str, list[str]]:
+             note, firewalls: Sequence[hoststate.Firewall]) -> dict[str, list[str]]:
     """Put every host of `saved` back, in phases, each on all hosts at once before
     the next: end fwbench's processes, detach its XDP programs and tc hooks and
     restore the firewall; then interfaces, routes and sysctls; then compare, and
@@ -489,13 +495,13 @@ def put_back(ex: SshExecutor, hosts: dict[str, Host], saved: dict[str, dict],
 
     def unhook(role: str) -> None:
         stop_leftovers(ex, role, ex.rundir[role])
-        now = hoststate.snapshot(ex, role, saved[role]["ifnames"], [])
-        hoststate.restore_hooks_and_firewall(ex, role, saved[role], now, note)
+        now = hoststate.snapshot(ex, role, saved[role]["ifnames"], [], firewalls)
+        hoststate.restore_hooks_and_firewall(ex, role, saved[role], now, firewalls, note)
 
     def check(role: str) -> list[str]:
         h, keys = hosts[role], list(saved[role]["sysctls"])
         left = hoststate.compare(saved[role], hoststate.snapshot(
-            ex, role, saved[role]["ifnames"], keys))
+            ex, role, saved[role]["ifnames"], keys, firewalls))
         if left:
             note(f"{h.where} is not as it was: {'; '.join(left[:3])}"
                  f"{f' (and {len(left) - 3} more)' if len(left) > 3 else ''}; its saved "
@@ -539,15 +545,15 @@ def stop_leftovers(ex: SshExecutor, role: str, d: str) -> None:
     ex.run(role, ["sh", "-c", script, "sh", d], check=False)
 
 
-def _empty_firewall(ex: SshExecutor, role: str) -> None:
+def _empty_firewall(ex: SshExecutor, role: str,
+                    firewalls: Sequence[hoststate.Firewall]) -> None:
     """Every table empty, as in a new namespace: the host's own rules would be a
-    second firewall in the path. They are saved and come back at the end."""
-    empty = {"ip_tables_names": "iptables-legacy", "ip6_tables_names": "ip6tables-legacy"}
-    for names, tool in empty.items():
-        for t in ex.run(role, ["cat", f"/proc/net/{names}"], check=False).stdout.split():
-            ex.run(role, hoststate.emptying(tool, t))
-    ex.run(role, ["nft", "flush", "ruleset"])
-    ex.run(role, ["ipset", "destroy"])
+    second firewall in the path. They are saved and come back at the end. A
+    command that fails ends the run (the host has every firewall's tools:
+    KIND_TOOLS)."""
+    every = {name: "" for fw in firewalls for name in fw.listings}
+    for fw in firewalls:
+        fw.empty_host(ex, role, every, lambda what, argv: ex.run(role, argv), zero=False)
 
 
 def _carrying(ex: SshExecutor, role: str, session: list[str]) -> set[str]:
@@ -630,7 +636,7 @@ def _on_hosts(t: Topology, hosts: dict[str, Host], facts: dict) -> Topology:
 
 # --- after a SIGKILL -------------------------------------------------------------------------
 
-def clean(inventory: Inventory) -> dict[str, str]:
+def clean(inventory: Inventory, firewalls: Sequence[hoststate.Firewall]) -> dict[str, str]:
     """Put back every host of the inventory that holds a saved state (a run killed
     before it could), and remove fwbench's private directories there (those
     carrying its marker, and in them only what it wrote): role -> what was done."""
@@ -676,7 +682,7 @@ def clean(inventory: Inventory) -> dict[str, str]:
     try:
         saved = {r: s for r, s in parallel(saved_state, list(inventory.hosts)).items()
                  if s is not None}
-        left = put_back(ex, inventory.hosts, saved, notes.append) if saved else {}
+        left = put_back(ex, inventory.hosts, saved, notes.append, firewalls) if saved else {}
         for r in saved:
             done[r] = "put back as it was" if not left[r] else \
                 f"still differs: {'; '.join(left[r])}"

@@ -1,11 +1,12 @@
 """A real host's state that fwbench changes, saved before the first change and put
 back however the run ends.
 
-What is saved (`snapshot`): the firewall as each tool lists it (iptables-save and
-ip6tables-save of both the legacy and the nft tools, `nft list ruleset`, `ipset
-save`), and for each test interface its link settings (up, MTU, MAC), addresses,
-permanent neighbours, offloads (`ethtool -k`), RPS masks, attached XDP programs and
-qdiscs; the routes and policy rules through the test interfaces; every sysctl
+What is saved (`snapshot`): the firewall as each tool lists it (the listings of
+every firewall the registered backends load into, backends.kernel.Firewall:
+iptables-save and ip6tables-save of both the legacy and the nft tools, `nft list
+ruleset`, `ipset save`), and for each test interface its link settings (up, MTU,
+MAC), addresses, permanent neighbours, offloads (`ethtool -k`), RPS masks, attached
+XDP programs and qdiscs; the routes and policy rules through the test interfaces; every sysctl
 fwbench writes (the ones the build sets, and any other the moment before a caller
 first writes it). Beside it, `added` (`no_additions`): what fwbench adds, each
 thing recorded before it is added.
@@ -23,25 +24,25 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 from fwbench.errors import FwbenchError
 from fwbench.testbed.executor import Executor
 from fwbench.testbed.packets import SINK_TABLE
 
-# Firewall listings: name -> argv. Each is read-only.
-SAVES = {
-    "iptables-legacy": ["iptables-legacy-save"],
-    "ip6tables-legacy": ["ip6tables-legacy-save"],
-    "iptables-nft": ["iptables-nft-save"],
-    "ip6tables-nft": ["ip6tables-nft-save"],
-    "nft": ["nft", "list", "ruleset"],
-    "ipset": ["ipset", "save"],
-}
-# The tool each listing needs, and its Debian package.
-SAVE_TOOLS = {"iptables-legacy-save": "iptables", "ip6tables-legacy-save": "iptables",
-              "iptables-nft-save": "iptables", "ip6tables-nft-save": "iptables",
-              "nft": "nftables", "ipset": "ipset"}
+
+class Firewall(Protocol):
+    """What the put-back needs of one kernel firewall: the registered backends'
+    (backends.kernel.Firewall, passed down by the caller, registry.firewalls)."""
+    listings: dict[str, list[str]]   # listing name -> argv, read-only
+    named_by_others: bool
+
+    def empty_host(self, ex: Executor, role: str, saved: dict[str, str], step,
+                   zero: bool = True) -> None: ...
+
+    def reload_host(self, saved: dict[str, str], step) -> None: ...
+
+    def emptying_script(self) -> str | None: ...
 
 
 def parsed(text: str) -> list:
@@ -171,11 +172,13 @@ def have(ex: Executor, role: str, tools: list[str]) -> set[str]:
     return set(ex.output(role, ["sh", "-c", script]).split())
 
 
-def snapshot(ex: Executor, role: str, ifnames: list[str], keys: list[str]) -> dict:
+def snapshot(ex: Executor, role: str, ifnames: list[str], keys: list[str],
+             firewalls: Sequence[Firewall]) -> dict:
     """The host's state as `restore` brings it back and `compare` checks it."""
-    tools = have(ex, role, sorted({argv[0] for argv in SAVES.values()}))
+    saves = {name: argv for fw in firewalls for name, argv in fw.listings.items()}
+    tools = have(ex, role, sorted({argv[0] for argv in saves.values()}))
     firewall = {}
-    for name, argv in SAVES.items():
+    for name, argv in saves.items():
         if argv[0] in tools:
             firewall[name] = ex.output(role, argv)
     links = {}
@@ -237,7 +240,7 @@ def _short(x) -> str:
 
 # --- restoring -----------------------------------------------------------------------------
 
-def _nft_tables(text: str) -> list[tuple[str, str, str]]:
+def nft_tables(text: str) -> list[tuple[str, str, str]]:
     """(family, name, block) of every table of an `nft list ruleset` listing."""
     out, cur, head = [], [], None
     for line in text.splitlines():
@@ -253,7 +256,7 @@ def _nft_tables(text: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def _xtables(save: str, family: str) -> set[tuple[str, str]]:
+def nft_xtables(save: str, family: str) -> set[tuple[str, str]]:
     """The nf_tables tables an iptables-nft listing holds: (family, table)."""
     return {(family, ln[1:].strip()) for ln in save.splitlines() if ln.startswith("*")}
 
@@ -281,6 +284,7 @@ def no_additions() -> dict:
 
 
 def restore_hooks_and_firewall(ex: Executor, role: str, saved: dict, now: dict,
+                               firewalls: Sequence[Firewall],
                                note: Callable[[str], None] = lambda s: None) -> None:
     """The first part of putting a host back as `saved` (a snapshot, with what
     fwbench added) had it, `now` being its snapshot as it stands: XDP programs
@@ -312,7 +316,7 @@ def restore_hooks_and_firewall(ex: Executor, role: str, saved: dict, now: dict,
         return
     if any(normal(k, fw.get(k, "")) != normal(k, now["firewall"].get(k, ""))
            for k in fw.keys() | now["firewall"].keys()):
-        _restore_firewall(ex, role, fw, step)
+        _restore_firewall(ex, role, fw, step, firewalls)
 
 
 def restore_links(ex: Executor, role: str, saved: dict,
@@ -333,7 +337,7 @@ def restore_links(ex: Executor, role: str, saved: dict,
             step(f"sysctl {k}", ["sysctl", "-q", "-w", f"{k}={v}"])
 
 
-def _emptying(tool: str, table: str) -> str:
+def emptying_shell(tool: str, table: str) -> str:
     """Shell: empty one x_tables table, policies to ACCEPT first. `table` is a word
     of the shell (a name, or a variable)."""
     t = f"{tool} -t {table}"
@@ -346,47 +350,25 @@ def emptying(tool: str, table: str, zero: bool = False) -> list[str]:
     and chains, in one command. The other way round, flushed rules under an INPUT
     policy of drop drop the SSH session before the next command arrives."""
     t = f"{shlex.quote(tool)} -t {shlex.quote(table)}"
-    return ["sh", "-c", _emptying(shlex.quote(tool), shlex.quote(table))
+    return ["sh", "-c", emptying_shell(shlex.quote(tool), shlex.quote(table))
             + (f" && {t} -Z" if zero else "")]
 
 
-# Shell: every firewall of the host emptied (legacy x_tables of both families, then
-# nftables, iptables-nft's tables with it): what the watchdog does to a host whose
-# new rule set cut fwbench off (hosts.SshTestbed.firewall_change).
-EMPTY_FIREWALL = "; ".join(
-    f"for t in $(cat /proc/net/{names} 2>/dev/null); do {_emptying(tool, '$t')}; done"
-    for names, tool in (("ip_tables_names", "iptables-legacy"),
-                        ("ip6_tables_names", "ip6tables-legacy"))) + "; nft flush ruleset"
+def emptying_script(firewalls: Sequence[Firewall]) -> str:
+    """Shell: every firewall of the host emptied (legacy x_tables of both families,
+    then nftables, iptables-nft's tables with it): what the watchdog does to a host
+    whose new rule set cut fwbench off (hosts.SshTestbed.firewall_change)."""
+    return "; ".join(filter(None, (fw.emptying_script() for fw in firewalls)))
 
 
-def _restore_firewall(ex: Executor, role: str, fw: dict, step) -> None:
-    """Empty every tool's tables, then reload what was saved, sets before the
-    rules that name them."""
-    for name, table_file in (("iptables-legacy", "ip_tables_names"),
-                             ("ip6tables-legacy", "ip6_tables_names")):
-        if name not in fw:
-            continue
-        tool = name.removesuffix("-legacy") + "-legacy"
-        tables = ex.run(role, ["cat", f"/proc/net/{table_file}"], check=False).stdout.split()
-        for t in tables:
-            step(f"emptying {name} {t}", emptying(tool, t, zero=True))
-    if "nft" in fw:
-        step("flushing nftables", ["nft", "flush", "ruleset"])
-    if "ipset" in fw:
-        step("destroying ipsets", ["ipset", "destroy"])
-        if fw["ipset"].strip():
-            step("restoring ipsets", ["ipset", "restore"], fw["ipset"])
-    for name in ("iptables-legacy", "ip6tables-legacy", "iptables-nft", "ip6tables-nft"):
-        if fw.get(name, "").strip():
-            step(f"restoring {name}", [SAVES[name][0].replace("-save", "-restore")],
-                 fw[name])
-    if fw.get("nft", "").strip():
-        managed = _xtables(fw.get("iptables-nft", ""), "ip") \
-            | _xtables(fw.get("ip6tables-nft", ""), "ip6")
-        native = "".join(block for fam, name, block in _nft_tables(fw["nft"])
-                         if (fam, name) not in managed)
-        if native:
-            step("restoring nftables", ["nft", "-f", "-"], native)
+def _restore_firewall(ex: Executor, role: str, fw: dict, step,
+                      firewalls: Sequence[Firewall]) -> None:
+    """Empty every firewall, then reload what was saved, the firewalls whose
+    objects others name (sets) before the rules that name them."""
+    for f in firewalls:
+        f.empty_host(ex, role, fw, step)
+    for f in sorted(firewalls, key=lambda f: not f.named_by_others):
+        f.reload_host(fw, step)
 
 
 def _restore_link(ex: Executor, role: str, ifname: str, s: dict, added: dict,
