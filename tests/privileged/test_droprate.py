@@ -237,7 +237,11 @@ def test_sigkill_then_clean_then_resume_runs_each_planned_trial_once(tmp_path, o
         if (d / "trials.jsonl").exists() and records(d):
             break
         assert p.poll() is None, p.communicate()
-        time.sleep(0.05)
+        time.sleep(0.02)
+    # Held (SIGSTOP) before the kill, so the kill finds it with trials left, not
+    # after it finished on a machine too busy to run this test meanwhile.
+    p.send_signal(signal.SIGSTOP)
+    assert p.poll() is None and len(records(d)) < 6, "the run finished before the kill"
     p.send_signal(signal.SIGKILL)
     p.communicate(timeout=60)
     done = records(d)

@@ -230,3 +230,90 @@ def test_an_xdp_program_on_an_end_host_is_refused(fresh_testbed):
     p = Packet(4, "client", testbed.topo.client.ip4, testbed.topo.server.ip4, "udp", 1, 9)
     with pytest.raises(FwbenchError, match=f"XDP program on {s0}"):
         packets.exchange(testbed, [p])
+
+
+@pytest.fixture
+def lossy_server(testbed, monkeypatch):
+    """`lossy_server(on)`: an XDP program dropping every IPv4 UDP packet on the
+    server's interface (on), or none (off). XDP runs before the capture's tap, so a
+    frame the firewall hands to the server is lost to the instrument after the
+    firewall counted it out: the loss a busy machine causes, made certain. The
+    exchange's refusal of XDP is lifted here."""
+    obj = proc.REPO / "bpf/build/drop.bpf.o"
+    if not obj.exists():
+        pytest.skip(f"{obj} not built (./scripts/setup.sh)")
+    monkeypatch.setattr(packets, "_refuse_xdp", lambda tb, role, ifname: None)
+    s0 = testbed.topo.server.ifname
+
+    def set_(on: bool) -> None:
+        if on:
+            testbed.ip("server", "link", "set", "dev", s0, "xdpgeneric", "obj", str(obj),
+                       "sec", "xdp")
+        else:
+            testbed.ip("server", "link", "set", "dev", s0, "xdpgeneric", "off")
+    yield set_
+    set_(False)
+
+
+def test_frames_the_firewall_counted_out_but_the_capture_lost_are_instrument_loss(
+        testbed, lossy_server, monkeypatch):
+    """A packet missing while the firewall's port counted it out is the instrument's
+    loss (InstrumentLost, with what was seen); one the firewall dropped, with the
+    same loss of the capture in place, is its verdict (None, no error)."""
+    monkeypatch.setattr(packets, "IN_FLIGHT_S", 0.3)
+    t = testbed.topo
+    packets.prepare(testbed)
+    back = Packet(4, "server", t.server.ip4, t.client.ip4, "udp", 6001, 10)
+    there = Packet(4, "client", t.client.ip4, t.server.ip4, "udp", 6002, 10)
+    lossy_server(True)
+    with pytest.raises(packets.InstrumentLost, match="1 counted out of the firewall") as e:
+        packets.exchange(testbed, [back, there])
+    assert e.value.lost == 1
+    assert e.value.seen[0] is not None and e.value.seen[0].packet == back
+    assert e.value.seen[1] is None
+    # The firewall drops it: nothing counted out, nothing lost, the None is a verdict.
+    nft(testbed, "table inet fwb_t {\n"
+                 "  chain c_forward { type filter hook forward priority 0;\n"
+                 "    udp dport 10 ip daddr " + t.server.ip4 + " counter drop\n  }\n}\n")
+    got = packets.exchange(testbed, [back, there])
+    assert got[0] is not None and got[1] is None
+    assert counters(testbed, "inet", "fwb_t") == [1]
+
+
+def test_verification_sends_again_what_the_instrument_lost(testbed, lossy_server,
+                                                           backend_named, monkeypatch):
+    """The instrument loses the first sending's frames to the server; verification
+    sends the missing packets again (the sink gone by then), passes, and says so in
+    its record. With the loss lasting, it is invalid, never a verdict."""
+    from fwbench.backends import base
+    from fwbench.errors import MeasurementInvalid
+    from fwbench.ruleset.templates.seed000 import seed000
+    monkeypatch.setattr(packets, "IN_FLIGHT_S", 0.3)
+    b = backend_named("none")
+    rs = seed000(1)
+    b.apply(testbed, rs)
+    real, calls = packets.exchange, []
+
+    def first_lossy(tb, pkts, *a, **kw):
+        calls.append(len(pkts))
+        try:
+            return real(tb, pkts, *a, **kw)
+        finally:
+            lossy_server(False)
+    monkeypatch.setattr(packets, "exchange", first_lossy)
+    lossy_server(True)
+    v = b.verify(testbed, rs, sample=8)
+    assert v.ok, v.reason
+    resent = v.details["resent"]
+    # The first round's packets missing (those lost, and any addressed to the
+    # firewall) were sent once more, in rounds of their own, and no others.
+    assert resent["rounds"] == 1 and resent["lost"] > 0 and resent["packets"] > 0, resent
+    assert resent["packets"] < calls[0]
+    assert sum(calls) == v.details["sample"]["sent"] + resent["packets"]
+
+    # Lost every time: invalid after the re-sends, not "dropped, expected forwarded".
+    monkeypatch.setattr(packets, "exchange", real)
+    monkeypatch.setattr(base, "EXCHANGE_ATTEMPTS", 1)
+    lossy_server(True)
+    with pytest.raises(MeasurementInvalid, match="still after 2 re-sends"):
+        b.verify(testbed, rs, sample=8)

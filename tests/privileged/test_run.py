@@ -44,16 +44,32 @@ def wait_for_records(d, n, p, limit_s=120):
         if (d / "trials.jsonl").exists() and len(records(d)) >= n:
             return
         assert p.poll() is None, p.communicate()
-        time.sleep(0.1)
+        time.sleep(0.02)
     raise AssertionError(f"no {n} records within {limit_s} s")
 
 
-def interrupt(d, after_records, sig):
-    """Start a SMALL run into d and send `sig` once `after_records` trials are on disk."""
-    p = start("run", *SMALL, "--out", str(d))
-    wait_for_records(d, after_records, p)
-    p.send_signal(sig)
-    return p
+def interrupt(d, after_records, sig, attempts=3):
+    """Start a SMALL run into d and, once `after_records` trials are on disk, hold it
+    (SIGSTOP) and send `sig` while it is held with trials left, then let it go on
+    (SIGCONT): the signal arrives at that point however busy the machine. A run that
+    finished all its trials before it could be held (the test starved of CPU) is no
+    test of the signal: it is started again, at most `attempts` times in all."""
+    for _ in range(attempts):
+        if d.exists():
+            shutil.rmtree(d)
+        p = start("run", *SMALL, "--out", str(d))
+        wait_for_records(d, after_records, p)
+        p.send_signal(signal.SIGSTOP)
+        left = sum(planned_keys(d).values()) - len(records(d))
+        if p.poll() is None and left > 0:
+            p.send_signal(sig)
+            p.send_signal(signal.SIGCONT)
+            return p
+        p.send_signal(signal.SIGCONT)
+        p.communicate(timeout=60)
+        print(f"the run finished before it could be held ({left} trials left): "
+              "started again")
+    raise AssertionError(f"the run finished before the signal in {attempts} attempts")
 
 
 def planned_keys(d):
@@ -115,12 +131,21 @@ def test_seed_faithful_iperf3_run(tmp_path, own_netns):
 def test_throughput_records_ndr_pdr_bounds_and_trials(tmp_path, own_netns):
     """Acceptance: NDR and PDR with bounds and every search trial; the firewall's NDR
     at 5,000 rules well below the no-firewall path's."""
-    d = tmp_path / "run"
-    cp = fwbench("run", "--backends", "none,iptables-legacy", "--rules", "5000",
-                 "--frame-sizes", "64", "--repeat", "1", "--duration", "0.3",
-                 "--method", "throughput", "--out", str(d))
-    assert cp.returncode == 0, cp.stderr
-    got = {r["factors"]["backend"]: r for r in records(d)}
+    # A busy machine's noise can keep 0.3 s trials from narrowing the NDR bounds
+    # within the search's trials (max_trials reached, the search says so): measured
+    # again then, saying so, at most three runs in all.
+    for attempt in range(3):
+        d = tmp_path / f"run{attempt}"
+        cp = fwbench("run", "--backends", "none,iptables-legacy", "--rules", "5000",
+                     "--frame-sizes", "64", "--repeat", "1", "--duration", "0.3",
+                     "--method", "throughput", "--out", str(d))
+        assert cp.returncode == 0, cp.stderr
+        got = {r["factors"]["backend"]: r for r in records(d)}
+        search = got["iptables-legacy"]["metrics"]["search"]
+        if got["iptables-legacy"]["metrics"]["ndr_finished"] or attempt == 2:
+            break
+        print(f"the NDR search did not finish ({search['goals'][0]['reason']}): "
+              "measured again")
     for r in got.values():
         m = r["metrics"]
         assert r["status"] == "ok", r["reason"]
@@ -182,6 +207,7 @@ def test_sigterm_cleans_up_and_says_how_to_resume(tmp_path, own_netns):
     assert p.returncode == 130, err
     assert f"fwbench run --resume {d}" in err
     assert own_netns(d) == []
+    assert len(records(d)) < sum(planned_keys(d).values())   # it stopped mid-run
 
 
 def finished_copy(finished_sweep, tmp_path):

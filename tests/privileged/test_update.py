@@ -46,15 +46,19 @@ def test_the_sink_series_counts_each_stream_as_scheduled(testbed):
     for rep, d in zip(reports, sr["streams"]):
         s = series.Stream.of(d)
         sched = series.Schedule(rep["t0_ns"], rep["offered_pps"], rep["sent"])
-        assert 0.9 < rep["sent"] / (rep["offered_pps"] * 1.0) < 1.2
+        # Never ahead of its schedule over the time it sent (a busy machine may
+        # leave it behind: the series below is held to what it sent).
+        assert 0 < rep["sent"] <= rep["offered_pps"] * rep["active_s"] + 1, rep
         assert s.received == rep["sent"] and s.outside == 0
         assert s.first_sched_ns == rep["t0_ns"]
-        # The first packet arrives after it was due, on the same clock.
-        assert rep["t0_ns"] < s.first_arrival_ns < rep["t0_ns"] + 100_000_000
+        # The first packet arrives after it was due, on the same clock: within the
+        # sender's own worst lag and a path's 100 ms (another clock is seconds off).
+        lag = rep["send_lag_ns"]["max"]
+        assert rep["t0_ns"] < s.first_arrival_ns < rep["t0_ns"] + lag + 100_000_000
         assert s.last_sched_ns == sched.due()[-1]
         want = sched.per_slot(base, 1_000_000, s.first_slot + len(s.packets))
         assert s.packets.tolist() == want[s.first_slot:].tolist()
-        assert 0 < s.max_gap_ns < 200_000_000
+        assert 0 < s.max_gap_ns < lag + 200_000_000
 
 
 def test_a_stream_past_the_receivers_is_one_line(testbed):

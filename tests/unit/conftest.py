@@ -1,7 +1,9 @@
 """Fixtures the unit tests share."""
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,23 @@ def golden():
             path.write_text(text)
         assert text == path.read_text()
     return check
+
+
+@pytest.fixture
+def elsewhere():
+    """`elsewhere(setup, *exprs)`: each expression's value as text (str), computed in
+    a new Python process under another hash seed (PYTHONHASHSEED) after `setup`
+    (imports; tests/unit is on its path). Determinism is proven against it: the
+    same call twice in one process shares its hash seed and every cache, so a
+    result that depends on set or dict order, or on the run, would still agree."""
+    def run(setup: str, *exprs: str) -> list[str]:
+        code = (f"import json, sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+                f"{setup}\nprint(json.dumps([str(e) for e in ({', '.join(exprs)},)]))")
+        for seed in ("1", "4242"):    # whichever differs from this process's
+            if os.environ.get("PYTHONHASHSEED") != seed:
+                break
+        cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONHASHSEED": seed}, timeout=120)
+        assert cp.returncode == 0, cp.stderr
+        return json.loads(cp.stdout)
+    return run

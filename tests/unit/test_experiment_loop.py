@@ -28,6 +28,7 @@ EVENTS: list[str] = []
 STOP_AT: list[int] = []      # trial counts at which the toy raises Interrupted
 BREAK_AT: list[tuple[int, int]] = []   # (trial count, testbeds) at which a trial breaks it
 BROKEN: list[bool] = []      # the current stand-in testbed is broken
+INVALID: dict[tuple, int] = {}   # cell -> how many more of its trials come out invalid
 
 
 class Bed:
@@ -89,6 +90,11 @@ class Toy(Experiment):
             BROKEN.append(True)
             t.fail("the probe got no answer")
             return t.record(tb.topo.run_id, "toy", "none", None, {})
+        if INVALID.get(key.cell):
+            INVALID[key.cell] -= 1
+            t.fail(f"the instrument lost packets ({key.cell} rep {key.repetition})",
+                   "invalid")
+            return t.record(tb.topo.run_id, "toy", "none", None, {})
         t.load_time_s = 0.001
         t.metrics = {"toy_pps": (1e6 if key.cell[0] == "a" else 8e5) *
                      (1 + rng.uniform(-0.01, 0.01))}
@@ -111,11 +117,12 @@ ROOM = Room("toy", f"{__name__}:Toy", "a toy", "toy rate", (
 @pytest.fixture
 def toy(monkeypatch):
     monkeypatch.setitem(catalog.EXPERIMENTS, "toy", f"{__name__}:ROOM")
-    for state in (EVENTS, STOP_AT, BREAK_AT, BROKEN):
+    for state in (EVENTS, STOP_AT, BREAK_AT, BROKEN, INVALID):
         state.clear()
     yield
     STOP_AT.clear()
     BREAK_AT.clear()
+    INVALID.clear()
 
 
 def records(d) -> list[dict]:
@@ -204,3 +211,36 @@ def test_a_testbed_that_keeps_breaking_ends_the_run(toy, tmp_path):
         loop.start(sc, tmp_path / "run", Console(file=io.StringIO()))
     built = [e for e in EVENTS if e.startswith("built")]
     assert len(built) == 4 and len([e for e in EVENTS if e.startswith("removed")]) == 4
+
+
+def test_invalid_trials_run_again_later_at_most_twice_per_cell(toy, tmp_path):
+    """Cell a/64's first trial is invalid once: it runs again after the planned
+    trials and its second try stands. Every trial of b/1518 is invalid: its cell
+    gets two re-runs in all, then its trials are recorded invalid. run.json and the
+    console count the re-runs."""
+    sc = from_dict({"name": "toy", "method": "toy", "repeat": 2, "seed": 5})
+    INVALID.update({("a", 64): 1, ("b", 1518): 99})
+    out = io.StringIO()
+    outcome = loop.start(sc, tmp_path / "run", Console(file=out, width=200))
+    recs = records(tmp_path / "run")
+    assert outcome.planned == len(recs) == 8      # every planned trial recorded once
+    keys = [(r["factors"]["variant"], r["factors"]["size"], r["repetition"]) for r in recs]
+    assert sorted(keys) == sorted((v, s, n) for v in "ab" for s in (64, 1518)
+                                  for n in range(2))
+    bad = {k for k, r in zip(keys, recs) if r["status"] != "ok"}
+    assert bad == {("b", 1518, 0), ("b", 1518, 1)}
+    assert all(r["status"] == "invalid" for r in recs if r["status"] != "ok")
+    # The re-runs come after every planned trial's first try, in plan order.
+    plan = json.loads((tmp_path / "run" / "run.json").read_text())["plan"]
+    order = [(k["variant"], k["size"], k["repetition"]) for k in plan]
+    again = sorted([("a", 64, 0), ("b", 1518, 0), ("b", 1518, 1)], key=order.index)
+    assert keys == [k for k in order if k not in again] + again
+    assert EVENTS.count("trial") == 8 + 3
+    reruns = json.loads((tmp_path / "run" / "run.json").read_text())["reruns"]
+    assert reruns["trials"] == 3 and reruns["cells"] == {"a/64": 1, "b/1518": 2}
+    assert all("the instrument lost packets" in r for r in reruns["reasons"])
+    assert out.getvalue().count("runs again later in this run") == 3
+    assert "3 trials run again after the instrument made them invalid" in out.getvalue()
+    rep = build(tmp_path / "run", tmp_path / "report")
+    assert "3 trials run again after the instrument made them invalid" in \
+        rep.html.with_name("report.md").read_text()

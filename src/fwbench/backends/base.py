@@ -370,6 +370,10 @@ class Exchange:
     sent: list[Packet]
     seen: list[Packet | None]        # as observed leaving the firewall; None: dropped
     counts: dict[str, int]           # rule id -> packets counted during the exchange
+    # Packets sent again because the instrument lost frames while they were missing
+    # (the firewall's port counters showed it): {"packets": n, "lost": frames lost,
+    # "rounds": re-sends}; empty when nothing was.
+    resent: dict = field(default_factory=dict)
 
 
 def _rounds(rs: RuleSet, pkts: list[Packet]) -> list[list[int]]:
@@ -432,23 +436,59 @@ def exchange(backend: Backend, tb: Testbed, rs: RuleSet,
         packets.restore(tb)
 
 
+# Times the packets still missing from a round in which the instrument lost frames
+# are sent again (each time in a round of their own, conntrack emptied first).
+RESENDS = 2
+
+
 def _exchange_once(backend: Backend, tb: Testbed, rs: RuleSet,
                    pkts: list[Packet], before: dict[str, int] | None,
                    after_read: Callable[[], dict[str, int]] | None) -> Exchange:
+    """One exchange. A packet missing from a round in which the instrument lost
+    frames (packets.InstrumentLost: the firewall's port counters show frames it
+    handed on that no capture saw) may have been forwarded: such packets are sent
+    again, after the counters are read (so the counters hold each packet once),
+    up to RESENDS times; still lost after that, the exchange is invalid."""
     seen: list[Packet | None] = [None] * len(pkts)
     if before is None:
         before = backend.counters(tb, rs)
-    for members in _rounds(rs, pkts):
+    unsure: list[int] = []
+    lost = 0
+
+    def send(members: list[int]) -> None:
+        nonlocal lost
         kernel.flush_conntrack(tb)
         # The injector crafts new, unmarked packets; their conntrack state is
         # the kernel's own (as_tracked), which only the evaluator is told.
-        got = packets.exchange(tb, [replace(pkts[i], ct_state="new", mark=0)
-                                    for i in members])
+        try:
+            got = packets.exchange(tb, [replace(pkts[i], ct_state="new", mark=0)
+                                        for i in members])
+        except packets.InstrumentLost as e:
+            got = e.seen
+            lost += e.lost
+            unsure.extend(i for i, o in zip(members, got) if o is None)
         for i, o in zip(members, got):
             seen[i] = o.packet if o else None
+
+    for members in _rounds(rs, pkts):
+        send(members)
     after = after_read() if after_read is not None else backend.counters(tb, rs)
     counts = {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
-    return Exchange(pkts, seen, counts)
+    resent: dict = {}
+    for n in range(1, RESENDS + 1):
+        if not unsure:
+            break
+        again, unsure[:] = sorted(unsure), []
+        resent = {"packets": resent.get("packets", 0) + len(again), "lost": lost,
+                  "rounds": n}
+        # A subset of a round is still a round conntrack cannot link.
+        for members in _rounds(rs, [pkts[i] for i in again]):
+            send([again[j] for j in members])
+    if unsure:
+        raise MeasurementInvalid(
+            f"packets: the instrument lost frames ({lost} by the firewall's port counters) "
+            f"while {len(unsure)} packet(s) were missing, still after {RESENDS} re-sends")
+    return Exchange(pkts, seen, counts, resent)
 
 
 # The hooks a firewall host's own packets pass (its SSH session on a real host).
@@ -770,6 +810,10 @@ def verify(backend: Backend, tb: Testbed, rs: RuleSet, sample: int = SAMPLE_PACK
     details["probes"] = probes
     per_packet, per_rule = disagreements(backend, rs, ex, unjudged)
     details["sample"] = {"sent": len(pkts), "disagreements": per_packet[:10] + per_rule[:10]}
+    if ex.resent:
+        # The instrument lost frames while these packets were missing: their fate is
+        # the one seen when they were sent again (their counts, the first sending's).
+        details["resent"] = ex.resent
     if per_packet:
         problems.append(f"{len(per_packet)} of {len(pkts)} packets not as the reference "
                         f"evaluator says, first: {per_packet[0]}")

@@ -3,7 +3,8 @@
 start() asks the experiment for its plan (checked before any testbed exists),
 interleaves the cells over the repetitions with the scenario's seed and writes
 run.json; execute() (also `--resume`) runs what the plan still lacks in one testbed
-session, appending every record the moment its trial ends. SIGTERM becomes
+session, appending every record the moment its trial ends; a trial the instrument
+made invalid runs again at the end of the session (RERUNS_PER_CELL). SIGTERM becomes
 Interrupted so every cleanup path runs; the testbed is removed however the run ends.
 
 With `[adaptive] max_repeat` set, the planned trials are followed by adaptive rounds
@@ -232,6 +233,8 @@ def _in_session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
         rd.update_meta(sessions=meta["sessions"] + [session],
                        environment={**meta["environment"], **exp.environment(session)})
 
+        again: list[tuple[int, TrialKey]] = []    # invalid trials to run once more
+
         def run(idx: int, key: TrialKey) -> None:
             cell = exp.cell_label(key)
             progress.update(task, description=cell)
@@ -246,22 +249,56 @@ def _in_session(rd: RunDir, exp: Experiment, plan: list[TrialKey],
                 rec = replace(rec, status="failed", reason=(
                     f"the trial broke the testbed twice ({broke[idx]}; then {why}): "
                     f"{rec.reason}"))
+            elif rec.status == "invalid" and _rerun(rd, key, rec):
+                again.append((idx, key))
+                progress.console.print(_trial_line(exp, idx + 1, len(plan), key, rec)
+                                       + " [yellow](runs again later in this run)[/]")
+                return
             rd.append(rec)
             progress.advance(task)
             progress.console.print(_trial_line(exp, idx + 1, len(plan), key, rec))
             if why:
                 raise TestbedBroken(why)
 
-        for idx, key in todo:
-            run(idx, key)
+        def run_all(trials) -> None:
+            for idx, key in trials:
+                run(idx, key)
+            while again:
+                run(*again.pop(0))
+
+        run_all(todo)
         while sc.adaptive.max_repeat and \
                 (r := adaptive_round(rd, sc, exp.factors, plan, exp.blocks())) is not None:
             progress.update(task, total=len(plan))
             progress.console.print(_round_line(exp, r, plan, sc.adaptive.rel_width))
-            for idx in r.positions:
-                run(idx, plan[idx])
+            run_all((idx, plan[idx]) for idx in r.positions)
+        if n := rd.meta().get("reruns", {}).get("trials"):
+            progress.console.print(f"{n} trial{'s' if n != 1 else ''} run again after "
+                                   "the instrument made them invalid")
     finally:
         exp.close(tb)
+
+
+# An invalid trial (the instrument, not the firewall, failed it: MeasurementInvalid)
+# is run again later in the same run, at most this many times per cell; the last
+# try's record stands. run.json's `reruns` counts them: {"trials": n, "cells":
+# {"a/b": n}, "reasons": [the first few]}.
+RERUNS_PER_CELL = 2
+_REASONS_KEPT = 10
+
+
+def _rerun(rd: RunDir, key: TrialKey, rec: TrialRecord) -> bool:
+    """Whether the invalid trial `rec` of `key` runs again (its cell below
+    RERUNS_PER_CELL re-runs); if so it is counted in run.json, before it runs."""
+    reruns = rd.meta().get("reruns", {"trials": 0, "cells": {}, "reasons": []})
+    cell = "/".join(map(str, key.cell))
+    if reruns["cells"].get(cell, 0) >= RERUNS_PER_CELL:
+        return False
+    reruns = {"trials": reruns["trials"] + 1,
+              "cells": {**reruns["cells"], cell: reruns["cells"].get(cell, 0) + 1},
+              "reasons": (reruns["reasons"] + [rec.reason or ""])[:_REASONS_KEPT]}
+    rd.update_meta(reruns=reruns)
+    return True
 
 
 def _trial_line(exp: Experiment, n: int, total: int, key: TrialKey,

@@ -127,6 +127,9 @@ def environment_rows(data: RunData) -> list[list[str]]:
     skipped = data.meta.get("skipped_backends") or {}
     for b, why in skipped.items():
         rows.append([f"skipped {b}", why])
+    if n := (data.meta.get("reruns") or {}).get("trials"):
+        rows.append(["re-run", f"{n} trial{'s' if n != 1 else ''} run again after the "
+                               "instrument made them invalid (the last try's record stands)"])
     return rows
 
 

@@ -1,6 +1,6 @@
 """The testbed: a topology description and the providers that build it.
 
-Its names are imported when first used: the packet agent (testbed.packets, started
+Its names are imported when first used: the packet agent (testbed.packet_agent, started
 in each end host for every verification) would otherwise pay for pydantic."""
 
 __all__ = ["Topology", "TestbedSettings", "NETNS_PREFIX"]

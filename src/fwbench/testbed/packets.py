@@ -14,20 +14,17 @@ Parts:
 - `exchange(tb, packets)`: send, capture, and return one `Observed` or None per
   packet.
 - `build_frame` / `parse_frame`: the pure frame codec.
-- `python -m fwbench.testbed.packets agent IFNAME MARKER`: the small process run in
-  each end host's namespace; JSON lines on stdin/stdout. Kept import-light.
+- the agent (testbed.packet_agent), the small process run in each end host's
+  namespace; JSON lines on stdin/stdout.
 """
 from __future__ import annotations
 
-import errno
 import ipaddress
 import json
 import secrets
-import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,19 +35,13 @@ from fwbench.ruleset.model import (PORTLESS, PROTO_NUMBERS, TESTBED_IPSEC, TESTB
                                    Packet)
 
 if TYPE_CHECKING:
-    from fwbench.testbed.base import Testbed
+    from fwbench.testbed.base import IfStats, Testbed
 
 MAGIC = b"FWBp"
 MARKER_LEN = len(MAGIC) + 4 + 4   # magic, nonce, index
 SINK_TABLE = "fwb_packets_sink"
 ALLOWED = (addresses.BENCH[4], addresses.BENCH[6])
 
-_ETH_P_ALL = 0x0003
-_PACKET_OUTGOING = 4
-_SOL_PACKET = 263
-_PACKET_STATISTICS = 6
-_SO_RCVBUFFORCE = 33        # not in Python's socket module
-_SNDBUF = 128 << 10
 _ETHERTYPE = {4: 0x0800, 6: 0x86DD}
 _PROTO_NAME = {v: k for k, v in PROTO_NUMBERS.items()}
 _ECHO_REQUEST = {"icmp": 8, "icmpv6": 128}
@@ -328,11 +319,16 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
     share a conntrack entry (and its NAT binding); one matching another's reverse
     makes it `established`. Observed addresses are in canonical text.
 
-    Raises MeasurementInvalid when the instrument itself lost packets (a capture
-    socket overflowed, the firewall could not hand a packet to an end host), since
-    a None would then be a lie. `prepare(tb)` first for destinations beyond the two
-    end hosts' addresses; conntrack keeps what earlier exchanges left
-    (fwbench.backends.kernel.flush_conntrack)."""
+    The firewall's own counters tell a packet it dropped from one the instrument
+    lost: every frame the firewall hands to an end host counts in its port's
+    tx_packets, so the capture waits until it has seen as many frames (any frame,
+    marked or not) as the firewall's ports count. Raises InstrumentLost (a
+    MeasurementInvalid, holding what was seen) when a packet is missing and the
+    instrument lost frames (a capture socket overflowed, the firewall could not hand
+    a frame to an end host, or frames the firewall counted never reached the
+    capture), since a None would then be a lie. `prepare(tb)` first for
+    destinations beyond the two end hosts' addresses; conntrack keeps what earlier
+    exchanges left (fwbench.backends.kernel.flush_conntrack)."""
     if not packets:
         return []
     t = tb.topo
@@ -356,7 +352,7 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
         for role, (host, _) in ends.items():
             _sink(tb, role, host.ifname)
             sinks.append(role)
-        handed_before = _handover_drops(tb)
+        handed_before = _handed(tb)
         start_in = tb.taken_in()
         taken_in = None if start_in is None else start_in + len(packets)
         for role, a in agents.items():
@@ -366,15 +362,20 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
         if unsent:
             raise MeasurementInvalid(f"packets: {unsent} of {len(packets)} packets were not "
                                      f"taken in by the firewall within {timeout_s:g} s")
-        _wait_quiet(tb, agents, len(packets), start + timeout_s, quiet_s, taken_in)
+        _wait_quiet(tb, agents, len(packets), start + timeout_s, quiet_s, taken_in,
+                    handed_before)
         got = {role: a.ask({"cmd": "collect"}) for role, a in agents.items()}
-        lost = _handover_drops(tb) - handed_before
+        handed = _handed(tb)
+        dropped = sum(handed[r].tx_dropped - handed_before[r].tx_dropped for r in handed)
         socket_drops = sum(g["socket_drops"] for g in got.values())
-        if lost or socket_drops:
-            raise MeasurementInvalid(
-                f"packets: the instrument lost packets ({lost} between firewall and end "
-                f"host, {socket_drops} in the capture sockets); repeat the exchange")
+        # Frames the firewall counted out of a port that its end host's capture
+        # neither saw nor counted as dropped: lost on the way (still in flight when
+        # the wait ended, on a machine too busy to deliver them).
+        unseen = sum(max(0, handed[r].tx_packets - handed_before[r].tx_packets
+                         - got[r]["all"] - got[r]["socket_drops"]) for r in handed)
     finally:
+        for a in agents.values():   # both told first: they end side by side
+            a.quit()
         for a in agents.values():
             a.close()
         for role in sinks:
@@ -395,7 +396,23 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
             pkt = Packet(f.version, sent.iif, f.saddr, f.daddr, f.proto, f.sport, f.dport,
                          f.icmp_type)
             out[f.index] = Observed(pkt, role, f.checksum_ok)
+    if (dropped or socket_drops or unseen) and None in out:
+        raise InstrumentLost(
+            f"packets: the instrument lost packets ({dropped} between firewall and end "
+            f"host, {socket_drops} in the capture sockets, {unseen} counted out of the "
+            f"firewall but never captured); repeat the exchange",
+            out, dropped + socket_drops + unseen)
     return out
+
+
+class InstrumentLost(MeasurementInvalid):
+    """The exchange lost frames that were not the firewall's doing, and some packet
+    is missing: `seen` is what was observed (a None there may be the firewall's
+    verdict or the loss), `lost` how many frames the counters show lost."""
+
+    def __init__(self, message: str, seen: list[Observed | None], lost: int):
+        super().__init__(message)
+        self.seen, self.lost = seen, lost
 
 
 def _sink(tb: "Testbed", role: str, ifname: str) -> None:
@@ -415,11 +432,36 @@ def _refuse_xdp(tb: "Testbed", role: str, ifname: str) -> None:
                            "from the capture; detach it first")
 
 
-def _handover_drops(tb: "Testbed") -> int:
-    """Packets the firewall forwarded but could not hand to an end host (the end
-    host's input queue was full): the firewall's ports' tx_dropped."""
+def _handed(tb: "Testbed") -> dict[str, "IfStats"]:
+    """The firewall's counters of its ports facing each end host: tx_packets, the
+    frames it handed to that host (veth counts a frame once the peer's input queue
+    took it); tx_dropped, those it could not (that queue was full)."""
     t = tb.topo
-    return sum(tb.stats(p).tx_dropped for p in (t.fw_client_side, t.fw_server_side))
+    ports = {"client": t.fw_client_side, "server": t.fw_server_side}
+    if t.fw_client_side.host != t.fw_server_side.host:
+        return {role: tb.stats(p) for role, p in ports.items()}
+    # Both in one listing: one command where each port's own costs one apiece.
+    from fwbench.testbed.base import IfStats
+    now = time.monotonic()
+    links = {ln["ifname"]: ln["stats64"] for ln in
+             json.loads(tb.ip(t.fw_client_side.host, "-s", "-j", "link", "show"))}
+    out = {}
+    for role, p in ports.items():
+        s = links[p.ifname]
+        out[role] = IfStats(s["rx"]["packets"], s["tx"]["packets"], s["rx"]["dropped"],
+                            s["tx"]["dropped"], now)
+    return out
+
+
+def _settled(agents: dict[str, "_Agent"], handed: dict[str, "IfStats"],
+             before: dict[str, "IfStats"]) -> bool:
+    """Whether each end host's capture has seen (or counted as dropped) every frame
+    the firewall's counters `handed` show handed to it since `before`."""
+    for role, a in agents.items():
+        c = a.ask({"cmd": "count"})
+        if c["all"] + c["socket_drops"] < handed[role].tx_packets - before[role].tx_packets:
+            return False
+    return True
 
 
 # Once the firewall's IP layer has taken in every packet sent, this long without a
@@ -428,11 +470,21 @@ def _handover_drops(tb: "Testbed") -> int:
 SETTLE_S = 0.05
 
 
+# After the quiet wait, at most this long more for frames the firewall's counters
+# show handed to an end host but not yet captured (a busy machine delays the end
+# host's input queue); what is still missing then is counted lost.
+IN_FLIGHT_S = 2.0
+
+
 def _wait_quiet(tb: "Testbed", agents: dict[str, "_Agent"], expected: int,
-                deadline: float, quiet_s: float, taken_in: int | None = None) -> None:
+                deadline: float, quiet_s: float, taken_in: int | None = None,
+                handed_before: dict[str, "IfStats"] | None = None) -> None:
     """Until every packet is captured, or nothing has moved for `quiet_s` (SETTLE_S
-    once the firewall's IP input counter has reached `taken_in`)."""
+    once the firewall's IP input counter has reached `taken_in`) and the captures
+    have seen every frame the firewall's ports counted out since `handed_before`
+    (for at most IN_FLIGHT_S more)."""
     last, since = None, time.monotonic()
+    in_flight_until = None
     while True:
         captured = [a.ask({"cmd": "count"})["captured"] for a in agents.values()]
         if sum(captured) >= expected:
@@ -444,7 +496,11 @@ def _wait_quiet(tb: "Testbed", agents: dict[str, "_Agent"], expected: int,
             last, since = now_state, now
         elif now - since >= (SETTLE_S if taken_in is not None and fw_in >= taken_in
                              else quiet_s):
-            return
+            if handed_before is None or _settled(agents, _handed(tb), handed_before):
+                return
+            in_flight_until = in_flight_until or min(deadline, now + IN_FLIGHT_S)
+            if now >= in_flight_until:
+                return          # the rest is counted lost (exchange)
         if now >= deadline:
             raise MeasurementInvalid("packets: packets were still arriving when the "
                                      "exchange's time ran out; give it a longer timeout")
@@ -456,7 +512,8 @@ class _Agent:
 
     def __init__(self, tb: "Testbed", role: str, ifname: str, marker: bytes):
         self.tb, self.role = tb, role
-        self.p = tb.spawn(role, [sys.executable, "-m", "fwbench.testbed.packets", "agent",
+        self._quit = False
+        self.p = tb.spawn(role, [sys.executable, "-m", "fwbench.testbed.packet_agent",
                                  ifname, marker.hex()],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
@@ -484,12 +541,21 @@ class _Agent:
         raise FwbenchError(f"packets: the {self.role} agent exited {self.p.returncode}: "
                            f"{err[-1] if err else 'no message'}")
 
-    def close(self) -> None:
-        if self.p.poll() is None:
+    def quit(self) -> None:
+        """Tell the agent to end, without waiting for it (close waits)."""
+        if self.p.poll() is None and not self._quit:
+            self._quit = True
             try:
                 self.write({"cmd": "quit"})
+            except (FwbenchError, OSError):
+                pass
+
+    def close(self) -> None:
+        self.quit()
+        if self.p.poll() is None:
+            try:
                 self.p.wait(2)
-            except (FwbenchError, subprocess.TimeoutExpired, OSError):
+            except subprocess.TimeoutExpired:
                 pass
         self.tb.forget(self.p)
         for f in (self.p.stdin, self.p.stdout, self.p.stderr):
@@ -497,81 +563,3 @@ class _Agent:
                 f.close()
             except OSError:
                 pass
-
-
-# --- the agent, inside an end host's namespace ---------------------------------------------
-
-def _agent(ifname: str, marker: bytes) -> None:
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_ALL))
-    # Room for every frame of a large exchange even if the reader falls behind;
-    # overflow is reported (PACKET_STATISTICS), never silent.
-    sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, 64 << 20)
-    # A frame holds send-buffer space until the firewall has dealt with it, so
-    # the buffer bounds the frames in flight: 256 KiB (the kernel doubles this) is
-    # about 300 small frames, well under the firewall's input queue (1,000 by
-    # default), which the sender therefore rarely overruns.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SNDBUF)
-    # A send blocked on that buffer gives up now and then (EAGAIN), so the
-    # exchange's time limit holds however slow the firewall is.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 100_000))
-    sock.bind((ifname, _ETH_P_ALL))
-    captured: list[bytes] = []
-
-    def capture() -> None:
-        while True:
-            data, addr = sock.recvfrom(65535)
-            if addr[2] != _PACKET_OUTGOING and marker in data:
-                captured.append(data)
-
-    threading.Thread(target=capture, daemon=True).start()
-    out = sys.stdout
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        msg = json.loads(line)
-        cmd = msg["cmd"]
-        if cmd == "send":
-            reply = _send(sock, [bytes.fromhex(h) for h in msg["frames"]], msg["limit_s"])
-        elif cmd == "count":
-            reply = {"captured": len(captured)}
-        elif cmd == "collect":
-            _, drops = struct.unpack("II", sock.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8))
-            reply = {"frames": [f.hex() for f in list(captured)], "socket_drops": drops}
-        elif cmd == "quit":
-            return
-        else:
-            raise SystemExit(f"unknown command {cmd!r}")
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-
-
-def _send(sock: socket.socket, frames: list[bytes], limit_s: float) -> dict:
-    """Send each frame once. veth refuses a frame (ENOBUFS) when the firewall's
-    input queue is full (the queue is per CPU, shared with whatever else runs on
-    the machine); such a frame never reached the firewall, so sending it again
-    after a pause is exact."""
-    deadline = time.monotonic() + limit_s
-    retries = 0
-    for i, f in enumerate(frames):
-        while True:
-            try:
-                sock.send(f)
-                break
-            except OSError as e:
-                if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
-                    raise
-                if time.monotonic() > deadline:
-                    return {"sent": i, "unsent": len(frames) - i, "retries": retries}
-                retries += 1
-                time.sleep(0.0002)
-    return {"sent": len(frames), "unsent": 0, "retries": retries}
-
-
-def main(argv: list[str]) -> None:
-    if len(argv) != 3 or argv[0] != "agent":
-        raise SystemExit("usage: python -m fwbench.testbed.packets agent IFNAME MARKER_HEX")
-    _agent(argv[1], bytes.fromhex(argv[2]))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
