@@ -49,7 +49,15 @@ def test_input_rule_counts_the_flow_and_the_rate_is_measured(testbed, backend_na
     # rule in INPUT counted every one the firewall delivered.
     assert out["offered_pps"] == pytest.approx(flow_pps(128))
     assert out["delivered"] > 0.99 * sent, out
-    assert hits == out["delivered"], (hits, out)
+    # On a busy machine a disturbed measurement with loss is taken again: the rule
+    # counted those attempts too, each at most what it sent.
+    retaken = [a for a in method.take_disturbed().get("disturbed_measurements", {})
+               .get("attempts", []) if not a["kept"]]
+    if retaken:
+        print(f"{len(retaken)} disturbed measurement(s) taken again")
+        assert out["delivered"] <= hits <= out["delivered"] + sum(a["sent"] for a in retaken)
+    else:
+        assert hits == out["delivered"], (hits, out)
     assert out["processed_pps"] == pytest.approx(out["delivered"] / 0.5)
     assert out["received_by_socket"] == out["delivered"]
     assert out["fw_counters"]["Udp_InDatagrams"] == out["delivered"]

@@ -115,12 +115,22 @@ def test_dropped_packets_are_reported_none(testbed):
         proto = "tcp" if i % 5 == 0 else "udp"
         sent.append(Packet(4, iif, src4, ARB4, proto, 2000 + i, dport) if i % 4 < 2 else
                     Packet(6, iif, src6, ARB6, proto, 2000 + i, dport))
-    got = packets.exchange(testbed, sent)
+    # A busy machine's end host may fail to take a forwarded frame in: exchange then
+    # says the instrument lost it (never a None), and the exchange is repeated.
+    for attempt in range(3):
+        before = counters(testbed, "inet", "fwb_t")[0]
+        try:
+            got = packets.exchange(testbed, sent)
+            break
+        except packets.InstrumentLost as e:
+            print(f"exchange {attempt + 1}: {e}; again")
+    else:
+        pytest.fail("the instrument lost packets in three exchanges running")
     dropped = [p.proto == "udp" and p.dport == 9 for p in sent]
     assert [o is None for o in got] == dropped
     assert all(o.packet == p for o, p in zip(got, sent) if o)
     # Each packet entered the firewall exactly once.
-    assert counters(testbed, "inet", "fwb_t") == [sum(dropped)]
+    assert counters(testbed, "inet", "fwb_t")[0] - before == sum(dropped)
 
 
 def test_dnat_shows_in_the_observed_packet(testbed):
