@@ -199,7 +199,8 @@ def test_the_agent_zip_holds_fwbench_and_runs_the_packet_agent_with_plain_python
     z.write_bytes(data)
     # Outside the venv: only the standard library, as on a real host.
     cp = subprocess.run(["/usr/bin/python3", "-c", "import fwbench.testbed.packets, "
-                         "fwbench.testbed.packet_agent, fwbench.testbed.tcpprobe; "
+                         "fwbench.testbed.packet_agent, fwbench.testbed.tcpprobe, "
+                         "fwbench.onhost.update_runner; "
                          "print('ok')"],
                         env={"PYTHONPATH": str(z)}, capture_output=True, text=True)
     assert cp.stdout.strip() == "ok", cp.stderr

@@ -3,7 +3,7 @@ import json
 import subprocess
 import sys
 
-from fwbench.experiments.update import runner
+from fwbench.onhost import update_runner as runner
 
 
 def test_steps_run_in_order_timed_by_the_hosts_clock_with_memory_sampled():
@@ -25,7 +25,7 @@ def test_a_failing_step_stops_the_update_and_says_which():
 
 
 def test_it_runs_as_a_module_on_stdin_and_stdout():
-    cp = subprocess.run([sys.executable, "-m", "fwbench.experiments.update.runner"], text=True,
+    cp = subprocess.run([sys.executable, "-m", "fwbench.onhost.update_runner"], text=True,
                         capture_output=True, check=True, input=json.dumps(
                             {"cpu": 0, "timeout_s": 5, "steps": [{"argv": ["true"]}]}))
     assert json.loads(cp.stdout)["problem"] is None
@@ -36,7 +36,7 @@ def test_a_cpu_this_host_lacks_is_one_line_before_anything_runs(tmp_path):
     mark = tmp_path / "ran"
     cpu = os.cpu_count()          # one past the last CPU here
     spec = {"cpu": cpu, "timeout_s": 5, "steps": [{"argv": ["touch", str(mark)]}]}
-    cp = subprocess.run([sys.executable, "-m", "fwbench.experiments.update.runner"], text=True,
+    cp = subprocess.run([sys.executable, "-m", "fwbench.onhost.update_runner"], text=True,
                         capture_output=True, input=json.dumps(spec))
     assert cp.returncode == 2 and cp.stdout == "", cp.stderr
     assert cp.stderr.count("\n") == 1 and "Traceback" not in cp.stderr
@@ -113,7 +113,7 @@ def test_a_controller_with_fewer_cpus_than_the_firewall_host_is_no_error(monkeyp
     tb = _fake_testbed(fw_cpus=4, firewall_cpu=3)
     assert _under_traffic(monkeypatch, tb, {0}) == []
     [(role, argv, spec)] = tb.ran
-    assert role == "fw" and argv[1:] == ["-m", "fwbench.experiments.update.runner"]
+    assert role == "fw" and argv[1:] == ["-m", "fwbench.onhost.update_runner"]
     assert spec["cpu"] == 3
 
 

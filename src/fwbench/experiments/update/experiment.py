@@ -51,7 +51,8 @@ from fwbench.ruleset.templates import updates as tpl
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
-from fwbench.experiments.update import memory, series
+from fwbench.experiments.update import series
+from fwbench.onhost import memory
 
 METHOD = "update"
 FACTORS = ("backend", "rules", "kind", "mechanism")
@@ -362,7 +363,7 @@ class Update(Experiment):
                     "steps": [{"argv": tb.executor.on_host(fw, st.argv), "input": st.input}
                               for st in steps]}
             with tb.firewall_change():
-                cp = tb.run(fw, [sys.executable, "-m", "fwbench.experiments.update.runner"],
+                cp = tb.run(fw, [sys.executable, "-m", "fwbench.onhost.update_runner"],
                             input=json.dumps(spec),
                             timeout=STEP_TIMEOUT_S * len(steps) + 60)
             try:

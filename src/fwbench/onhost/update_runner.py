@@ -1,5 +1,5 @@
 """An update's commands, run on the firewall's host itself: `python -m
-fwbench.experiments.update.runner` reads one JSON object on stdin
+fwbench.onhost.update_runner` reads one JSON object on stdin
 
     {"cpu": N, "timeout_s": S, "steps": [{"argv": [...], "input": "..." | null}, ...]}
 
@@ -17,7 +17,7 @@ runs: one line on standard error, exit 2 (fwbench's error then names the host).
 The times are the host's CLOCK_MONOTONIC, taken around the commands themselves: run
 from fwbench's machine over SSH, every command would carry the session's round trip,
 and the memory read would be another machine's. In namespaces it runs the same way.
-Only the standard library and fwbench.experiments.update.memory: hosts have no more.
+Only the standard library and fwbench.onhost.memory: hosts have no more.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from fwbench.experiments.update import memory
+from fwbench.onhost import memory
 
 
 class Refused(Exception):
