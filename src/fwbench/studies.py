@@ -23,18 +23,14 @@ from rich.console import Console
 from fwbench import catalog, owned
 from fwbench.errors import FwbenchError
 from fwbench.findings import CLAIMS, Finding, study_of
+from fwbench.experiments import room
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
-@dataclass(frozen=True)
-class Study:
-    id: str
-    title: str
-    scenario: str         # under scenarios/
-    runs: str             # what it measures, in a line
-    scale: str            # against the seed's own design
-    minutes: float        # measured here from a fresh clone (2 vCPU VM), for planning
+class Study(room.Study):
+    """A study as its experiment declares it, with where its scenario is and what
+    `study list --json` says of it."""
 
     def path(self) -> Path:
         p = SCENARIOS / self.scenario
