@@ -19,7 +19,7 @@ from fwbench.findings import METHOD_OF_STUDY, STUDY_IDS, study_of
 from fwbench.frames import check_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
 from fwbench.testbed.topology import TestbedSettings
-from fwbench.traffic.engine import EngineSettings
+from fwbench.traffic.native import EngineSettings
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 ALL = "all"

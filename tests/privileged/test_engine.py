@@ -14,7 +14,7 @@ from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
-from fwbench.traffic.engine import EngineSettings, EngineTraffic, Flow, drain
+from fwbench.traffic.native import EngineSettings, EngineTraffic, Flow, drain
 
 
 @pytest.fixture

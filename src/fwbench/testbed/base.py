@@ -23,7 +23,7 @@ from fwbench.testbed.topology import Port, Topology
 
 # Round trips (Testbed.round_trip): how many packets a second the server's sink
 # sends back, at most, and the share at open throttle, where the rate is not known
-# before the trial (traffic.engine.reflect_every).
+# before the trial (traffic.native.reflect_every).
 REFLECT_PPS = 5_000
 OPEN_THROTTLE_EVERY = 256
 

@@ -41,7 +41,7 @@ from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineTraffic, Flow
+from fwbench.traffic.native import EngineTraffic, Flow
 
 FACTORS = ("backend", "rules", "frame_size", "chain", "cpus")
 

@@ -33,7 +33,7 @@ from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.scenario import ALL, Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import EngineTraffic, Flow
+from fwbench.traffic.native import EngineTraffic, Flow
 from fwbench.traffic.latency_series import EngineProbeSeries, PingSeries
 from fwbench.traffic.tcpload import TcpBidirLoad, whole_seconds
 

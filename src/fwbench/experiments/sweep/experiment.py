@@ -38,7 +38,7 @@ from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import EngineTraffic, Flow
+from fwbench.traffic.native import EngineTraffic, Flow
 from fwbench.traffic.iperf3 import Iperf3Rate
 from fwbench.traffic.ping import PingRtt
 

@@ -12,7 +12,7 @@ from fwbench.methods.base import Method
 from fwbench.experiments.sweep.throughput import check_search, search_config, search_metrics
 from fwbench.methods.search import search
 from fwbench.experiments.sweep import LatencySettings, ThroughputSettings
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 from fwbench.traffic.ping import PingRtt
 
 

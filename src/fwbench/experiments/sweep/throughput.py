@@ -6,7 +6,7 @@ from fwbench.methods.base import Method, fmt_pps
 from fwbench.methods.search import SearchConfig, SearchResult, search
 from fwbench.experiments.sweep import ThroughputSettings
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 
 def search_config(s: ThroughputSettings, duration_s: float, ceiling_pps: float) -> SearchConfig:
