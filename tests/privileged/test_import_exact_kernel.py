@@ -115,7 +115,7 @@ def test_rates_come_back_as_asked(tmp_path):
                           str(tmp_path / "rules"), f"iptables-{variant}-save")
         assert ipt.by_table(saved) == ipt.by_table(rendered)
     with pytest.raises(Unsupported, match="limit burst 2 at 1/day"):
-        ipt.check(validate(RuleSet("x", (Table("ip", "t", (Chain(
+        ipt.refuse_unsupported(validate(RuleSet("x", (Table("ip", "t", (Chain(
             "c", (Rule("a", Match(limit=Limit(1, "day", 2))),), hook="forward"),)),))))
     (tmp_path / "rules").write_text(rendered.replace("--limit-burst 1 ", "--limit-burst 2 "))
     cp = subprocess.run(["unshare", "-n", "iptables-legacy-restore", str(tmp_path / "rules")],

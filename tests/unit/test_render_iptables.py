@@ -196,8 +196,8 @@ def test_golden(name, golden):
     golden(GOLDEN / "model" / name, GOLDEN_CASES[name]())
 
 
-def test_rich_passes_check():
-    ipt.check(rich())
+def test_rich_passes_refuse_unsupported():
+    ipt.refuse_unsupported(rich())
 
 
 def test_every_rule_is_rendered_once_per_version_it_applies_to():
@@ -426,7 +426,7 @@ def test_user_chain_goes_with_the_base_chains_that_reach_it():
 ])
 def test_unsupported(rs, feature, where):
     with pytest.raises(Unsupported) as e:
-        ipt.check(rs)
+        ipt.refuse_unsupported(rs)
     assert (e.value.feature, e.value.where) == (feature, where)
     assert str(e.value) == f"unsupported: {feature} ({where})"
 
@@ -442,7 +442,7 @@ def test_check_reports_a_feature_iptables_lacks_in_features_order():
     rs = _one(chain=Chain("ing", (Rule("x"),), hook="ingress"), family="netdev")
     assert "family netdev" not in ipt.SUPPORTS and "hook ingress" not in ipt.SUPPORTS
     with pytest.raises(Unsupported) as e:
-        ipt.check(rs)
+        ipt.refuse_unsupported(rs)
     assert e.value.feature == "family netdev"
 
 
@@ -530,7 +530,7 @@ def test_ipset_name_clash_between_tables():
     rs = validate(RuleSet("t", (Table("ip", "a", (), (s,)), Table("ip6", "b", (), (s,))),
                           ipt_prefix="fwb_"))
     with pytest.raises(Unsupported, match="set name fwb_s in two tables"):
-        ipset.check(rs)
+        ipset.refuse_unsupported(rs)
 
 
 def test_ipset_refuses_an_element_of_the_other_version():

@@ -68,8 +68,8 @@ class Sweep(Experiment):
             return f"traffic {self.sc.traffic} has no round-trip mode; the engine has"
         return None
 
-    def check(self) -> None:
-        super().check()
+    def preflight(self) -> None:
+        super().preflight()
         make_method(self.sc)    # settings a search would reject, rejected now
         self.choose_backends((), Refusal.unavailable)   # those it names, here
 
@@ -223,7 +223,7 @@ def _refusal(b: Backend, sc: Scenario) -> str | None:
     """Why the backend cannot hold the scenario's rule set (one line), or None."""
     rs = imported(sc) or seed000(1, version=sc.version, layout=b.layout)
     try:
-        b.check(rs)
+        b.refuse_unsupported(rs)
     except Unsupported as e:
         return str(e)
     return None

@@ -153,13 +153,13 @@ _ID_RE = re.compile(r' -m comment --comment "' + re.escape(ID_TAG) + r'(?:[^"\\]
 
 # --- the public functions ------------------------------------------------------------
 
-def check(rs: RuleSet) -> None:
+def refuse_unsupported(rs: RuleSet) -> None:
     """Raise Unsupported for the first feature (in RuleSet.features() order) iptables
     lacks, then for anything the mapping onto iptables' tables and hooks refuses."""
     for feature, where in rs.features().items():
         if feature not in SUPPORTS:
             raise Unsupported(feature, where)
-    _ipset.check(rs)
+    _ipset.refuse_unsupported(rs)
     ifs = Interfaces("fwb-check-c", "fwb-check-s")
     for version in (4, 6):
         render(rs, ifs, version)
