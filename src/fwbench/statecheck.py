@@ -52,7 +52,7 @@ from fwbench.backends.base import Backend, describe, evaluator
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Packet, RuleSet
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import send_only
+from fwbench.traffic.native import send_only
 
 # How long the client waits for its connection; the listener a little longer.
 CONNECT_TIMEOUT_S = 2.0

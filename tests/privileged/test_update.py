@@ -14,7 +14,7 @@ import pytest
 from fwbench import engine
 from fwbench.errors import FwbenchError
 from fwbench.experiments.update import series
-from fwbench.traffic.engine import PacedStreams
+from fwbench.traffic.native import PacedStreams
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def testbed(firewall):
 
 
 def test_the_sink_series_counts_each_stream_as_scheduled(testbed):
-    # The update experiment's instrument (traffic.engine.PacedStreams), as it runs.
+    # The update experiment's instrument (traffic.native.PacedStreams), as it runs.
     with PacedStreams(testbed, ((5201, 2000), (5202, 500)), frame_size=64,
                       slot_ns=1_000_000, limit_s=60) as flows:
         time.sleep(1.0)

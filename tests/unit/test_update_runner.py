@@ -144,7 +144,7 @@ def test_paced_streams_to_ports_the_sink_cannot_count_together_is_one_line(monke
 
     from fwbench import engine
     from fwbench.errors import FwbenchError
-    from fwbench.traffic.engine import PacedStreams
+    from fwbench.traffic.native import PacedStreams
 
     def never(*a, **kw):
         raise AssertionError("started an engine process")
@@ -158,7 +158,7 @@ def test_paced_streams_to_ports_the_sink_cannot_count_together_is_one_line(monke
 
 def test_send_only_gives_every_send_a_fresh_cookie_and_no_duration(monkeypatch):
     from fwbench import engine
-    from fwbench.traffic.engine import send_only
+    from fwbench.traffic.native import send_only
 
     sent = []
     monkeypatch.setattr(engine, "send", lambda tb, **kw: sent.append(kw) or {"sent": 1})

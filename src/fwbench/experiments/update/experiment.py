@@ -50,7 +50,7 @@ from fwbench.ruleset.templates import updates as tpl
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import PacedStreams
+from fwbench.traffic.native import PacedStreams
 from fwbench.experiments.update import series
 from fwbench.onhost import memory
 
@@ -162,12 +162,12 @@ class Update(Experiment):
     def over_ssh(self) -> str | None:
         return None
 
-    def check(self) -> None:
+    def preflight(self) -> None:
         if self.sc.version != 4:
             # The engine's two flows and the eBPF filters are IPv4: an IPv6 rule set
             # would let neither flow through, and every trial would fail.
             raise FwbenchError(f"{METHOD}: IPv4 only (family = \"ipv4\")")
-        super().check()
+        super().preflight()
         if len(self.sc.frame_sizes) != 1:
             raise FwbenchError(f"{METHOD} sends one frame size per run; "
                                f"{len(self.sc.frame_sizes)} given")
@@ -193,7 +193,7 @@ class Update(Experiment):
             # The template holds what every backend renders; checked once a kind, at
             # the smallest size (a pair at 100,000 entries takes seconds to render).
             for kname in dict.fromkeys(c[2] for c in got):
-                self._check_pair(b, kname, min(self.sc.rules))
+                self._refuse_unsupported_pair(b, kname, min(self.sc.rules))
             made[b.name] = got, left
             return None
 
@@ -211,11 +211,11 @@ class Update(Experiment):
         return Planned(resolved, cells, {"skipped_backends": skipped, "left_out": notes},
                        notes + [f"skipping backend {n}: {why}" for n, why in skipped.items()])
 
-    def _check_pair(self, b: Backend, kname: str, n: int) -> None:
+    def _refuse_unsupported_pair(self, b: Backend, kname: str, n: int) -> None:
         try:
             old, new = self._pair(kname, n, b.layout)
-            b.check(old)
-            b.check(new)
+            b.refuse_unsupported(old)
+            b.refuse_unsupported(new)
         except Unsupported as e:
             raise FwbenchError(str(e)) from None
 
