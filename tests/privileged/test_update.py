@@ -123,7 +123,10 @@ def test_netfilter_updates_take_effect_and_spare_the_kept_flow(tmp_path, own_net
     for r in recs:
         m = check_trial(r)
         if r["conditions"]["atomic"]:
-            assert m["kept"]["lost"] == 0, r["factors"]
+            # An atomic update loses none of the kept flow; a busy machine may,
+            # where the path's counters show it (a full input queue), not in the rules.
+            assert m["kept"]["lost_in_firewall_at_least"] == 0, (r["factors"], m["kept"],
+                                                                 m["path_drops"])
     assert cp.returncode == 0, cp.stderr
     assert own_netns(d) == []
 

@@ -50,6 +50,7 @@ from fwbench.ruleset.templates import updates as tpl
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
+from fwbench.traffic import accounting
 from fwbench.traffic.native import PacedStreams
 from fwbench.experiments.update import series
 from fwbench.onhost import memory
@@ -107,6 +108,17 @@ def cells_of(b: Backend, s, sizes: list[int]) -> tuple[list[tuple], list[str]]:
                              f"the same changes in one" for n in sizes if n not in fits]
                 cells += [(b.name, n, kname, mech) for n in fits]
     return cells, left
+
+
+def path_drops(before: dict, after: dict) -> dict[str, int]:
+    """Frames the path's counters show dropped on the way but not by a rule: the
+    firewall's input queue full, its handover to the server refused, the server's
+    input queue full (a busy machine's doing, not the update's)."""
+    def d(place: str, field: str) -> int:
+        return getattr(after[place], field) - getattr(before[place], field)
+    return {"dropped_at_firewall_ingress": d("fw_in", "rx_dropped"),
+            "dropped_at_firewall_egress": d("fw_out", "tx_dropped"),
+            "dropped_at_receiver_ingress": d("receiver", "rx_dropped")}
 
 
 def _memory(tb: Testbed) -> dict[str, int]:
@@ -332,6 +344,7 @@ class Update(Experiment):
         """Both flows running, the update's commands between `before_s` and
         `after_s` of them; what the senders, the sink and the commands reported."""
         s = self.s
+        path0 = accounting.path_counters(tb)
         flows = PacedStreams(tb, ((tpl.KEEP_PORT, s.flow_pps), (tpl.PROBE_PORT, pps)),
                              frame_size=self.sc.frame_sizes[0],
                              slot_ns=int(s.slot_ms * 1e6), limit_s=SENDER_LIMIT_S,
@@ -375,7 +388,8 @@ class Update(Experiment):
             time.sleep(DRAIN_S)
             sink, sr = flows.read()
             out.update(start_ns=start, end_ns=end, kept_sender=reports[0],
-                       probe_sender=reports[1], sink=sink, series=sr)
+                       probe_sender=reports[1], sink=sink, series=sr,
+                       path_drops=path_drops(path0, accounting.path_counters(tb)))
             return out
         finally:
             for undo in restore:
@@ -396,13 +410,20 @@ class Update(Experiment):
         start, end = ran["start_ns"], ran["end_ns"]
         eff = series.probe_effect(streams[1], probe_sched, k.probe == "starts", start, end,
                                   int((ps.get("send_lag_ns") or {}).get("max", 0)))
+        kept = series.kept_flow(streams[0], kept_sched, base, slot, start, end)
+        # What the path's counters show dropped outside the firewall's rules (both
+        # flows together: an upper bound for the kept flow's share), and what is
+        # left of the kept flow's loss after them, which only the firewall explains.
+        outside = ks.get("refused_by_next_hop", 0) + sum(ran["path_drops"].values())
+        kept["lost_outside_rules_at_most"] = outside
+        kept["lost_in_firewall_at_least"] = max(0, kept["lost"] - outside)
         m = {
             "update_s": (eff.at_ns - start) / 1e9 if not eff.problem else None,
             "update_resolution_s": eff.half_ns / 1e9,
             "command_s": (end - start) / 1e9,
             "effect_minus_exit_s": (eff.at_ns - end) / 1e9 if not eff.problem else None,
             "steps": ran["steps"], "changed_entries": k.changed(n),
-            "kept": series.kept_flow(streams[0], kept_sched, base, slot, start, end),
+            "kept": kept, "path_drops": ran["path_drops"],
             "probe": {"pps": pps, "sent": ps["sent"], "received": streams[1].received,
                       "send_lag_p99_us": (ps.get("send_lag_ns") or {}).get("p99", 0) / 1e3},
             "kept_send_lag_p99_us": (ks.get("send_lag_ns") or {}).get("p99", 0) / 1e3,
