@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -101,9 +102,13 @@ def ns(the_lab, role: str) -> str:
 
 
 def host_state(the_lab) -> dict[str, str]:
-    """Every lab host's state as text, with counters and time stamps taken out."""
+    """Every lab host's state as text, with counters and time stamps taken out.
+    One shell a host runs all of its commands, each output after a marker line
+    (a process a command took 1.3 s a call here, this 0.2 s; a module calls it 26
+    times)."""
     out = {}
     ifs = {"client": ["test0"], "fw": ["test0", "test1"], "server": ["test0"]}
+    mark = f"--host-state-{secrets.token_hex(8)}--"
     for role, names in ifs.items():
         cmds = ["iptables-legacy-save", "ip6tables-legacy-save", "iptables-nft-save",
                 "ip6tables-nft-save", "nft list ruleset", "ipset save",
@@ -114,10 +119,14 @@ def host_state(the_lab) -> dict[str, str]:
                      f"ip neigh show dev {i} nud permanent", f"tc qdisc show dev {i}",
                      f"ethtool -k {i}", f"cat /sys/class/net/{i}/queues/rx-*/rps_cpus",
                      f"sysctl net.ipv6.conf.{i}.accept_dad net.ipv6.conf.{i}.addr_gen_mode"]
-        for c in cmds:
-            cp = subprocess.run(["ip", "netns", "exec", ns(the_lab, role), "sh", "-c", c],
-                                capture_output=True, text=True)
-            text = "\n".join(ln for ln in cp.stdout.splitlines() if not ln.startswith("#"))
+        script = "".join(f"printf '\\n%s\\n' {mark}\n{c} 2>/dev/null </dev/null\n"
+                         for c in cmds)
+        cp = subprocess.run(["ip", "netns", "exec", ns(the_lab, role), "sh", "-c", script],
+                            capture_output=True, text=True)
+        outs = cp.stdout.split(f"\n{mark}\n")
+        assert outs[0] == "" and len(outs) == len(cmds) + 1, cp.stdout[:2000]
+        for c, got in zip(cmds, outs[1:]):
+            text = "\n".join(ln for ln in got.splitlines() if not ln.startswith("#"))
             text = re.sub(r"\[\d+:\d+\]", "[0:0]", text)
             text = re.sub(r"counter packets \d+ bytes \d+", "counter", text)
             out[f"{role}: {c}"] = text
