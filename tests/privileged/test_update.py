@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 from fwbench import engine
 from fwbench.errors import FwbenchError
 from fwbench.experiments.update import series
+from fwbench.traffic.native import PacedStreams
 
 
 @pytest.fixture
@@ -26,22 +26,16 @@ def testbed(firewall):
 
 
 def test_the_sink_series_counts_each_stream_as_scheduled(testbed):
-    rx = engine.Receiver(testbed, "sink", port=5201, ports=2)
-    try:
-        base = time.monotonic_ns()
-        rx.series(base, 1_000_000)
-        cookie = secrets.randbelow(2**31) + 1
-        rx.arm(cookie)
-        senders = [engine.Sender(testbed, frame_size=64, rate_pps=rate, duration_s=60,
-                                 cookie=cookie, dport=dport, stream=stream)
-                   for stream, (dport, rate) in enumerate(((5201, 2000), (5202, 500)))]
+    # The update experiment's instrument (traffic.native.PacedStreams), as it runs.
+    with PacedStreams(testbed, ((5201, 2000), (5202, 500)), frame_size=64,
+                      slot_ns=1_000_000, limit_s=60) as flows:
         time.sleep(1.0)
-        reports = [s.stop() for s in senders]
+        reports = flows.stop()
         time.sleep(0.05)
-        got, sr = rx.read(), rx.read_series()
+        got, sr = flows.read()
         read_ns = time.monotonic_ns()
-    finally:
-        rx.close()
+    base = sr["base_ns"]
+    assert sr["slot_ns"] == 1_000_000 and base <= reports[0]["t0_ns"]
     assert all(r["stopped"] for r in reports)
     assert [r["streams"][0]["stream"] for r in reports] == [0, 1]
     assert got["received"] == sum(r["sent"] for r in reports) and got["duplicated"] == 0

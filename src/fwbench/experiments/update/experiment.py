@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 import statistics
 import sys
 import time
@@ -51,6 +50,7 @@ from fwbench.ruleset.templates import updates as tpl
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
+from fwbench.traffic.native import PacedStreams
 from fwbench.experiments.update import series
 from fwbench.onhost import memory
 
@@ -162,12 +162,12 @@ class Update(Experiment):
     def over_ssh(self) -> str | None:
         return None
 
-    def check(self) -> None:
+    def preflight(self) -> None:
         if self.sc.version != 4:
             # The engine's two flows and the eBPF filters are IPv4: an IPv6 rule set
             # would let neither flow through, and every trial would fail.
             raise FwbenchError(f"{METHOD}: IPv4 only (family = \"ipv4\")")
-        super().check()
+        super().preflight()
         if len(self.sc.frame_sizes) != 1:
             raise FwbenchError(f"{METHOD} sends one frame size per run; "
                                f"{len(self.sc.frame_sizes)} given")
@@ -193,7 +193,7 @@ class Update(Experiment):
             # The template holds what every backend renders; checked once a kind, at
             # the smallest size (a pair at 100,000 entries takes seconds to render).
             for kname in dict.fromkeys(c[2] for c in got):
-                self._check_pair(b, kname, min(self.sc.rules))
+                self._refuse_unsupported_pair(b, kname, min(self.sc.rules))
             made[b.name] = got, left
             return None
 
@@ -211,11 +211,11 @@ class Update(Experiment):
         return Planned(resolved, cells, {"skipped_backends": skipped, "left_out": notes},
                        notes + [f"skipping backend {n}: {why}" for n, why in skipped.items()])
 
-    def _check_pair(self, b: Backend, kname: str, n: int) -> None:
+    def _refuse_unsupported_pair(self, b: Backend, kname: str, n: int) -> None:
         try:
             old, new = self._pair(kname, n, b.layout)
-            b.check(old)
-            b.check(new)
+            b.refuse_unsupported(old)
+            b.refuse_unsupported(new)
         except Unsupported as e:
             raise FwbenchError(str(e)) from None
 
@@ -331,21 +331,13 @@ class Update(Experiment):
     def _under_traffic(self, tb: Testbed, steps: list[Step], pps: float) -> dict:
         """Both flows running, the update's commands between `before_s` and
         `after_s` of them; what the senders, the sink and the commands reported."""
-        s, frame = self.s, self.sc.frame_sizes[0]
-        rx = engine.Receiver(tb, "sink", port=tpl.KEEP_PORT, ports=2)
-        senders: list[engine.Sender] = []
+        s = self.s
+        flows = PacedStreams(tb, ((tpl.KEEP_PORT, s.flow_pps), (tpl.PROBE_PORT, pps)),
+                             frame_size=self.sc.frame_sizes[0],
+                             slot_ns=int(s.slot_ms * 1e6), limit_s=SENDER_LIMIT_S,
+                             spin_us=SENDER_SPIN_US)
         restore: list = []
         try:
-            slot_ns = int(s.slot_ms * 1e6)
-            rx.series(time.monotonic_ns(), slot_ns)
-            cookie = secrets.randbelow(2**32 - 1) + 1
-            rx.arm(cookie)
-            for stream, (dport, rate) in enumerate(((tpl.KEEP_PORT, s.flow_pps),
-                                                    (tpl.PROBE_PORT, pps))):
-                senders.append(engine.Sender(
-                    tb, frame_size=frame, rate_pps=rate, duration_s=SENDER_LIMIT_S,
-                    cookie=cookie, dport=dport, stream=stream,
-                    cpus=[tb.topo.settings.sender_cpu], spin_us=SENDER_SPIN_US))
             # This process leaves the sender's CPU to the sender (when the sender
             # runs on this machine): when it ran the commands and sampled memory
             # itself, it delayed the sending on it by up to 16 ms at every reload;
@@ -379,21 +371,16 @@ class Update(Experiment):
             out["memory"] = {"update_peak_bytes": got["peak"]["kernel"] - pre["kernel"],
                              "after_update_bytes": _memory(tb)["kernel"] - pre["kernel"],
                              "samples": got["samples"]}
-            reports = [snd.stop() for snd in senders]
-            senders.clear()
+            reports = flows.stop()
             time.sleep(DRAIN_S)
+            sink, sr = flows.read()
             out.update(start_ns=start, end_ns=end, kept_sender=reports[0],
-                       probe_sender=reports[1], sink=rx.read(), series=rx.read_series())
+                       probe_sender=reports[1], sink=sink, series=sr)
             return out
         finally:
             for undo in restore:
                 undo()
-            for snd in senders:
-                try:
-                    snd.stop()
-                except FwbenchError:
-                    pass
-            rx.close()
+            flows.close()
 
     def _metrics(self, k: tpl.Kind, n: int, ran: dict, pps: float) -> dict:
         """The trial's figures from what _under_traffic gathered; a `problem` when
