@@ -13,21 +13,6 @@ from fwbench.backends.iptables import IptablesLegacy
 from fwbench.ruleset.templates.seed000 import seed000
 
 
-def test_check_of_seed004_nat_agrees_on_two_backends(tmp_path):
-    out = tmp_path / "check.json"
-    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", "--template", "seed004-nat",
-                         "--backends", "iptables-legacy,nftables", "--corpus", "300",
-                         "--json", str(out)], capture_output=True, text=True, timeout=600)
-    assert cp.returncode == 0, cp.stdout + cp.stderr
-    assert "all backends agree with the reference" in cp.stdout
-    rep = json.loads(out.read_text())
-    assert rep["ok"] and rep["corpus"] >= 300
-    for b in rep["backends"]:
-        assert b["disagreements"] == 0 and b["refused"] is None
-        # Some of the corpus is forwarded (and translated), some dropped.
-        assert 0 < b["forwarded"] < b["packets"], b
-
-
 class _Opened(IptablesLegacy):
     """iptables-legacy whose kernel gets the measured flow's rule as DROP."""
     name = "iptables-legacy-opened"
@@ -41,9 +26,10 @@ class _Opened(IptablesLegacy):
             line, line[:-len("ACCEPT")] + "DROP")})
 
 
-def test_a_kernel_that_drops_what_the_rule_set_accepts_is_caught():
+def test_a_kernel_that_drops_what_the_rule_set_accepts_is_caught(module_testbed):
     rs = seed000(5)
-    rep = check.check(rs, [backends.get("iptables-legacy"), _Opened()], corpus_size=200)
+    rep = check.check(rs, [backends.get("iptables-legacy"), _Opened()], corpus_size=200,
+                      tb=module_testbed)
     good, bad = rep.results
     assert good.disagreements == 0
     assert not rep.ok
@@ -88,18 +74,31 @@ def test_check_json_on_stdout_is_the_document_alone(argv):
 ORIGINALS = Path(__file__).parent.parent / "data" / "original"
 
 
-@pytest.mark.parametrize("name, iface", [("gw.rules", "eth0=client,eth1=server"),
-                                         ("gw.nft", "wan0=client,lan0=server"),
-                                         ("gw.json", "wan0=client,lan0=server")])
-def test_check_of_a_file_loads_the_file_itself_and_agrees_with_it(tmp_path, name, iface):
+def test_check_of_a_file_loads_the_file_itself_and_agrees_with_it(tmp_path):
+    """The command line: the file itself loaded as the original row, beside the
+    backends' renderings of its import."""
     out = tmp_path / "check.json"
-    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(ORIGINALS / name),
-                         "--iface", iface, "--backends", "iptables-legacy,nftables",
-                         "--corpus", "300", "--json", str(out)],
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "check", str(ORIGINALS / "gw.rules"),
+                         "--iface", "eth0=client,eth1=server", "--backends",
+                         "iptables-legacy,nftables", "--corpus", "300", "--json", str(out)],
                         capture_output=True, text=True, timeout=600)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "the original and all backends agree with the reference" in cp.stdout
-    rep = json.loads(out.read_text())
+    original_agrees(json.loads(out.read_text()))
+
+
+@pytest.mark.parametrize("name", ["gw.nft", "gw.json"])
+def test_an_nft_or_json_original_agrees_with_its_import(check_file, name):
+    """The other two formats the same way, in one testbed and this interpreter (the
+    command line is the test above's)."""
+    cp, rep = check_file(ORIGINALS / name, iface="wan0=client,lan0=server",
+                         backends="iptables-legacy,nftables")
+    assert cp.returncode == 0, cp.stdout
+    assert "the original and all backends agree with the reference" in cp.stdout
+    original_agrees(rep)
+
+
+def original_agrees(rep: dict) -> None:
     orig = rep["original"]
     assert orig["backend"] == "original" and orig["refused"] is None
     assert orig["disagreements"] == 0 and 0 < orig["forwarded"] < orig["packets"]
@@ -120,7 +119,8 @@ def _wrong(rs, rule_id: str, **match):
     ("filter-2", {"dport": "swapped"}),     # --dport 443 read as another rule's 53
     ("filter-4", {"src": None}),            # the DROP rule's -s 10.1.2.0/24 dropped
 ])
-def test_a_wrong_import_is_caught_by_the_original_and_by_nothing_else(rule_id, change):
+def test_a_wrong_import_is_caught_by_the_original_and_by_nothing_else(rule_id, change,
+                                                                      module_testbed):
     from fwbench.ruleset.model import Ports
     path = str(ORIGINALS / "gw.rules")
     rs = check.ruleset_from(path=path, iface="eth0=client,eth1=server")
@@ -128,7 +128,7 @@ def test_a_wrong_import_is_caught_by_the_original_and_by_nothing_else(rule_id, c
         change = {"dport": Ports.of(53)}
     bad = _wrong(rs, rule_id, **change)
     rep = check.check(bad, [backends.get("iptables-legacy"), backends.get("nftables")],
-                      corpus_size=300, original=check.original_of(path))
+                      corpus_size=300, original=check.original_of(path), tb=module_testbed)
     orig = rep.original
     assert not rep.ok and orig.refused is None
     assert orig.per_packet, "the original gives other verdicts than the wrong import"

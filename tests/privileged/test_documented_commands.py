@@ -156,6 +156,15 @@ def plausible(w: list[str], out: str, d: Path) -> None:
         assert out.strip() == "true", out
     elif sub == "check":
         assert re.search(r"agree with the reference$", out.strip()), out[-2000:]
+        # Each backend loaded the rule set and agreed packet for packet, on a
+        # corpus the rule set both forwards and drops (test_check's two-backend
+        # seed004-nat check was this command's, on fewer backends and packets).
+        lines = re.findall(r"(?m)^(\S+): ([\d,]+) packets, ([\d,]+) forwarded, "
+                           r"(\d+) disagreements, .* ok$", out)
+        assert lines and "NOT LOADED" not in out, out[-2000:]
+        for name, packets, forwarded, disagree in lines:
+            n, f = (int(x.replace(",", "")) for x in (packets, forwarded))
+            assert 0 < f < n and disagree == "0", (name, packets, forwarded, disagree)
         if "--json" in rest and rest[rest.index("--json") + 1:][:1] != []:
             doc = json.loads((d / rest[rest.index("--json") + 1]).read_text())
             assert doc["ok"] is True and doc["backends"], doc
