@@ -14,7 +14,9 @@ import pytest
 
 from fwbench import engine
 from fwbench.errors import FwbenchError
+from fwbench.experiments.update import experiment as update_experiment
 from fwbench.experiments.update import series
+from fwbench.traffic import accounting
 from fwbench.traffic.native import PacedStreams
 
 
@@ -25,15 +27,32 @@ def testbed(firewall):
     return firewall
 
 
-def test_the_sink_series_counts_each_stream_as_scheduled(testbed):
-    # The update experiment's instrument (traffic.native.PacedStreams), as it runs.
-    with PacedStreams(testbed, ((5201, 2000), (5202, 500)), frame_size=64,
+def paced_streams_once(tb):
+    """The update experiment's instrument (traffic.native.PacedStreams), as it runs
+    for a second, and what the path's counters show dropped meanwhile."""
+    before = accounting.path_counters(tb)
+    with PacedStreams(tb, ((5201, 2000), (5202, 500)), frame_size=64,
                       slot_ns=1_000_000, limit_s=60) as flows:
         time.sleep(1.0)
         reports = flows.stop()
         time.sleep(0.05)
         got, sr = flows.read()
         read_ns = time.monotonic_ns()
+    drops = update_experiment.path_drops(before, accounting.path_counters(tb))
+    return reports, got, sr, read_ns, drops
+
+
+def test_the_sink_series_counts_each_stream_as_scheduled(testbed):
+    # Every packet sent must arrive. A busy machine's full input queue may drop
+    # some, which the path's counters show: then it is measured again (3 times
+    # at most), saying so; a loss they do not show fails at once.
+    for attempt in range(3):
+        reports, got, sr, read_ns, drops = paced_streams_once(testbed)
+        short = sum(r["sent"] for r in reports) - got["received"]
+        if not short or not any(drops.values()):
+            break
+        print(f"attempt {attempt + 1}: {short} packets short, the path dropped {drops}; "
+              f"measuring again")
     base = sr["base_ns"]
     assert sr["slot_ns"] == 1_000_000 and base <= reports[0]["t0_ns"]
     assert all(r["stopped"] for r in reports)
