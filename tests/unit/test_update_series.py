@@ -55,6 +55,14 @@ def test_a_stopping_probe_is_placed_after_its_last_packet():
     never = stream([1], received=10, first=560 * MS, last=650 * MS)
     assert "did not pass before" in series.probe_effect(never, sched, False, 550 * MS,
                                                          0).problem
+    # Its last packet due at 400 ms, the next by 410 ms at most: stopped before the
+    # update began at 550 ms, so lost on the way, not stopped by the change.
+    early = stream([1], received=41, first=0, last=400 * MS)
+    e = series.probe_effect(early, sched, False, 550 * MS, 700 * MS)
+    assert e.problem and "stopped 140.0 ms before the update began" in e.problem
+    # Stopped within one interval (and the sender's lag) of the start: it can be the change.
+    lagging = stream([1], received=55, first=0, last=540 * MS)
+    assert series.probe_effect(lagging, sched, False, 550 * MS, 700 * MS).problem is None
 
 
 def test_a_lagging_sender_widens_the_interval_to_what_the_packets_prove():

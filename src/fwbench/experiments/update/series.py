@@ -117,6 +117,12 @@ def probe_effect(probe: Stream, sched: Schedule, starts: bool, start_ns: int,
     if probe.last_sched_ns >= sched.due()[-1] - i:
         return Effect(at, half, "the probe flow still passed when it ended: the change "
                                 "did not take effect while the probe ran")
+    if hi < start_ns:
+        # The packet after the last that passed met the firewall before the update
+        # began: the rule set before it let the probe through, so the instrument
+        # lost what followed (a busy machine), and the stop says nothing.
+        return Effect(at, half, f"the probe flow stopped {(start_ns - hi) / 1e6:,.1f} ms "
+                                f"before the update began: packets were lost, not stopped")
     return Effect(at, half)
 
 
