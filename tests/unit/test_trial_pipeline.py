@@ -126,6 +126,12 @@ def test_an_error_before_the_load_loads_nothing():
     assert rec.verification["reason"] == "not reached" and rec.load_time_s is None
 
 
+def test_a_failed_preparation_loads_nothing():
+    exp = Stub({"prepare": "RPS steering: no such CPU"})
+    rec = exp.run_trial(TB, KEY, 0)
+    assert exp.calls == ["prepare", "release"] and rec.status == "failed"
+
+
 def test_anything_else_propagates_after_release():
     exp = Stub({"measure": KeyboardInterrupt()})
     with pytest.raises(KeyboardInterrupt):

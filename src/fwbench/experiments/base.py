@@ -300,19 +300,10 @@ class Experiment(abc.ABC):
         say = step or _quiet
         try:
             self.prepare(tb, t, c, step)
-            standing = self.standing(c)
-            if standing is not None:
-                t.verification = standing
-            elif self.ruleset(c) is not None:
-                say("loading")
-                took = t.timed(self.load_phase, self.load, tb, c)
-                t.load_time_s = t.phases[self.load_phase] if took is None else took
-                say("verifying")
-                t.verified(t.timed("verify_s", self.verify, tb, c))
-            if t.status == "ok":
-                self.prove(tb, t, c, say)
-            if t.status == "ok":
-                self.measure(tb, t, c, say)
+            for stage in (self._loaded, self.prove, self.measure):
+                if t.status != "ok":
+                    break
+                stage(tb, t, c, say)
         except MeasurementInvalid as e:
             t.fail(str(e), "invalid")
             self.failed(tb, t, c)
@@ -324,6 +315,19 @@ class Experiment(abc.ABC):
         method, traffic = self.recorded_as(c)
         return t.record(tb.topo.run_id, method, traffic, self.digest(c),
                         self.conditions(tb, c))
+
+    def _loaded(self, tb: Testbed, t: Trial, c, say) -> None:
+        """The cell's rule set loaded and verified, or standing from an earlier
+        trial; nothing for a cell with none."""
+        standing = self.standing(c)
+        if standing is not None:
+            t.verification = standing
+        elif self.ruleset(c) is not None:
+            say("loading")
+            took = t.timed(self.load_phase, self.load, tb, c)
+            t.load_time_s = t.phases[self.load_phase] if took is None else took
+            say("verifying")
+            t.verified(t.timed("verify_s", self.verify, tb, c))
 
     # The hooks of run_trial, in the order it calls them. `c` is the named cell, `t`
     # the Trial (its metrics, sub-trials, phases and fail()).
