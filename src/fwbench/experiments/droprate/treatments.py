@@ -194,8 +194,14 @@ class _Netfilter(Treatment):
     def apply(self, tb: Testbed, t: Target) -> float | None:
         # As the sweeps load a rule set: the backend flushes every firewall and
         # loads its rendering (render()'s text: only the interface names of the
-        # Target reach it) in one step, timing the load alone.
-        return self.backend.apply(tb, self.ruleset(t)).load_time_s
+        # Target reach it) in one step, timing the load alone. It hushes the hosts
+        # until a verification's packet exchange, which droprate does not make: an
+        # outbound IPsec policy would stand through the probe and the flood, and
+        # the kernel would look up every packet in it, so the hush ends here.
+        try:
+            return self.backend.apply(tb, self.ruleset(t)).load_time_s
+        finally:
+            tb.hush(False)
 
     def counters(self, tb: Testbed, t: Target) -> dict[str, int]:
         return self.backend.counters(tb, self.ruleset(t))
