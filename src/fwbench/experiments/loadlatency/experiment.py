@@ -53,7 +53,7 @@ class LoadLatency(Experiment):
         super().__init__(sc)
         self.s = sc.loadlatency
         self.rulesets: dict[str, RuleSet] = {n: templates.get(n)() for n in self.s.rulesets}
-        self.load = TcpBidirLoad(self.s.streams, SERVICE_PORT)
+        self.tcp = TcpBidirLoad(self.s.streams, SERVICE_PORT)   # the load (`load` loads rules)
         self.reference = None       # the no-firewall load, measured by open()
         self.traffic: EngineTraffic | None = None   # the probes' engine, per session
 
@@ -69,7 +69,7 @@ class LoadLatency(Experiment):
     def check(self) -> None:
         super().check()
         if "tcp-bidir" in self.s.loads:
-            self.load.check()
+            self.tcp.check()
         if self.sc.duration_s != int(self.sc.duration_s):
             raise FwbenchError(f"duration_s: {self.sc.duration_s:g} s; {METHOD} measures "
                                f"whole seconds (ping -w and iperf3 -t take no fractions)")
@@ -112,7 +112,7 @@ class LoadLatency(Experiment):
                        [f"skipping backend {n}: {why}" for n, why in skipped.items()])
 
     def versions(self, planned: Planned) -> dict[str, str | None]:
-        out = {**self.load.versions(), "ping": proc.version_line(["ping", "-V"]),
+        out = {**self.tcp.versions(), "ping": proc.version_line(["ping", "-V"]),
                "conntrack": proc.version_line(["conntrack", "-V"]),
                "fwbench-engine": engine.version()}
         out.update(self.backend_versions(planned.scenario.backends))
@@ -131,15 +131,15 @@ class LoadLatency(Experiment):
         self.traffic = EngineTraffic(self.sc.engine)
         if "tcp-bidir" not in self.s.loads:
             return {}
-        self.load.start_server(tb)
+        self.tcp.start_server(tb)
         console.print(f"measuring the load with no firewall ({CALIBRATION_S:g} s)")
-        self.reference = self.load.begin(tb, tb.topo.server.ip4, CALIBRATION_S).wait()
+        self.reference = self.tcp.begin(tb, tb.topo.server.ip4, CALIBRATION_S).wait()
         return {"load_reference": self.reference.as_dict()}
 
     def close(self, tb: Testbed) -> None:
         if self.traffic is not None:
             self.traffic.close()
-        self.load.stop_server(tb)
+        self.tcp.stop_server(tb)
 
     # --- one trial ---------------------------------------------------------------------
 
@@ -172,7 +172,7 @@ class LoadLatency(Experiment):
         say("proving NAT and state")
         # The proof's listener takes the service port on the server, where the
         # load's server listens between measurements.
-        self.load.stop_server(tb)
+        self.tcp.stop_server(tb)
         proof = t.timed("prove_s", statecheck.prove, tb, self.backend(c.backend),
                         self.ruleset(c))
         t.metrics["proof"] = proof.as_dict()
@@ -181,7 +181,7 @@ class LoadLatency(Experiment):
 
     def measure(self, tb: Testbed, t: Trial, c, say) -> None:
         if "tcp-bidir" in self.s.loads:
-            self.load.start_server(tb)
+            self.tcp.start_server(tb)
         rs = self.ruleset(c)
         if c.entries:
             say(f"filling the connection table to {c.entries:,}")
@@ -214,7 +214,7 @@ class LoadLatency(Experiment):
         probes.start(tb)            # the sink attaches before the load begins
         running = None
         if load == "tcp-bidir":
-            running = self.load.begin(tb, dst, whole_seconds(s.warmup_s + duration + 2))
+            running = self.tcp.begin(tb, dst, whole_seconds(s.warmup_s + duration + 2))
             try:
                 running.wait_connected()
                 time.sleep(s.warmup_s)
@@ -228,8 +228,8 @@ class LoadLatency(Experiment):
         except BaseException:
             if running is not None:
                 running.abort()
-                self.load.stop_server(tb)   # a broken test can leave it busy
-                self.load.start_server(tb)
+                self.tcp.stop_server(tb)   # a broken test can leave it busy
+                self.tcp.start_server(tb)
             raise
         out = {"ping": pr.summary(),
                # every reply, as seed 004's Appendix F kept them: when, which, how long
