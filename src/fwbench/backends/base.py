@@ -370,9 +370,10 @@ class Exchange:
     sent: list[Packet]
     seen: list[Packet | None]        # as observed leaving the firewall; None: dropped
     counts: dict[str, int]           # rule id -> packets counted during the exchange
-    # Packets sent again because the instrument lost frames while they were missing
-    # (the firewall's port counters showed it): {"packets": n, "lost": frames lost,
-    # "rounds": re-sends}; empty when nothing was.
+    # When the instrument lost frames while packets were missing (the firewall's
+    # port counters or the captures showed it), the exchange was sent again whole:
+    # {"packets": sent in the exchanges given up, "lost": frames lost in them,
+    # "rounds": exchanges given up}; empty when none was.
     resent: dict = field(default_factory=dict)
 
 
@@ -408,9 +409,12 @@ def _rounds(rs: RuleSet, pkts: list[Packet]) -> list[list[int]]:
     return [members for _, members in rounds]
 
 
-# Whole exchanges tried when the instrument itself lost a packet (a veth handover or
-# a capture socket dropped it under a busy machine: nothing the firewall did).
-EXCHANGE_ATTEMPTS = 3
+# Whole exchanges tried when the instrument itself lost a packet (the firewall's
+# input queue, a veth handover or a capture socket dropped it on a busy machine:
+# nothing the firewall did), and the pause before each repeat, times its number
+# (a loss comes in bursts, from whatever else fills the CPU's queue).
+EXCHANGE_ATTEMPTS = 4
+REPEAT_PAUSE_S = 0.2
 
 
 def exchange(backend: Backend, tb: Testbed, rs: RuleSet,
@@ -419,44 +423,50 @@ def exchange(backend: Backend, tb: Testbed, rs: RuleSet,
     """Send `pkts` through the firewall as it is loaded, in rounds connection
     tracking cannot link (emptied before each), reading the counters around
     (`before`: already read, nothing having passed since; `after`: how to read
-    them afterwards, `backend.counters` by default). When the instrument loses a
-    packet the whole exchange is repeated, counters read afresh, up to
-    EXCHANGE_ATTEMPTS times."""
+    them afterwards, `backend.counters` by default).
+
+    When the instrument loses a frame while a packet is missing, that packet's
+    fate is unknown, and so are the counters: it may have been lost before the
+    rules (never counted) or after them (counted). The whole exchange is then
+    sent again, counters read afresh, up to EXCHANGE_ATTEMPTS times, and the
+    record says so (`resent`); lost every time, the exchange is invalid."""
     _fresh.pop(backend.name, None)   # its counters move now
     packets.prepare(tb)
+    resent = {"packets": 0, "lost": 0, "rounds": 0}
+    last: MeasurementInvalid | None = None
     try:
         for attempt in range(EXCHANGE_ATTEMPTS):
+            if attempt:
+                time.sleep(REPEAT_PAUSE_S * attempt)
             try:
-                return _exchange_once(backend, tb, rs, pkts,
-                                      before if attempt == 0 else None, after)
-            except MeasurementInvalid:
-                if attempt == EXCHANGE_ATTEMPTS - 1:
-                    raise
+                ex = _exchange_once(backend, tb, rs, pkts,
+                                    before if attempt == 0 else None, after)
+            except MeasurementInvalid as e:     # InstrumentLost, or a stalled send
+                resent["packets"] += getattr(e, "sent", len(pkts))
+                resent["lost"] += getattr(e, "lost", 0)
+                resent["rounds"] += 1
+                last = e
+                continue
+            return replace(ex, resent=resent) if resent["rounds"] else ex
     finally:
         packets.restore(tb)
-
-
-# Times the packets still missing from a round in which the instrument lost frames
-# are sent again (each time in a round of their own, conntrack emptied first).
-RESENDS = 2
+    raise MeasurementInvalid(
+        f"packets: the instrument failed in each of {EXCHANGE_ATTEMPTS} exchanges "
+        f"({resent['lost']} frames lost by the firewall's port counters and the "
+        f"captures), so no missing packet can be read as a verdict; the last: {last}")
 
 
 def _exchange_once(backend: Backend, tb: Testbed, rs: RuleSet,
                    pkts: list[Packet], before: dict[str, int] | None,
                    after_read: Callable[[], dict[str, int]] | None) -> Exchange:
-    """One exchange. A packet missing from a round in which the instrument lost
-    frames (packets.InstrumentLost: the firewall's port counters show frames it
-    handed on that no capture saw) may have been forwarded: such packets are sent
-    again, after the counters are read (so the counters hold each packet once),
-    up to RESENDS times; still lost after that, the exchange is invalid."""
+    """One exchange, every round; packets.InstrumentLost from the first round in
+    which the instrument lost a frame while a packet was missing, its `sent`
+    the packets sent so far."""
     seen: list[Packet | None] = [None] * len(pkts)
     if before is None:
         before = backend.counters(tb, rs)
-    unsure: list[int] = []
-    lost = 0
-
-    def send(members: list[int]) -> None:
-        nonlocal lost
+    sent = 0
+    for members in _rounds(rs, pkts):
         kernel.flush_conntrack(tb)
         # The injector crafts new, unmarked packets; their conntrack state is
         # the kernel's own (as_tracked), which only the evaluator is told.
@@ -464,31 +474,14 @@ def _exchange_once(backend: Backend, tb: Testbed, rs: RuleSet,
             got = packets.exchange(tb, [replace(pkts[i], ct_state="new", mark=0)
                                         for i in members])
         except packets.InstrumentLost as e:
-            got = e.seen
-            lost += e.lost
-            unsure.extend(i for i, o in zip(members, got) if o is None)
+            e.sent = sent + len(members)
+            raise
+        sent += len(members)
         for i, o in zip(members, got):
             seen[i] = o.packet if o else None
-
-    for members in _rounds(rs, pkts):
-        send(members)
     after = after_read() if after_read is not None else backend.counters(tb, rs)
     counts = {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
-    resent: dict = {}
-    for n in range(1, RESENDS + 1):
-        if not unsure:
-            break
-        again, unsure[:] = sorted(unsure), []
-        resent = {"packets": resent.get("packets", 0) + len(again), "lost": lost,
-                  "rounds": n}
-        # A subset of a round is still a round conntrack cannot link.
-        for members in _rounds(rs, [pkts[i] for i in again]):
-            send([again[j] for j in members])
-    if unsure:
-        raise MeasurementInvalid(
-            f"packets: the instrument lost frames ({lost} by the firewall's port counters) "
-            f"while {len(unsure)} packet(s) were missing, still after {RESENDS} re-sends")
-    return Exchange(pkts, seen, counts, resent)
+    return Exchange(pkts, seen, counts)
 
 
 # The hooks a firewall host's own packets pass (its SSH session on a real host).

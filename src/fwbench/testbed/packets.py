@@ -324,9 +324,10 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
     tx_packets, so the capture waits until it has seen as many frames (any frame,
     marked or not) as the firewall's ports count. Raises InstrumentLost (a
     MeasurementInvalid, holding what was seen) when a packet is missing and the
-    instrument lost frames (a capture socket overflowed, the firewall could not hand
-    a frame to an end host, or frames the firewall counted never reached the
-    capture), since a None would then be a lie. `prepare(tb)` first for
+    instrument lost frames (the firewall's input queue refused one, a capture
+    socket overflowed, the firewall could not hand a frame to an end host, or
+    frames the firewall counted never reached the capture), since a None would
+    then be a lie. `prepare(tb)` first for
     destinations beyond the two end hosts' addresses; conntrack keeps what earlier
     exchanges left (fwbench.backends.kernel.flush_conntrack)."""
     if not packets:
@@ -367,6 +368,11 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
         got = {role: a.ask({"cmd": "collect"}) for role, a in agents.items()}
         handed = _handed(tb)
         dropped = sum(handed[r].tx_dropped - handed_before[r].tx_dropped for r in handed)
+        # Frames the firewall's port took from an end host but its input queue
+        # refused (the per-CPU backlog, shared with everything else on the machine,
+        # was full): they never met a rule. veth counts them as received and
+        # dropped, and the sender is not told.
+        refused = sum(handed[r].rx_dropped - handed_before[r].rx_dropped for r in handed)
         socket_drops = sum(g["socket_drops"] for g in got.values())
         # Frames the firewall counted out of a port that its end host's capture
         # neither saw nor counted as dropped: lost on the way (still in flight when
@@ -396,23 +402,26 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
             pkt = Packet(f.version, sent.iif, f.saddr, f.daddr, f.proto, f.sport, f.dport,
                          f.icmp_type)
             out[f.index] = Observed(pkt, role, f.checksum_ok)
-    if (dropped or socket_drops or unseen) and None in out:
+    if (refused or dropped or socket_drops or unseen) and None in out:
         raise InstrumentLost(
-            f"packets: the instrument lost packets ({dropped} between firewall and end "
-            f"host, {socket_drops} in the capture sockets, {unseen} counted out of the "
-            f"firewall but never captured); repeat the exchange",
-            out, dropped + socket_drops + unseen)
+            f"packets: the instrument lost packets ({refused} refused by the firewall's "
+            f"full input queue, {dropped} between firewall and end host, {socket_drops} "
+            f"in the capture sockets, {unseen} counted out of the firewall but never "
+            f"captured); repeat the exchange",
+            out, refused + dropped + socket_drops + unseen)
     return out
 
 
 class InstrumentLost(MeasurementInvalid):
     """The exchange lost frames that were not the firewall's doing, and some packet
     is missing: `seen` is what was observed (a None there may be the firewall's
-    verdict or the loss), `lost` how many frames the counters show lost."""
+    verdict or the loss), `lost` how many frames the counters show lost; `sent`,
+    for a caller sending in rounds, the packets sent when it happened."""
 
     def __init__(self, message: str, seen: list[Observed | None], lost: int):
         super().__init__(message)
         self.seen, self.lost = seen, lost
+        self.sent = len(seen)
 
 
 def _sink(tb: "Testbed", role: str, ifname: str) -> None:
@@ -435,7 +444,8 @@ def _refuse_xdp(tb: "Testbed", role: str, ifname: str) -> None:
 def _handed(tb: "Testbed") -> dict[str, "IfStats"]:
     """The firewall's counters of its ports facing each end host: tx_packets, the
     frames it handed to that host (veth counts a frame once the peer's input queue
-    took it); tx_dropped, those it could not (that queue was full)."""
+    took it); tx_dropped, those it could not (that queue was full); rx_dropped,
+    frames from that host its own input queue refused."""
     t = tb.topo
     ports = {"client": t.fw_client_side, "server": t.fw_server_side}
     if t.fw_client_side.host != t.fw_server_side.host:
