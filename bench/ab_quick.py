@@ -7,7 +7,8 @@ and B first in even ones, so the machine's drift hits both alike. Printed, from 
 run of this script:
 
   - whether both planned the same cells and wrote records with the same keys
-    (run.json's plan, trials.jsonl's schema, metrics' names);
+    (run.json's plan, trials.jsonl's schema, metrics' names), and whether each
+    side's report of its first run has the same sections (report.md's headings);
   - verification: trials not ok on each side;
   - per cell, the ratio B/A of the headline (rx_pps) within each pair, and over
     every cell and pair their geometric mean with a 95 % bootstrap interval
@@ -60,6 +61,14 @@ def load(out: Path) -> tuple[list[dict], dict]:
     return recs, json.loads((out / "run.json").read_text())
 
 
+def sections(where: Path, run: Path) -> list[str]:
+    """The headings of the report each revision writes of its run."""
+    sh([str(where / ".venv/bin/fwbench"), "report", str(run)], stdout=subprocess.DEVNULL,
+       cwd=where)
+    md = run / "report.md"
+    return [ln for ln in md.read_text().splitlines() if ln.startswith("#")]
+
+
 def cell(rec: dict) -> tuple:
     return tuple(sorted(rec["factors"].items()))
 
@@ -109,6 +118,13 @@ def main() -> int:
         print(f"{what}: " + ("the same" if x == y else
                              f"DIFFERENT (only A: {sorted(x - y)}; only B: {sorted(y - x)})"))
         ok &= x == y
+    heads = {s: sections(trees[s], runs[s][0]) for s in runs}
+    print(f"report sections: {'the same' if heads['A'] == heads['B'] else 'DIFFERENT'} "
+          f"({len(heads['A'])} headings)")
+    if heads["A"] != heads["B"]:
+        print(f"  only A: {[h for h in heads['A'] if h not in heads['B']]}; "
+              f"only B: {[h for h in heads['B'] if h not in heads['A']]}")
+    ok &= heads["A"] == heads["B"]
     for s in ("A", "B"):
         bad = [(r["factors"], r["status"]) for recs, _ in got[s] for r in recs
                if r["status"] != "ok"]

@@ -23,7 +23,7 @@ from fwbench import backends, environment
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 TREATMENTS = ["iptables-legacy", "xdp-linear", "xdp-set", "tc-linear", "tc-set", "none"]
 

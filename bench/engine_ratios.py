@@ -30,7 +30,7 @@ from fwbench import backends, environment
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import EngineSettings, EngineTraffic
+from fwbench.traffic.native import EngineSettings, EngineTraffic
 from fwbench.traffic.iperf3 import Iperf3Rate
 
 TARGETS = {"engine/iperf3": 2.0, "ceiling/iptables-legacy-1k": 3.0,

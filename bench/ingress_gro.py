@@ -29,7 +29,7 @@ from fwbench import backends, environment
 from fwbench.soaker import Soaker, busy_ns
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 BACKENDS = ("none", "iptables-legacy", "nftables", "nftset")
 

@@ -32,7 +32,7 @@ from fwbench.experiments.sweep.throughput import search_config
 from fwbench.experiments.sweep import ThroughputSettings
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 TOLERANCE = 0.05
 

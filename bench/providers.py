@@ -56,7 +56,7 @@ def main() -> int:
             "ssh": experiments.get(scenario.load("scenarios/quick.toml", {
                 **over, "testbed.provider": "ssh", "testbed.inventory": inv.path}))}
     for e in exps.values():
-        e.check()
+        e.preflight()
     planned = {p: e.plan() for p, e in exps.items()}
     names = [n for n in planned["netns"].scenario.backends if n != "none"]
     cells = [(n, a.rules, a.frame_size) for n in names]

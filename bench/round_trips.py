@@ -31,7 +31,7 @@ from fwbench import backends, environment
 from fwbench.errors import FwbenchError
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 TREATMENTS = ["none", "iptables-legacy", "iptables-nft", "nftables", "ipset", "nftset",
               "xdp-set", "tc-set"]

@@ -145,7 +145,7 @@ def resolve(rs: RuleSet, names: list[str] | None,
             skipped[name] = why
             continue
         try:
-            b.check(rs)
+            b.refuse_unsupported(rs)
         except Unsupported as e:
             if names:
                 raise

@@ -413,7 +413,7 @@ def cmd_study(args, out: Console, err: Console) -> int:
         studies.get(args.study)     # an unknown id is refused before root is asked for
     path = Path(args.out) if args.out else studies.default_out(args.study)
     # So is an --out holding another study's run (or no study's), left as it is.
-    studies.check_out(args.study, path)
+    studies.validate_out(args.study, path)
     _need_root("fwbench study")
     try:
         if args.study == "all":

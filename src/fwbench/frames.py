@@ -23,7 +23,7 @@ def min_frame(version: int) -> int:
     return MIN_FRAME if version == 4 else MIN_FRAME_V6
 
 
-def check_frame(size: int, mtu: int, version: int = 4) -> None:
+def validate_frame(size: int, mtu: int, version: int = 4) -> None:
     lo = min_frame(version)
     if not lo <= size <= max_frame(mtu):
         ip = "" if version == 4 else " over IPv6"

@@ -54,11 +54,6 @@ def sweep_cells(backend_names: list[str], rules: list[int],
             for f in frame_sizes]
 
 
-def make_plan(backend_names: list[str], rules: list[int], frame_sizes: list[int],
-              repeat: int, seed: int) -> list[TrialKey]:
-    return interleave(sweep_cells(backend_names, rules, frame_sizes), repeat, seed)
-
-
 def interleave(cells: list[Cell], repeat: int, seed: int,
                block=None) -> list[TrialKey]:
     """`repeat` rounds of every cell, each round in its own seeded random order.

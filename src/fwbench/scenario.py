@@ -16,10 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from fwbench import backends, catalog, tomlfile
 from fwbench.errors import FwbenchError
 from fwbench.findings import METHOD_OF_STUDY, STUDY_IDS, study_of
-from fwbench.frames import check_frame
+from fwbench.frames import validate_frame
 from fwbench.ruleset.templates.seed000 import MAX_ENTRIES
 from fwbench.testbed.topology import TestbedSettings
-from fwbench.traffic.engine import EngineSettings
+from fwbench.traffic.native import EngineSettings
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 ALL = "all"
@@ -154,7 +154,7 @@ class _Common(BaseModel):
     def _frames_fit_mtu(self) -> "Scenario":
         for f in self.frame_sizes:
             try:
-                check_frame(f, self.testbed.mtu, self.version)
+                validate_frame(f, self.testbed.mtu, self.version)
             except FwbenchError as e:
                 raise ValueError(str(e)) from None
         return self
@@ -165,8 +165,8 @@ class _Common(BaseModel):
         if self.traffic not in room.traffics:
             raise ValueError(f"method {self.method} needs traffic = engine "
                              f"(iperf3 cannot pace an offered load)")
-        if room.check is not None:
-            room.check(self)
+        if room.validate is not None:
+            room.validate(self)
         if self.keep_loaded and not room.keep_loaded:
             raise ValueError(f"keep_loaded applies to the rule-count sweeps, not to "
                              f"method {self.method}")
@@ -182,9 +182,9 @@ class _Common(BaseModel):
             raise ValueError("adaptive.until = \"claims\" needs a study whose claims to "
                              "decide (the scenario's study key)")
         # Each experiment's checks of its own sections, whatever the method.
-        for check in dict.fromkeys(r.check_any for r in catalog.rooms().values()):
-            if check is not None:
-                check(self)
+        for validate in dict.fromkeys(r.validate_any for r in catalog.rooms().values()):
+            if validate is not None:
+                validate(self)
         return self
 
     def dump(self) -> dict:
@@ -221,7 +221,7 @@ def model() -> type[BaseModel]:
 Scenario = model()
 
 
-def _check_keys(data: dict, origin: str) -> None:
+def _validate_keys(data: dict, origin: str) -> None:
     """Keys an experiment's declaration refuses, as given (before defaults fill
     them in): its own sections in another method's scenario, and the common keys
     that do not apply to it."""
@@ -258,7 +258,7 @@ def load(path: str | Path | None, overrides: dict | None = None) -> Scenario:
         elif isinstance(data.get(section, {}), dict):
             data[section] = {**data.get(section, {}), key: v}
         # else: the file's section is not a table; validation names it
-    _check_keys(data, origin)
+    _validate_keys(data, origin)
     try:
         return model().model_validate(data)
     except ValidationError as e:

@@ -267,13 +267,6 @@ def mann_whitney(a: Sequence[float], b: Sequence[float],
     return TestResult(float(r.statistic), float(r.pvalue), "mann-whitney", alternative)
 
 
-def min_two_sided_p(n_a: int, n_b: int) -> float:
-    """The smallest two-tailed Mann-Whitney p any data can give with these sample sizes
-    (complete separation): 2 / C(n_a + n_b, n_a). With 3 and 3 it is 0.1, so a rank
-    test cannot conclude at 0.05 however large the difference."""
-    return min(1.0, 2 / math.comb(n_a + n_b, n_a))
-
-
 def cliffs_delta(a: Sequence[float], b: Sequence[float]) -> float | None:
     """P(a > b) - P(a < b) over all pairs, in -1..1: the effect size that goes with
     Mann-Whitney (delta = 2U/(n_a n_b) - 1). None when either side is empty."""

@@ -8,7 +8,7 @@ or its method: echo, droprate, fixedrate and loadlatency exist for one study eac
 Running a study into a directory that already holds its run finishes that run
 (fwbench.experiments.loop.resume): an interrupted study loses nothing. A directory
 that holds a run of another study, or of none, is refused before anything runs and
-left as it is (`check_out`).
+left as it is (`validate_out`).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def default_out(study_id: str) -> Path:
                               f"study-{study_id}-{stamp}")
 
 
-def check_out(study_id: str, out: str | Path) -> None:
+def validate_out(study_id: str, out: str | Path) -> None:
     """Refuse, in one line and touching nothing, an output directory `fwbench study
     ID` (or `all`) must not write into: one holding a run of another study or of
     none (run.json's scenario says whose: its `study` key, or its method), or, for
@@ -95,7 +95,7 @@ def check_out(study_id: str, out: str | Path) -> None:
                                f"all` writes each study into {path}/<id>: choose another "
                                f"--out")
         for sid in STUDIES:
-            check_out(sid, path / sid)
+            validate_out(sid, path / sid)
         return
     st = get(study_id)
     if not (path / "run.json").exists():
@@ -144,7 +144,7 @@ def run(study_id: str, out: str | Path | None, console: Console) -> Outcome:
 
     st = get(study_id)
     path = Path(out) if out else default_out(study_id)
-    check_out(st.id, path)
+    validate_out(st.id, path)
     t0 = time.monotonic()
     if (path / "run.json").exists():
         console.print(f"study {st.id}: finishing the run in {path}")
@@ -169,7 +169,7 @@ def run_all(out: str | Path | None, console: Console) -> tuple[list[Outcome], Pa
     """Every study in turn, each into OUT/<id> (finished if it is there already), then
     OUT/index.html and index.md: every study's findings, time and report."""
     root = Path(out) if out else default_out("all")
-    check_out("all", root)      # every study's directory, before the first runs
+    validate_out("all", root)      # every study's directory, before the first runs
     done = []
     for sid in STUDIES:
         done.append(run(sid, root / sid, console))

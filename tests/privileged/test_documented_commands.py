@@ -216,7 +216,7 @@ def check_long(cmd: str, d: Path, monkeypatch, capsys) -> None:
     elif w[1] == "run":
         (sc,) = loaded
         exp = experiments.get(sc)
-        loop._check(exp)
+        loop._preflight(exp)
         if "--full" in w:       # "estimate first": the plan says how long it takes
             planned = exp.plan()
             assert planned.cells and any("estimated" in n for n in planned.notes), \

@@ -14,7 +14,7 @@ import pytest
 from fwbench import engine
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
-from fwbench.traffic.engine import drain
+from fwbench.traffic.native import drain
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from test_engine import _CAPTURE, _udp6_checksum_ok, _udp_counters  # noqa: E402
@@ -209,7 +209,7 @@ def test_every_packet_of_an_open_throttle_trial_is_accounted_for(tb):
     backlog: the record says so, and every sent packet is placed (received, dropped
     at the firewall's ingress, ...) with no gap beyond 0.1 %."""
     from fwbench.backends.kernel import flush_all
-    from fwbench.traffic.engine import EngineTraffic
+    from fwbench.traffic.native import EngineTraffic
     flush_all(tb)
     tr = EngineTraffic()
     tr.via = "xdp"

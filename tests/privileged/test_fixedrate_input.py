@@ -12,7 +12,7 @@ from fwbench.experiments.fixedrate.experiment import steer
 from fwbench.experiments.fixedrate.method import FixedRate, flow_pps
 from fwbench.ruleset.templates.seed000 import entry_id, seed000
 from fwbench.experiments.fixedrate import FixedRateSettings
-from fwbench.traffic.engine import EngineSettings, EngineTraffic, Flow
+from fwbench.traffic.native import EngineSettings, EngineTraffic, Flow
 
 RULES = 200
 

@@ -7,6 +7,7 @@ and a rate comes back as the period the rule asked for."""
 import os
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from fwbench.ruleset.model import (DROP, Action, Chain, HashLimit, Interfaces, L
 from fwbench.ruleset.render import iptables as ipt
 from fwbench.ruleset.render import ipset
 from fwbench.ruleset.render import nft
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.iptables_text import by_table  # noqa: E402
 
 IFS = Interfaces("fwb000000-f0", "fwb000000-f1")
 
@@ -84,7 +88,7 @@ def test_each_version_s_rules_in_its_own_iptables_table(imported, variant, tmp_p
         saved = _in_netns('ipset restore < "$1" && "$2" < "$3" && "$4"',
                           str(tmp_path / "sets"), f"{pre}-{variant}-restore",
                           str(tmp_path / "rules"), f"{pre}-{variant}-save")
-        assert ipt.by_table(saved) == ipt.by_table(rendered)
+        assert by_table(saved) == by_table(rendered)
         ids[version] = {ipt.rule_id(line) for line in saved.splitlines()} - {None}
     assert ids[4] == {"v4-reject", "v4-udp", "both"}
     assert ids[6] == {"v6-reject", "v6-only", "v6-limit", "v6-set", "both"}
@@ -113,9 +117,9 @@ def test_rates_come_back_as_asked(tmp_path):
     for variant in ("legacy", "nft"):
         saved = _in_netns('"$1" < "$2" && "$3"', f"iptables-{variant}-restore",
                           str(tmp_path / "rules"), f"iptables-{variant}-save")
-        assert ipt.by_table(saved) == ipt.by_table(rendered)
+        assert by_table(saved) == by_table(rendered)
     with pytest.raises(Unsupported, match="limit burst 2 at 1/day"):
-        ipt.check(validate(RuleSet("x", (Table("ip", "t", (Chain(
+        ipt.refuse_unsupported(validate(RuleSet("x", (Table("ip", "t", (Chain(
             "c", (Rule("a", Match(limit=Limit(1, "day", 2))),), hook="forward"),)),))))
     (tmp_path / "rules").write_text(rendered.replace("--limit-burst 1 ", "--limit-burst 2 "))
     cp = subprocess.run(["unshare", "-n", "iptables-legacy-restore", str(tmp_path / "rules")],

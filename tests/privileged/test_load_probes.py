@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from fwbench.traffic.engine import Flow
+from fwbench.traffic.native import Flow
 from fwbench.traffic.latency_series import EngineProbeSeries, PingSeries
 from fwbench.traffic.tcpload import PORT, TcpBidirLoad
 

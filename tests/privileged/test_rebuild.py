@@ -25,7 +25,7 @@ class Pinger(Experiment):
     """Three cells, one ping each through the firewall."""
     factors = ("cell",)
 
-    def check(self) -> None:
+    def preflight(self) -> None:
         pass
 
     def plan(self) -> Planned:

@@ -9,6 +9,7 @@ back byte for byte, so a backend can compare kernel state with the rendering.
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ from fwbench.ruleset.model import Interfaces
 from fwbench.ruleset.render import ipset
 from fwbench.ruleset.render import iptables as ipt
 from fwbench.ruleset.templates.seed000 import seed000
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.iptables_text import by_table  # noqa: E402
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "model"
 IFS = Interfaces("fwb000000-f0", "fwb000000-f1")
@@ -71,7 +75,7 @@ def test_rendering_survives_restore_and_save(case, variant, tmp_path):
     text = rules()
     assert text, "an empty rendering proves nothing"
     saved = _restore_and_save(text, sets(), version, variant, tmp_path)
-    want, got = ipt.by_table(text), ipt.by_table(saved)
+    want, got = by_table(text), by_table(saved)
     assert set(got) == set(want)
     for table in want:
         assert got[table] == want[table], table
@@ -88,5 +92,5 @@ def test_the_comparison_can_fail(variant, tmp_path):
         '-A fwb_from_server -m comment',
         '-A fwb_from_server -m limit --limit 60/minute --limit-burst 5 -m comment')
     saved = _restore_and_save(text, "", 4, variant, tmp_path)
-    assert ipt.by_table(saved)["filter"] != ipt.by_table(text)["filter"]
+    assert by_table(saved)["filter"] != by_table(text)["filter"]
     assert "-m limit --limit 1/sec -m comment" in saved

@@ -48,7 +48,7 @@ _RTT = re.compile(r"= [0-9.]+/([0-9.]+)/")
 class ToyPing(Experiment):
     factors = ("count",)
 
-    def check(self):
+    def preflight(self):
         pass
 
     def plan(self):

@@ -9,7 +9,7 @@ from scipy import stats as sps
 
 from fwbench import scenario
 from fwbench.adaptive import cell_widths, cells_needing_more
-from fwbench.plan import TrialKey, make_plan
+from fwbench.plan import TrialKey, interleave, sweep_cells
 from fwbench.results import SCHEMA_VERSION, SWEEP_FACTORS, RunDir, TrialRecord
 from fwbench.experiments.loop import adaptive_round
 from fwbench.report.data import RunData
@@ -137,7 +137,7 @@ def run_dir(tmp_path, max_repeat=4, repeat=2, seed=5, rules=(20,)):
     sc = scenario.load(None, {"backends": ["none", "iptables-legacy", "nftables"],
                               "rules": list(rules), "repeat": repeat, "seed": seed,
                               "adaptive.max_repeat": max_repeat})
-    plan = make_plan(sc.backends, sc.rules, sc.frame_sizes, sc.repeat, sc.seed)
+    plan = interleave(sweep_cells(sc.backends, sc.rules, sc.frame_sizes), sc.repeat, sc.seed)
     rd = RunDir.create(tmp_path / "run", {"scenario": sc.dump(),
                                           "factors": list(SWEEP_FACTORS),
                                           "plan": [k.as_dict(SWEEP_FACTORS) for k in plan]})
@@ -252,7 +252,6 @@ def test_a_spent_budget_ends_the_rounds_and_says_so(tmp_path):
 # --- blocks: cells that run back to back (keep_loaded) ---------------------------------
 
 def test_blocks_keep_their_cells_together_in_every_round_and_stay_seeded():
-    from fwbench.plan import interleave, sweep_cells
     cells = sweep_cells(["none", "iptables-legacy", "nftables"], [20, 1000], [64, 512, 1518])
     block = lambda c: c[:2]   # noqa: E731
     plan = interleave(cells, 3, 7, block)
@@ -267,9 +266,6 @@ def test_blocks_keep_their_cells_together_in_every_round_and_stay_seeded():
                 seen.append(block(c))
     orders = {tuple(k.cell for k in plan if k.repetition == rep) for rep in range(3)}
     assert len(orders) == 3                    # each round its own order
-    # without blocks, the plan is what it always was
-    assert interleave(cells, 3, 7) == make_plan(["none", "iptables-legacy", "nftables"],
-                                                [20, 1000], [64, 512, 1518], 3, 7)
 
 
 def test_keep_loaded_is_for_the_sweeps_only():
@@ -287,7 +283,7 @@ def study_dir(tmp_path, nft_at_1000: float, sets_noise: float, max_repeat=4):
                                            "nftset"], "rules": [20, 1000], "repeat": 3,
                               "seed": 5, "study": "000", "adaptive.max_repeat": max_repeat,
                               "adaptive.until": "claims"})
-    plan = make_plan(sc.backends, sc.rules, sc.frame_sizes, sc.repeat, sc.seed)
+    plan = interleave(sweep_cells(sc.backends, sc.rules, sc.frame_sizes), sc.repeat, sc.seed)
     rd = RunDir.create(tmp_path / "run", {"scenario": sc.dump(),
                                           "factors": list(SWEEP_FACTORS),
                                           "plan": [k.as_dict(SWEEP_FACTORS) for k in plan]})

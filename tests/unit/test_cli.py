@@ -57,7 +57,7 @@ def test_missing_tool_is_one_line(monkeypatch):
 
     monkeypatch.setattr(proc, "have", lambda tool: tool != "iperf3")
     with pytest.raises(FwbenchError, match="iperf3 not found: install the Debian package iperf3"):
-        experiments.get(from_dict({"method": "maxrate"})).check_tools()
+        experiments.get(from_dict({"method": "maxrate"})).require_tools()
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -139,7 +139,7 @@ def test_what_only_iptables_renders_stays_with_iptables():
     from fwbench.backends.nftables import NftLinear
     for treatment in (tr.Conntrack(), tr.StringMatch("bm"), tr.Hashlimit(), tr.Ipset(3)):
         with pytest.raises(FwbenchError) as e:
-            NftLinear().check(treatment.ruleset(T))
+            NftLinear().refuse_unsupported(treatment.ruleset(T))
         assert str(e.value).startswith("nftables: unsupported: ")
 
 

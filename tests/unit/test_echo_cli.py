@@ -2,7 +2,7 @@
 without root or traffic.
 
 Every bad input is one line on stderr and exit 2, found before the engine opens a
-socket (but for the SCTP probe), so no namespace is needed. EchoSpec.check() makes
+socket (but for the SCTP probe), so no namespace is needed. EchoSpec.validate() makes
 the same checks in the same words: each case runs the engine with the spec's own
 command line and compares the two messages."""
 import subprocess
@@ -70,7 +70,7 @@ BAD_SPECS = [
                          ids=[c[2].split(":")[0] + f"-{i}" for i, c in enumerate(BAD_SPECS)])
 def test_bad_spec_is_one_line_in_engine_and_python(spec, sides, says):
     with pytest.raises(FwbenchError) as e:
-        spec.check()
+        spec.validate()
     py = str(e.value)
     assert "\n" not in py and py.startswith("echo ") and says in py, py
     for side in sides:
@@ -84,7 +84,7 @@ def test_sctp_on_a_kernel_without_it_is_one_line():
         pytest.skip("this kernel has SCTP: nothing to refuse")
     spec = EchoSpec("sctp", 4, 5, (64, 64))
     with pytest.raises(FwbenchError, match="this kernel has no SCTP"):
-        spec.check()
+        spec.validate()
     for side in ("server", "client"):
         got = one_line(run(spec_argv(spec, side)))
         assert got == f"--proto sctp: {why}", got
@@ -169,8 +169,8 @@ def test_frame_size_is_fixed_or_spread_over_the_whole_range():
 
 
 def test_good_specs_pass_and_argv_carries_them():
-    EchoSpec("tcp", 6, 320, (64, 1024), server_model="threads", crr=True).check()
-    EchoSpec("udp", 4, 1, (32, 1472)).check()
+    EchoSpec("tcp", 6, 320, (64, 1024), server_model="threads", crr=True).validate()
+    EchoSpec("udp", 4, 1, (32, 1472)).validate()
     spec = EchoSpec("tcp", 4, 2, (64, 64), seed=9, port=7100, echo_timeout_ms=40, crr=True)
     argv = client_argv(spec, SERVER[4], ["198.18.0.2", "198.18.128.2"], duration_s=2.5,
                        warmup_s=0.5, threads=2, cpus=[0, 1])

@@ -63,9 +63,9 @@ def test_designs_are_a_union_without_repeats_and_full_overrides_them():
 ])
 def test_frames_outside_the_protocols_bounds_are_one_line(frame, proto, family, says):
     with pytest.raises(FwbenchError, match=says.replace("(", r"\(").replace(")", r"\)")):
-        design.check_frame(frame, proto, family)
-    design.check_frame("32", proto, family)
-    design.check_frame("64-1024", "tcp", family)
+        design.validate_frame(frame, proto, family)
+    design.validate_frame("32", proto, family)
+    design.validate_frame("64-1024", "tcp", family)
 
 
 @pytest.mark.parametrize("bad, says", [

@@ -301,7 +301,7 @@ def test_nft_renders_as_nft_lists():
 def test_ebpf_refuses_the_everyday_matches():
     rs = forward(Rule("x", Match(proto="tcp", tcp_flags=TcpFlags(0x17, frozenset({2})))))
     with pytest.raises(Unsupported, match=r"^unsupported: tcp flags \(rule x\)$"):
-        bpf.check(rs)
+        bpf.refuse_unsupported(rs)
 
 
 # --- the reference evaluator ------------------------------------------------------

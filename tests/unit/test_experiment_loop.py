@@ -53,7 +53,7 @@ class Toy(Experiment):
     of its own: neither a backend nor a rule count."""
     factors = ("variant", "size")
 
-    def check(self) -> None:
+    def preflight(self) -> None:
         EVENTS.append("check")
 
     def plan(self) -> Planned:

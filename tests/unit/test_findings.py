@@ -10,7 +10,7 @@ import pytest
 
 from fwbench.experiments.base import Trial
 from fwbench.findings import CLAIMS, DOES_NOT_HOLD, HOLDS, NOT_SHOWN, Finding, claim
-from fwbench.plan import TrialKey, make_plan
+from fwbench.plan import TrialKey, interleave, sweep_cells
 from fwbench.report import findings as rf
 from fwbench.report.data import RunData
 from fwbench.results import SCHEMA_VERSION, SWEEP_FACTORS, TrialRecord
@@ -25,7 +25,7 @@ def sweep(model, study="000", repeat=5, noise=0.01, seed=1, rtt=None) -> RunData
     `rtt(backend, rules)` the ping RTT (µs)."""
     sc = from_dict({"name": "s", "backends": list(model), "rules": RULES,
                     "frame_sizes": FRAMES, "repeat": repeat, "study": study})
-    plan = make_plan(list(model), RULES, FRAMES, repeat, seed)
+    plan = interleave(sweep_cells(list(model), RULES, FRAMES), repeat, seed)
     rng = np.random.default_rng(seed)
     recs = []
     for i, k in enumerate(plan):

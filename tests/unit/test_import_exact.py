@@ -242,7 +242,7 @@ def test_nft_limit_rate_kept_as_written_and_refused_where_iptables_cannot_hold_i
     rs = _in_forward(r)
     assert "limit rate 1023/second accept" in nft.render(rs, IFS)
     with pytest.raises(Unsupported) as e:
-        ipt.check(rs)
+        ipt.refuse_unsupported(rs)
     assert str(e.value) == ("unsupported: limit rate 1023/second (iptables holds a period "
                             "of 1/10000 s units: 10000/1023 is not whole) (rule x)")
 
@@ -272,7 +272,7 @@ def test_nft_limits_over_and_in_bytes_kept_as_nft_lists_them(limit, expected, te
     rs = _in_forward(r)
     assert f"{text} accept" in nft.render(rs, IFS)
     with pytest.raises(Unsupported, match="limit (over|in bytes)"):
-        ipt.check(rs)
+        ipt.refuse_unsupported(rs)
 
 
 @pytest.mark.parametrize("limit, message", [

@@ -17,7 +17,7 @@ import pytest
 from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.measurer import TrialResult
 from fwbench.traffic import latency_series as ls
-from fwbench.traffic.engine import EngineSettings, Flow
+from fwbench.traffic.native import EngineSettings, Flow
 
 DATA = Path(__file__).parent.parent / "data" / "traffic"
 PING = (DATA / "ping_D_i0.05_w1.txt").read_text()

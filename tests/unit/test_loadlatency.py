@@ -67,7 +67,7 @@ def test_fractional_seconds_and_unknown_rule_sets_are_refused():
     sc = scenario.load(None, {"method": "loadlatency", "duration_s": 2.5,
                               "backends": ["nftables"]})
     with pytest.raises(FwbenchError, match="whole seconds"):
-        experiments.get(sc).check()
+        experiments.get(sc).preflight()
     with pytest.raises(FwbenchError, match="unknown rule set 'seed005'"):
         scenario.load(None, {"method": "loadlatency",
                              "loadlatency.rulesets": ["seed005"]})

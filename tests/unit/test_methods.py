@@ -187,7 +187,7 @@ def test_overload_rate_is_taken_over_the_arrival_span():
     """A saturated firewall's count moves in steps of its backlog (1,001 packets):
     the rate comes from when the packets arrived, not from the trial's length. Too
     short a span (a burst, a stall) falls back to the duration, and says so."""
-    from fwbench.traffic.engine import overload_rate
+    from fwbench.traffic.native import overload_rate
 
     def trial(received, span):
         return TrialResult(offered_pps=0, duration_s=3.0, sent=6_000_000,
@@ -204,7 +204,7 @@ def test_round_trips_reflect_about_5000_packets_a_second():
     """The server's sink reflects every packet whose sequence number is a multiple of
     a power of two: all of them up to 5,000 pps, then halving, so a trial's samples
     stay a few thousand a second and the return load a small share of the load."""
-    from fwbench.traffic.engine import reflect_every
+    from fwbench.traffic.native import reflect_every
     assert [reflect_every(r) for r in (1, 1000, 5000, 5001, 20000, 100000, 1.5e6)] == \
         [1, 1, 1, 2, 4, 32, 512]
     for rate in (7000, 64000, 999999, 1.4e7):

@@ -69,8 +69,8 @@ def test_study_all_refuses_a_folder_of_the_user_s(tmp_path):
     d = users_folder(tmp_path)
     before = tree(d)
     with pytest.raises(FwbenchError) as e:
-        studies.check_out("all", d)
+        studies.validate_out("all", d)
     assert "holds what is not the studies' (compare.csv, report.html, trials.jsonl)" in \
         str(e.value)
     assert tree(d) == before
-    studies.check_out("all", tmp_path / "new")   # new: fine
+    studies.validate_out("all", tmp_path / "new")   # new: fine

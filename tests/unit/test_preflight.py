@@ -1,5 +1,5 @@
 """The ssh provider's read-only checks of a host before it changes anything
-(`SshTestbed._check`) and its watchdog's verdicts after a rule-set change,
+(`SshTestbed._preflight`) and its watchdog's verdicts after a rule-set change,
 against the fake host of fakehost.py: each refusal is one line, and the host got
 no command that changes it."""
 import pytest
@@ -51,7 +51,7 @@ def bed(tmp_path, edit=lambda role, h: None):
 
 def test_a_host_fit_to_serve_passes_without_a_change(tmp_path):
     tb = bed(tmp_path, lambda role, h: h.rules["-4"].insert(1, rule(101, "101")))
-    facts = {r: tb._check(r) for r in ("client", "fw", "server")}
+    facts = {r: tb._preflight(r) for r in ("client", "fw", "server")}
     assert facts["fw"]["probe_tables"] == {"client": 102, "server": 103}
     assert "probe_tables" not in facts["client"]
     assert tb.executor.changes == []
@@ -133,7 +133,7 @@ def test_each_refusal_is_one_line_and_changes_nothing(tmp_path, edit, role, says
     monkeypatch.setattr(hosts, "LEASE_GRACE_S", 0.3)  # a live run's lease stays live
     tb = bed(tmp_path, edit)
     with pytest.raises(FwbenchError) as e:
-        tb._check(role)
+        tb._preflight(role)
     assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
     assert tb.executor.changes == []
 
@@ -142,7 +142,7 @@ def test_missing_libraries_name_their_debian_packages(tmp_path):
     tb = bed(tmp_path)
     tb.libraries = {"libbpf.so.1", "libnftnl.so.11"}
     with pytest.raises(FwbenchError) as e:
-        tb._check("fw")
+        tb._preflight("fw")
     assert str(e.value) == ("fw (root@10.0.0.12:22) lacks the libraries libnftnl.so.11 "
                             "(Debian: apt-get install libnftnl11)")
     assert tb.executor.changes == []

@@ -141,7 +141,7 @@ def test_renderers_write_portless_protocols_as_the_tools_print_them(proto, ipt_t
     assert f"proto {proto}" in rule_features(rs.rule("r"))
     assert f"proto {proto}" in ipt.SUPPORTS and f"proto {proto}" in nft.SUPPORTS
     with pytest.raises(Unsupported, match=f"unsupported: (saddr|proto {proto})"):
-        bpf.check(rs)
+        bpf.refuse_unsupported(rs)
 
 
 def test_the_evaluator_tells_portless_protocols_apart():
@@ -294,7 +294,7 @@ def test_renderers_write_quota_as_the_tools_print_it(quota, ipt_text, nft_text):
             f'-A FORWARD -p udp {ipt_text} -m comment --comment "fwb:r" -j ACCEPT'
     assert "quota" in rule_features(rs.rule("r"))
     with pytest.raises(Unsupported, match="unsupported: quota"):
-        bpf.check(one_rule(Match(quota=quota)))
+        bpf.refuse_unsupported(one_rule(Match(quota=quota)))
 
 
 def test_a_quota_leaves_the_packets_that_reach_it_unjudged():
@@ -459,17 +459,17 @@ def test_renderers_write_redirect_as_the_tools_print_it(port, ipt_text, nft_text
     assert f"tcp dport 80 counter {nft_text} comment \"fwb:r\"" in nft.render(rs, IFS)
     assert "redirect" in ipt.SUPPORTS and "redirect" in nft.SUPPORTS
     with pytest.raises(Unsupported, match=r"unsupported: (redirect|chain type nat)"):
-        bpf.check(rs)
+        bpf.refuse_unsupported(rs)
 
 
 def test_redirect_after_routing_is_refused_by_both_renderers():
     rs = nat_redirect(None, "postrouting")
     with pytest.raises(Unsupported, match=r"^unsupported: redirect in hook postrouting "
                                           r"\(rule r\)$"):
-        ipt.check(rs)
+        ipt.refuse_unsupported(rs)
     with pytest.raises(RuleSetError, match=r"rule r: redirect in a nat chain at hook "
                                            r"postrouting"):
-        nft.check(rs)
+        nft.refuse_unsupported(rs)
 
 
 def test_a_redirected_packet_is_delivered_to_the_firewall_on_its_input_side():

@@ -171,7 +171,7 @@ D = Prefix.of("198.19.0.2")
 def test_refused_with_feature_and_rule(make, message):
     rs = make()
     with pytest.raises(Unsupported) as e:
-        bpf.check(rs)
+        bpf.refuse_unsupported(rs)
     assert str(e.value) == message
     with pytest.raises(Unsupported):
         bpf.render(rs, set_mode=True)
@@ -224,16 +224,16 @@ _SET = Set("allowed", ("addr", "proto", "port"), (("198.19.0.2", "udp", 5201),))
 ])
 def test_refused_shapes(make, message):
     with pytest.raises(Unsupported) as e:
-        bpf.check(make())
+        bpf.refuse_unsupported(make())
     assert str(e.value) == message
 
 
 def test_features_refused_are_outside_supports():
-    """SUPPORTS says what check() lets through: every feature of a rule set it
+    """SUPPORTS says what refuse_unsupported() lets through: every feature of a rule set it
     passes is in it, but for sets no rule looks up (mixed's `unused`), which the
     filter does not load."""
     for rs in (mixed(), seed000(5), seed000(5, layout="set")):
-        bpf.check(rs)
+        bpf.refuse_unsupported(rs)
         used = set(rs.features()) - {"set addr", "set with prefixes"}
         assert used <= bpf.SUPPORTS, used - bpf.SUPPORTS
     assert "ct state" not in bpf.SUPPORTS and "dnat" not in bpf.SUPPORTS

@@ -207,8 +207,8 @@ def test_every_rule_carries_its_id_last():
 
 
 def test_check_accepts_what_renders():
-    nft.check(rich())
-    nft.check(seed000(5, layout="set"))
+    nft.refuse_unsupported(rich())
+    nft.refuse_unsupported(seed000(5, layout="set"))
     assert set(rich().features()) <= nft.SUPPORTS
 
 
@@ -345,10 +345,10 @@ def test_nat_as_nft_prints_it():
      (Set("s", ("addr",), (("198.18.0.2",),), counters=True),), "unsupported: set counters (set s)"),
 ])
 def test_what_only_iptables_renders_is_refused(rule, sets, message):
-    """By check() and by render() alone: nft would load the rule without it."""
+    """By refuse_unsupported() and by render() alone: nft would load the rule without it."""
     rs = validate(RuleSet("t", (Table("ip", "t", (
         Chain("c", (rule,), hook="prerouting", priority=-300),), sets),)))
-    for call in (nft.check, lambda rs: nft.render(rs, IFS)):
+    for call in (nft.refuse_unsupported, lambda rs: nft.render(rs, IFS)):
         with pytest.raises(Unsupported) as e:
             call(rs)
         assert str(e.value) == message

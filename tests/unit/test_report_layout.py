@@ -24,7 +24,7 @@ import pytest
 from scipy import stats as sps
 
 from fwbench import stats
-from fwbench.plan import make_plan
+from fwbench.plan import interleave, sweep_cells
 from fwbench.report import analysis as an
 from fwbench.report import build
 from fwbench.report.build import Report
@@ -54,7 +54,7 @@ def make_run(path: Path, rules: list[int], frames: list[int], repeat: int = 4,
     """A maxrate run of `model`; `full`: every metric maxrate records, else the rate only."""
     sc = from_dict({"name": "synthetic-10", "backends": list(model), "rules": rules,
                     "frame_sizes": frames, "repeat": repeat, "duration_s": 0.5})
-    plan = make_plan(list(model), rules, frames, repeat, seed)
+    plan = interleave(sweep_cells(list(model), rules, frames), repeat, seed)
     rng = np.random.default_rng(seed)
     rd = RunDir.create(path, {
         "scenario": sc.dump(), "skipped_backends": {}, "factors": list(SWEEP_FACTORS),

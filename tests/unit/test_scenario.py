@@ -5,7 +5,7 @@ import pytest
 
 from fwbench import scenario
 from fwbench.errors import FwbenchError
-from fwbench.plan import make_plan
+from fwbench.plan import interleave, sweep_cells
 
 ROOT = __import__("pathlib").Path(__file__).parent.parent.parent
 
@@ -108,7 +108,7 @@ def test_plan_is_interleaved_complete_and_seeded():
     # Every cell, backend by backend, `none` once per frame size with 0 rules.
     cells = [("none", 0, 64), ("none", 0, 1518)] + [
         (b, n, f) for b in ("iptables-legacy", "nftables") for n in rules for f in frames]
-    plan = make_plan(backends, rules, frames, 3, seed=7)
+    plan = interleave(sweep_cells(backends, rules, frames), 3, seed=7)
     want = seeded_rounds(cells, 3, 7)
     assert [k.cell for k in plan] == sum(want, [])
     assert [k.repetition for k in plan] == [rep for rep in range(3) for _ in cells]
@@ -117,8 +117,8 @@ def test_plan_is_interleaved_complete_and_seeded():
     assert want[0] != want[1] != want[2] != want[0]
     other = seeded_rounds(cells, 3, 8)
     assert all(a != b for a, b in zip(want, other))
-    assert [k.cell for k in make_plan(
-        backends, rules, frames, 3, seed=8)] == sum(other, [])
+    plan = interleave(sweep_cells(backends, rules, frames), 3, seed=8)
+    assert [k.cell for k in plan] == sum(other, [])
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.toml")),

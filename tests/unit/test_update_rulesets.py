@@ -236,7 +236,7 @@ def test_an_ipv6_update_run_is_refused_in_one_line():
     from fwbench.scenario import from_dict
     from fwbench.experiments.update.experiment import Update
     with pytest.raises(FwbenchError, match="IPv4 only"):
-        Update(from_dict({"method": "update", "family": "ipv6", "frame_sizes": [84]})).check()
+        Update(from_dict({"method": "update", "family": "ipv6", "frame_sizes": [84]})).preflight()
 
 
 def test_commands_cells_that_would_run_for_hours_are_left_out_with_the_reason():

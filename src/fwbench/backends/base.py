@@ -3,8 +3,8 @@
 A backend renders a RuleSet for its firewall, loads it into the firewall namespace
 in one atomic step, and reads back what the kernel then holds: its counters by rule
 id and every way the kernel's rule set differs from the rendered one
-(`differences`). A backend declares the features it can hold; `check` refuses a
-rule set needing anything else, before any testbed exists.
+(`differences`). A backend declares the features it can hold; `refuse_unsupported`
+refuses a rule set needing anything else, before any testbed exists.
 
 Verification is the same for all: the kernel holds exactly what was rendered
 (rules in order, set elements as a set, settings), as many entries as asked, and
@@ -116,23 +116,23 @@ class Backend(abc.ABC):
     def versions(self) -> dict[str, str | None]:
         return {}
 
-    def check(self, rs: RuleSet) -> None:
+    def refuse_unsupported(self, rs: RuleSet) -> None:
         """Raise Unsupported (`<backend>: unsupported: <feature> (rule <id>)`) if the
         rule set needs a feature this backend cannot hold. A rule set that passed is
-        not checked again (at 100,000 rules the check renders it: seconds)."""
+        not looked at again (at 100,000 rules the refusal renders it: seconds)."""
         key = (self.name, rs.digest())
-        if key in _checked:
+        if key in _supported:
             return
         try:
-            self._check(rs)
+            self._refuse_unsupported(rs)
         except Unsupported as e:
             raise e.for_backend(self.name) from None
-        if len(_checked) > 64:
-            _checked.clear()
-        _checked.add(key)
+        if len(_supported) > 64:
+            _supported.clear()
+        _supported.add(key)
 
     @abc.abstractmethod
-    def _check(self, rs: RuleSet) -> None:
+    def _refuse_unsupported(self, rs: RuleSet) -> None:
         """The renderer's refusal, without the backend's name."""
 
     @abc.abstractmethod
@@ -182,7 +182,7 @@ class Backend(abc.ABC):
                           lambda: self.render(rs, ifs))
 
     def apply(self, tb: Testbed, rs: RuleSet, room: int = 0) -> LoadStats:
-        self.check(rs)
+        self.refuse_unsupported(rs)
         files = self.rendering(rs, interfaces(tb))
         # Quiet until the verification's exchange ends: a fresh load's counters are
         # taken as zero until then (fresh), and the flush below changes links.
@@ -310,8 +310,8 @@ def copies(p: Packet, n: int) -> list[Packet]:
 
 # Backend name -> (rule-set digest, testbed) of its latest `apply`, until verified.
 _fresh: dict[str, tuple[str, str]] = {}
-# (backend name, rule-set digest) of the rule sets `check` passed.
-_checked: set[tuple[str, str]] = set()
+# (backend name, rule-set digest) of the rule sets `refuse_unsupported` passed.
+_supported: set[tuple[str, str]] = set()
 # The latest REMEMBERED rule sets' renderings and compiled references: a sweep
 # loads one rule set trial after trial, an update trial two, and each is rendered
 # and compiled in seconds at 100,000 rules.

@@ -82,8 +82,8 @@ class _Ebpf(Backend):
                 "libbpf": _libbpf_version(),
                 "clang": proc.version_line(["clang", "--version"])}
 
-    def _check(self, rs: RuleSet) -> None:
-        bpf_render.check(rs)
+    def _refuse_unsupported(self, rs: RuleSet) -> None:
+        bpf_render.refuse_unsupported(rs)
 
     def _rendering(self, rs: RuleSet) -> bpf_render.BpfRendering:
         """The rendering with its counter slots, remembered (a verification reads it

@@ -60,10 +60,10 @@ class _Iptables(Backend):
             out["ipset"] = proc.version_line(["ipset", "-v"])
         return out
 
-    def _check(self, rs: RuleSet) -> None:
-        ipt_render.check(rs)
+    def _refuse_unsupported(self, rs: RuleSet) -> None:
+        ipt_render.refuse_unsupported(rs)
         if _has_sets(rs):
-            ipset_render.check(rs)
+            ipset_render.refuse_unsupported(rs)
 
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         files = {}

@@ -45,8 +45,8 @@ class _Nft(Backend):
     def versions(self) -> dict[str, str | None]:
         return {"nft": proc.version_line(["nft", "-v"])}
 
-    def _check(self, rs: RuleSet) -> None:
-        nft_render.check(rs)
+    def _refuse_unsupported(self, rs: RuleSet) -> None:
+        nft_render.refuse_unsupported(rs)
 
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         return {"rules.nft": nft_render.render(rs, ifs)}

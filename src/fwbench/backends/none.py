@@ -12,7 +12,7 @@ class NoFirewall(Backend):
     description = "no rules: plain forwarding, the ceiling every backend is compared with"
     filters = False
 
-    def _check(self, rs: RuleSet) -> None:
+    def _refuse_unsupported(self, rs: RuleSet) -> None:
         pass  # holds nothing, so refuses nothing
 
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:

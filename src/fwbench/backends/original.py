@@ -58,7 +58,7 @@ class OriginalFile(Backend):
                 return tool
         return f"{head}-restore"
 
-    def _check(self, rs: RuleSet) -> None:
+    def _refuse_unsupported(self, rs: RuleSet) -> None:
         pass    # the kernel's own tool is the judge: a load that fails says why
 
     def render(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:

@@ -155,7 +155,7 @@ class Experiment(abc.ABC):
     # The plan's named dimensions, in cell order ("repetition" is the key's own).
     factors: tuple[str, ...] = ("backend", "rules", "frame_size")
     # The programs its trials run, each with the Debian package that has it, and
-    # whether they run fwbench's traffic engine: check() checks both for every
+    # whether they run fwbench's traffic engine: preflight() checks both for every
     # experiment, one line naming the first missing.
     tools: dict[str, str] = {"ip": "iproute2"}
     uses_engine: bool = True
@@ -202,13 +202,13 @@ class Experiment(abc.ABC):
 
     # --- before any testbed ----------------------------------------------------------
 
-    def check(self) -> None:
+    def preflight(self) -> None:
         """Raise FwbenchError (one line) unless this machine can run the experiment
         (tools, kernel features, CPUs). Runs before a new run and before a resume.
         An experiment that checks more calls this first."""
-        self.check_tools()
+        self.require_tools()
 
-    def check_tools(self) -> None:
+    def require_tools(self) -> None:
         """The experiment's `tools`, and the engine's binary if it uses it."""
         proc.require(self.tools)
         if self.uses_engine:

@@ -76,8 +76,8 @@ def default_out(sc: Scenario) -> Path:
     return Path("results") / f"{sc.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def _check(exp: Experiment) -> None:
-    exp.check()
+def _preflight(exp: Experiment) -> None:
+    exp.preflight()
     if exp.sc.testbed.provider == "ssh" and (why := exp.over_ssh()):
         raise FwbenchError(f"the ssh provider cannot run this: {why}")
     if exp.sc.testbed.latency == "round-trip" and (why := exp.over_round_trips()):
@@ -87,7 +87,7 @@ def _check(exp: Experiment) -> None:
 def start(sc: Scenario, out: str | Path, console: Console,
           claims: OpenClaims | None = None) -> RunOutcome:
     exp = experiments.get(sc)
-    _check(exp)
+    _preflight(exp)
     planned = exp.plan()
     for note in planned.notes:
         console.print(f"[yellow]{escape(note)}[/]")
@@ -128,7 +128,7 @@ def _execute(rd: RunDir, console: Console, exp: Experiment | None) -> RunOutcome
     sc = from_dict(meta["scenario"])
     if exp is None:
         exp = experiments.get(sc)
-        _check(exp)
+        _preflight(exp)
     names = tuple(meta["factors"])
     if names != tuple(exp.factors):
         raise FwbenchError(f"{rd.path}: the run's factors ({', '.join(names)}) are not "

@@ -38,9 +38,9 @@ class Room:
     # Scenario keys whose default differs for this method (laid under what is given).
     defaults: dict[str, Any] = field(default_factory=dict)
     # Checks across keys of a scenario of this method; raise ValueError.
-    check: Callable[[Any], None] | None = None
+    validate: Callable[[Any], None] | None = None
     # Checks of its sections whatever the method (e.g. a key of its own set elsewhere).
-    check_any: Callable[[Any], None] | None = None
+    validate_any: Callable[[Any], None] | None = None
     # Scenario keys that do not apply to it ("section.key" for a section's) -> why,
     # refused as given, before validation; and whether its own sections are refused
     # in a scenario of another method.

@@ -23,7 +23,7 @@ from typing import Callable
 from fwbench import cpu
 from fwbench.measurer import Measurer, TrialResult
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 Reload = Callable[[int], None]
 

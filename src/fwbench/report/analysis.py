@@ -572,10 +572,6 @@ class Claim:
     #             "untestable"
     text: str
 
-    @property
-    def is_difference(self) -> bool:
-        return self.kind in ("worse", "better")
-
 
 def conclusions(t: PairTable, bound: set[Cell] = frozenset(),
                 alpha: float = ALPHA) -> list[Claim]:

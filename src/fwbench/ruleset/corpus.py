@@ -497,8 +497,8 @@ def _solve_mark(marks: list[tuple[int, int, bool]]) -> int | None:
 
 # --- checking the rule set -------------------------------------------------------------------
 
-def _check_ranges(rs: RuleSet) -> None:
-    def check(text: str, where: str) -> None:
+def _validate_ranges(rs: RuleSet) -> None:
+    def require_inside(text: str, where: str) -> None:
         v, lo, hi, _ = address_interval(text)
         rlo, rhi = _RANGE[v]
         if rlo <= lo and hi <= rhi:
@@ -513,14 +513,14 @@ def _check_ranges(rs: RuleSet) -> None:
             if "addr" in s.keys:
                 i = s.keys.index("addr")
                 for e in s.elements:
-                    check(str(e[i]), f"set {s.name}")
+                    require_inside(str(e[i]), f"set {s.name}")
         for c in t.chains:
             for r in c.rules:
                 for p in (r.match.src, r.match.dst):
                     if p is not None:
-                        check(p.net, f"rule {r.id}")
+                        require_inside(p.net, f"rule {r.id}")
                 if r.action.addr:
-                    check(nat_address(r.action.addr), f"rule {r.id}")
+                    require_inside(nat_address(r.action.addr), f"rule {r.id}")
 
 
 # --- edges, near misses and random packets -----------------------------------------------
@@ -807,7 +807,7 @@ def build(rs: RuleSet, size: int = 5000, seed: int = 0,
     rules)."""
     if size < 1:
         raise RuleSetError(f"corpus size must be at least 1, got {size}")
-    _check_ranges(rs)
+    _validate_ranges(rs)
     rng = _random.Random(seed)
     ev = evaluator if evaluator is not None and evaluator.rs is rs else Evaluator(rs)
     solver = _Solver(rs, ev, rng)

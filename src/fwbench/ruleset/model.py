@@ -912,7 +912,7 @@ def validate(rs: RuleSet) -> RuleSet:
         sets = {s.name: s for s in t.sets}
         for s in t.sets:
             if s.verdicts or s.inline:
-                _check_map(s, chains)
+                _validate_map(s, chains)
             elif not s.keys or any(k not in SET_KEYS for k in s.keys):
                 raise RuleSetError(f"set {s.name}: keys must be from {', '.join(SET_KEYS)}")
             if any(len(e) != len(s.keys) for e in s.elements):
@@ -950,13 +950,13 @@ def validate(rs: RuleSet) -> RuleSet:
                     if chains[a.chain].base:
                         raise RuleSetError(f"rule {r.id}: {a.kind} to base chain {a.chain}")
                 if a.kind == "vmap":
-                    _check_vmap(r.id, a, sets)
+                    _validate_vmap(r.id, a, sets)
                 m = r.match
                 # The rarely used conditions and actions, checked only where present
                 # (validate walks every rule of a 100,000-rule import).
                 if _rare_fields(m) != _PLAIN or a.port_hi is not None \
                         or a.kind in _RARE_ACTIONS:
-                    _check_rare(r, mss_fields)
+                    _validate_rare(r, mss_fields)
                 if a.kind in ("dnat", "snat") and not a.addr:
                     raise RuleSetError(f"rule {r.id}: {a.kind} without an address")
                 if m.proto:
@@ -967,13 +967,13 @@ def validate(rs: RuleSet) -> RuleSet:
                 if m.src is not None and m.dst is not None:
                     m.version  # raises on a mixed rule
                 if m.ip_version is not None:
-                    _check_ip_version(r.id, m, t.family)
+                    _validate_ip_version(r.id, m, t.family)
                 if (m.sport or m.dport) and m.proto not in ("tcp", "udp"):
                     raise RuleSetError(f"rule {r.id}: a port match needs tcp or udp")
                 if m.icmp_type is not None and m.proto not in ("icmp", "icmpv6"):
                     raise RuleSetError(f"rule {r.id}: an ICMP type needs icmp or icmpv6")
                 if _everyday_fields(m) != _NO_EVERYDAY:
-                    _check_everyday(r.id, m)
+                    _validate_everyday(r.id, m)
                 if m.ct_state and not m.ct_state <= set(CT_STATES):
                     raise RuleSetError(f"rule {r.id}: unknown ct state "
                                        f"{sorted(m.ct_state - set(CT_STATES))[0]!r}")
@@ -985,7 +985,7 @@ def validate(rs: RuleSet) -> RuleSet:
                         raise RuleSetError(f"rule {r.id}: set {ref.name} looked up with "
                                            f"{len(ref.fields)} fields, it has "
                                            f"{len(sets[ref.name].keys)} keys")
-        _check_loops(t)
+        _validate_loops(t)
     if mss_fields and mss_fields[0] is True:
         # The reference reads the testbed's MSS, not one a rule rewrote.
         rid = next((x for x in mss_fields[1:] if x is not True), None)
@@ -1000,7 +1000,7 @@ def validate(rs: RuleSet) -> RuleSet:
     return rs
 
 
-def _check_ip_version(rid: str, m: Match, family: str) -> None:
+def _validate_ip_version(rid: str, m: Match, family: str) -> None:
     if m.ip_version not in (4, 6):
         raise RuleSetError(f"rule {rid}: IP version {m.ip_version!r}, expected 4 or 6")
     m.version  # raises on a mixed rule
@@ -1009,7 +1009,7 @@ def _check_ip_version(rid: str, m: Match, family: str) -> None:
                            f"family {family}")
 
 
-def _check_everyday(rid: str, m: Match) -> None:
+def _validate_everyday(rid: str, m: Match) -> None:
     if m.tcp_flags is not None and (m.proto != "tcp" or not m.tcp_flags.values or any(
             v & ~m.tcp_flags.mask for v in m.tcp_flags.values) or not 0 <= m.tcp_flags.mask
             <= 0xFF):
@@ -1033,7 +1033,7 @@ def _check_everyday(rid: str, m: Match) -> None:
         raise RuleSetError(f"rule {rid}: packet types must be from {', '.join(PKT_TYPES)}")
 
 
-def _check_string(rid: str, s: StringMatch) -> None:
+def _validate_string(rid: str, s: StringMatch) -> None:
     if not s.text:
         raise RuleSetError(f"rule {rid}: an empty string match")
     if s.algo not in STRING_ALGOS:
@@ -1045,7 +1045,7 @@ def _check_string(rid: str, s: StringMatch) -> None:
 _RARE_ACTIONS = frozenset({"tcpmss", "ctmark", "savemark", "restoremark"})
 
 
-def _check_rare(r: Rule, mss_fields: list) -> None:
+def _validate_rare(r: Rule, mss_fields: list) -> None:
     """validate's checks of the conditions and actions few rules use."""
     m, a = r.match, r.action
     if m.icmp_pairs is not None and not (
@@ -1085,9 +1085,9 @@ def _check_rare(r: Rule, mss_fields: list) -> None:
         raise RuleSetError(f"rule {r.id}: tcpmss needs tcp, and an MSS of "
                            f"1..65535")
     if m.string is not None:
-        _check_string(r.id, m.string)
+        _validate_string(r.id, m.string)
     if m.hashlimit is not None:
-        _check_hashlimit(r.id, m.hashlimit)
+        _validate_hashlimit(r.id, m.hashlimit)
     for what, pair in (("ct mark", m.ct_mark), ("ct masks", a.ct_masks)):
         if pair is not None and not all(0 <= x <= 0xFFFFFFFF for x in pair):
             raise RuleSetError(f"rule {r.id}: {what} {pair} is not 32 bits")
@@ -1105,7 +1105,7 @@ def _check_rare(r: Rule, mss_fields: list) -> None:
     if any(o.kind == 2 and o.offset is not None for o in m.tcp_options):
         mss_fields.append(r.id)
 
-def _check_hashlimit(rid: str, h: HashLimit) -> None:
+def _validate_hashlimit(rid: str, h: HashLimit) -> None:
     if not h.name:
         raise RuleSetError(f"rule {rid}: a hashlimit without a name")
     if h.rate < 1 or h.burst < 1:
@@ -1130,7 +1130,7 @@ def _check_hashlimit(rid: str, h: HashLimit) -> None:
 MAP_VERDICTS = ("accept", "drop", "return", "jump", "goto")
 
 
-def _check_map(s: Set, chains: dict[str, Chain]) -> None:
+def _validate_map(s: Set, chains: dict[str, Chain]) -> None:
     if not s.keys or any(k not in MAP_KEYS for k in s.keys):
         raise RuleSetError(f"map {s.name}: keys must be from {', '.join(MAP_KEYS)}")
     if "number" in s.keys and s.keys != ("number",):
@@ -1149,7 +1149,7 @@ def _check_map(s: Set, chains: dict[str, Chain]) -> None:
                                f"{v.chain!r}")
 
 
-def _check_vmap(rid: str, a: Action, sets: dict[str, Set]) -> None:
+def _validate_vmap(rid: str, a: Action, sets: dict[str, Set]) -> None:
     ref = a.vmap
     s = sets.get(ref.name) if ref is not None else None
     if s is None or not (s.verdicts or s.inline):
@@ -1183,7 +1183,7 @@ def jump_targets(r: Rule, maps: dict[str, Set]) -> tuple[str, ...]:
     return ()
 
 
-def _check_loops(t: Table) -> None:
+def _validate_loops(t: Table) -> None:
     """Depth-first over jump/goto edges (a verdict map's too), without recursion:
     an imported rule set may nest chains deeper than Python's stack."""
     maps = {s.name: s for s in t.sets if s.verdicts}

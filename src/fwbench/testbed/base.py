@@ -23,7 +23,7 @@ from fwbench.testbed.topology import Port, Topology
 
 # Round trips (Testbed.round_trip): how many packets a second the server's sink
 # sends back, at most, and the share at open throttle, where the rate is not known
-# before the trial (traffic.engine.reflect_every).
+# before the trial (traffic.native.reflect_every).
 REFLECT_PPS = 5_000
 OPEN_THROTTLE_EVERY = 256
 
@@ -275,18 +275,6 @@ class Testbed(ABC):
         s = json.loads(out)[0]["stats64"]
         return IfStats(s["rx"]["packets"], s["tx"]["packets"], s["rx"]["dropped"],
                        s["tx"]["dropped"], t)
-
-    def ipv4_transmits(self) -> int:
-        """IPv4 packets the firewall has put on a wire (Ip: OutTransmits of its host).
-
-        The firewall originates no IPv4 itself, so during a probe this counts what it
-        forwarded. Unlike a link's tx counter it ignores ARP, ND and MLD chatter, which
-        can fall inside a short probe window. (ForwDatagrams will not do: on 6.18
-        it counts before the FORWARD hook, so dropped packets too.) Kernels older
-        than 6.3 lack the counter; there the server-side link's tx count stands in.
-        """
-        n = self.snmp("fw").get("Ip:OutTransmits")
-        return self.stats(self.topo.fw_server_side).tx_packets if n is None else n
 
     def taken_in(self) -> int | None:
         """IPv4 + IPv6 packets the firewall's IP layer has taken in: it grows while

@@ -229,7 +229,7 @@ class SshTestbed(Testbed):
         roles = list(self.topo.roles)
         conns = connect_all([self.hosts[r] for r in roles])
         self.executor = SshExecutor(conns, {})   # private directories: _prepare
-        facts = parallel(self._check, roles)
+        facts = parallel(self._preflight, roles)
         for r in roles:
             self.probe_tables = facts[r].get("probe_tables", self.probe_tables)
         self.topo = _on_hosts(self.topo, self.hosts, facts)
@@ -245,11 +245,11 @@ class SshTestbed(Testbed):
         parallel(self._links, roles)
         self.configure()
 
-    def _check(self, role: str) -> dict:
+    def _preflight(self, role: str) -> dict:
         """Read-only checks of one host; its facts for the build."""
         h, ex = self.hosts[role], self.executor
         kind = self.topo.host(role).kind
-        hoststate.check_tools(ex, role, {**TOOLS, **KIND_TOOLS.get(kind, {})}, h.where)
+        hoststate.require_tools(ex, role, {**TOOLS, **KIND_TOOLS.get(kind, {})}, h.where)
         env = _environment(ex, role, list(h.ports.values()))
         if env["machine"] != platform.machine():
             raise FwbenchError(f"{h.where} is {env['machine']}; fwbench's engine and "
@@ -498,7 +498,7 @@ def put_back(ex: SshExecutor, hosts: dict[str, Host], saved: dict[str, dict],
         now = hoststate.snapshot(ex, role, saved[role]["ifnames"], [], firewalls)
         hoststate.restore_hooks_and_firewall(ex, role, saved[role], now, firewalls, note)
 
-    def check(role: str) -> list[str]:
+    def compare_restored(role: str) -> list[str]:
         h, keys = hosts[role], list(saved[role]["sysctls"])
         left = hoststate.compare(saved[role], hoststate.snapshot(
             ex, role, saved[role]["ifnames"], keys, firewalls))
@@ -511,7 +511,7 @@ def put_back(ex: SshExecutor, hosts: dict[str, Host], saved: dict[str, dict],
         return left
     parallel(unhook, roles)
     parallel(lambda r: hoststate.restore_links(ex, r, saved[r], note), roles)
-    return parallel(check, roles)
+    return parallel(compare_restored, roles)
 
 
 def remove_private(ex: SshExecutor, role: str, h: Host, note=lambda s: None,

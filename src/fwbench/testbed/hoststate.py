@@ -499,7 +499,7 @@ def _give_routes_back(ex: Executor, role: str, ifnames: list[str], saved: list[s
             step(f"adding route {r['dst']} back", _route_argv("add", r))
 
 
-def check_tools(ex: Executor, role: str, needed: dict[str, str], where: str) -> None:
+def require_tools(ex: Executor, role: str, needed: dict[str, str], where: str) -> None:
     """One line naming every missing tool of `needed` ({tool: Debian package})."""
     got = have(ex, role, sorted(needed))
     missing = [t for t in needed if t not in got]

@@ -238,16 +238,6 @@ class Topology:
             out += [(a, b), (b, a)]
         return out
 
-    @property
-    def gateways(self) -> dict[str, Port]:
-        """Each routing host's first gateway: the neighbour port its routes go via."""
-        near = _neighbours_by_address(self)
-        out: dict[str, Port] = {}
-        for r in self.routes:
-            if r.host not in out:
-                out[r.host] = _gateway(near, r)
-        return out
-
     def routes_of(self, role: str) -> tuple[Route, ...]:
         return tuple(r for r in self.routes if r.host == role)
 

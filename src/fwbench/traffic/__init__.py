@@ -2,8 +2,9 @@
 
 A method asks an instrument for one measurement and gets back metrics with units in
 their names. The seed-faithful instruments are iperf3 (packet rate) and ping
-(round-trip time); the native engine (`traffic.engine`) fits the same shapes and also offers the
-one-call `measure(duration, load)` interface the search methods use.
+(round-trip time); fwbench's own traffic engine (`traffic.native`) fits the same
+shapes and also offers the one-call `measure(duration, load)` interface the search
+methods use.
 """
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ class EchoSpec:
     def family(self) -> str:
         return f"ipv{self.version}"
 
-    def check(self) -> None:
+    def validate(self) -> None:
         """The engine's input checks, in its order and words, as one-line errors."""
         if self.proto not in ("tcp", "udp", "sctp"):
             raise FwbenchError(f"echo --proto: unknown protocol {self.proto} "
@@ -180,7 +180,7 @@ class EchoServer:
 
     def __init__(self, tb: Testbed, spec: EchoSpec, *, cpus: list[int] | None = None,
                  faults: tuple[str, ...] = ()):
-        spec.check()
+        spec.validate()
         self.spec = spec
         self._tb = tb
         self._report: dict | None = None
@@ -255,7 +255,7 @@ def run_clients(tb: Testbed, spec: EchoSpec, sources: list[str], *,
     `sources`: one address per client (client i binds sources[i-1]) or one for all.
     Either `duration_s` (cycles run warmup_s + duration_s, counted in the last
     duration_s) or `count` (every client runs exactly that many cycles)."""
-    spec.check()
+    spec.validate()
     if (duration_s is None) == (count is None):
         raise FwbenchError("echo clients: give duration_s or count (one of them)")
     if warmup_s and duration_s is None:

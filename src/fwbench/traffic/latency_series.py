@@ -29,7 +29,7 @@ from typing import Sequence
 from fwbench import proc
 from fwbench.errors import FwbenchError
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineSettings, EngineTraffic, Flow
+from fwbench.traffic.native import EngineSettings, EngineTraffic, Flow
 from fwbench.traffic.tcpload import whole_seconds
 
 _QUANTILES = (("p90", 0.90), ("p99", 0.99), ("p99_9", 0.999))

@@ -235,7 +235,7 @@ class TcpBidirLoad:
         self._server: subprocess.Popen | None = None
         self._server_err = None
 
-    def check(self) -> None:
+    def preflight(self) -> None:
         """One line naming iperf3 and its package when it is missing."""
         _require_iperf3()
 

@@ -139,7 +139,7 @@ ROOM = Room(
     LOAD_TIME),
     settings={"droprate": DropRateSettings},
     defaults={"frame_sizes": [128]},     # seed 002's frames
-    check=_one_frame, refuses=_REFUSES, exclusive=True,
+    validate=_one_frame, refuses=_REFUSES, exclusive=True,
     report="fwbench.experiments.droprate.section:report",
     study=Study("002", "Testing the performance of the Linux firewall (Strongarm)",
                 "seed002-drop.toml",

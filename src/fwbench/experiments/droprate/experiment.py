@@ -50,7 +50,7 @@ def target(tb: Testbed, sc: Scenario) -> Target:
                   server_ifname=t.fw_server_side.ifname)
 
 
-def check(trs: list[Treatment], path_cpu: int) -> None:
+def preflight_treatments(trs: list[Treatment], path_cpu: int) -> None:
     """Everything the chosen treatments need, or one line saying what is missing."""
     ncpu = os.cpu_count() or 1
     if path_cpu >= ncpu:
@@ -98,9 +98,9 @@ class DropRate(Experiment):
     def over_round_trips(self) -> str | None:
         return "droprate's flood is counted, not timed"
 
-    def check(self) -> None:
-        super().check()
-        check(list(self.trs.values()), self.sc.droprate.cpu)
+    def preflight(self) -> None:
+        super().preflight()
+        preflight_treatments(list(self.trs.values()), self.sc.droprate.cpu)
 
     def plan(self) -> Planned:
         frame = self.sc.frame_sizes[0]

@@ -184,7 +184,7 @@ class _Netfilter(Treatment):
     def render(self, t: Target) -> dict[str, str]:
         if t not in self._files:   # once a run: a large set takes a second to render
             rs = self.ruleset(t)
-            self.backend.check(rs)
+            self.backend.refuse_unsupported(rs)
             self._files[t] = self.backend.render(rs, t.interfaces)
         return dict(self._files[t])
 

@@ -142,7 +142,7 @@ ROOM = Room(
     Metric("server_cs_per_msg", "server context switches per message", "", False,
            at("context_switches", "server_per_msg"), log_ok=False),
     LOAD_TIME),
-    settings={"echo": EchoSettings}, check_any=_full_is_ours,
+    settings={"echo": EchoSettings}, validate_any=_full_is_ours,
     report="fwbench.experiments.echo.section:report",
     study=Study("001", "Performance evaluation of netfilter (2015)", "seed001-echo.toml",
                 "n clients echoing through the gateway: TCP/UDP, IPv4/IPv6, "

@@ -39,7 +39,7 @@ def frame_bounds(frame: str) -> tuple[int, int]:
     return int(lo), int(hi or lo)
 
 
-def check_frame(frame: str, protocol: str, family: str) -> None:
+def validate_frame(frame: str, protocol: str, family: str) -> None:
     """One line unless every message of `frame` fits the protocol and family."""
     lo, hi = frame_bounds(frame)
     least = engine_echo.HEADER_BYTES
@@ -104,7 +104,7 @@ def cells(s: EchoSettings, backends: list[str],
             if why:
                 left[why] += 1
                 continue
-            check_frame(cell[3], cell[1], cell[2])
+            validate_frame(cell[3], cell[1], cell[2])
             out.append(cell)
     return out, dict(left)
 

@@ -153,7 +153,7 @@ class Echo(Experiment):
         if not b.filters:
             return f"backend {b.name} holds no rule set; {METHOD} compares firewalls"
         try:
-            b.check(self.ruleset(cell))
+            b.refuse_unsupported(self.ruleset(cell))
         except Unsupported as e:
             return str(e)
         return None

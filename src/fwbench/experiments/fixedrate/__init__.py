@@ -73,7 +73,7 @@ ROOM = Room(
     Metric("loss_pct", "loss at the fixed rate", "%", False,
            lambda r: 100 * r.metrics["loss_ratio"], log_ok=False, column="loss %"),
     FW_CPU, LOAD_TIME),
-    settings={"fixedrate": FixedRateSettings}, check=_seed_flows,
+    settings={"fixedrate": FixedRateSettings}, validate=_seed_flows,
     report="fwbench.experiments.fixedrate.section:report",
     study=Study("003", "Linux OS packet filters analysis (2021)", "seed003-full.toml",
                 "fixed-rate flows (128 B @ 15, 512 B @ 30, 1280 B @ 45 Mbit/s) against "

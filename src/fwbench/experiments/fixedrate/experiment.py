@@ -41,7 +41,7 @@ from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineTraffic, Flow
+from fwbench.traffic.native import EngineTraffic, Flow
 
 FACTORS = ("backend", "rules", "frame_size", "chain", "cpus")
 
@@ -93,8 +93,8 @@ class FixedRateSweep(Sweep):
                     "nothing back (across machines its latency is not timed)")
         return super().over_round_trips()
 
-    def check(self) -> None:
-        super().check()
+    def preflight(self) -> None:
+        super().preflight()
         if self.sc.testbed.provider == "netns":   # a real firewall's CPUs: at steer()
             ncpu = os.cpu_count() or 1
             for c in self.sc.fixedrate.cpus:
@@ -109,7 +109,7 @@ class FixedRateSweep(Sweep):
             for name in p.scenario.backends:
                 b = self.backend(name)
                 try:
-                    b.check(seed000(1, layout=b.layout, chain="input"))
+                    b.refuse_unsupported(seed000(1, layout=b.layout, chain="input"))
                 except Unsupported as e:
                     raise FwbenchError(f"chain input: {e}") from None
         cells = [(*c, chain, n) for c in p.cells for chain in chains for n in cpus]

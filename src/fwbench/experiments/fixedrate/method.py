@@ -29,7 +29,7 @@ from fwbench.errors import FwbenchError
 from fwbench.methods.base import REDO, Method, Reload
 from fwbench.experiments.fixedrate import FIXED_FLOWS_BPS, FixedRateSettings
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 # The firewall namespace's counters read around an INPUT point: IPv4 delivered past
 # the input hook, and where UDP put it (a socket, a full socket, no socket).
@@ -213,7 +213,7 @@ def processed_rate(count: int, duration_s: float, span_s: float | None,
     still for one 20 ms poll) the backlog is left out in one path and not in the
     other: at 20,000 nft rules FORWARD read 5,248 of 2 s and INPUT 6,239, both at
     2,500 pps over their arrival spans. So under overload the count over its
-    arrival span (first to last packet), as maxrate does (traffic.engine's
+    arrival span (first to last packet), as maxrate does (traffic.native's
     overload_rate)."""
     if overloaded and span_s and span_s > 0.5 * duration_s and count > 1:
         return (count - 1) / span_s, "arrival span"

@@ -33,7 +33,7 @@ from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.scenario import ALL, Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import EngineTraffic, Flow
+from fwbench.traffic.native import EngineTraffic, Flow
 from fwbench.traffic.latency_series import EngineProbeSeries, PingSeries
 from fwbench.traffic.tcpload import TcpBidirLoad, whole_seconds
 
@@ -66,10 +66,10 @@ class LoadLatency(Experiment):
     def over_round_trips(self) -> str | None:
         return None
 
-    def check(self) -> None:
-        super().check()
+    def preflight(self) -> None:
+        super().preflight()
         if "tcp-bidir" in self.s.loads:
-            self.tcp.check()
+            self.tcp.preflight()
         if self.sc.duration_s != int(self.sc.duration_s):
             raise FwbenchError(f"duration_s: {self.sc.duration_s:g} s; {METHOD} measures "
                                f"whole seconds (ping -w and iperf3 -t take no fractions)")
@@ -83,7 +83,7 @@ class LoadLatency(Experiment):
             return f"backend {b.name} holds no rule set; {METHOD} compares firewalls"
         for rs in self.rulesets.values():
             try:
-                b.check(rs)
+                b.refuse_unsupported(rs)
             except Unsupported as e:
                 return str(e)
         return None

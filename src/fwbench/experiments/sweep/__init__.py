@@ -150,7 +150,7 @@ THROUGHPUT = Room(
     Metric("fw_cpu_ns_per_pkt", "firewall CPU per packet at NDR", "ns", False,
            at("cpu_at_ndr", "fw_cpu_ns_per_pkt")),
     LOAD_TIME),
-    settings={"throughput": ThroughputSettings}, check_any=_search_bounds,
+    settings={"throughput": ThroughputSettings}, validate_any=_search_bounds,
     keep_loaded=True)
 
 LATENCY = Room(

@@ -25,7 +25,7 @@ from fwbench.methods.base import Method, Reload
 from fwbench.experiments.sweep import CpuCostSettings
 from fwbench.soaker import Soaker, busy_ns
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 # What the record says about the instrument, once per trial.
 SOAKER_NOTE = ("firewall CPU busy time = window - soaker rounds / idle rate (SCHED_IDLE "

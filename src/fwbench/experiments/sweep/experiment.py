@@ -38,7 +38,7 @@ from fwbench.ruleset.templates.seed000 import seed000
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
-from fwbench.traffic.engine import EngineTraffic, Flow
+from fwbench.traffic.native import EngineTraffic, Flow
 from fwbench.traffic.iperf3 import Iperf3Rate
 from fwbench.traffic.ping import PingRtt
 
@@ -70,8 +70,8 @@ class Sweep(Experiment):
             return f"traffic {self.sc.traffic} has no round-trip mode; the engine has"
         return None
 
-    def check(self) -> None:
-        super().check()
+    def preflight(self) -> None:
+        super().preflight()
         make_method(self.sc)    # settings a search would reject, rejected now
         self.choose_backends((), Refusal.unavailable)   # those it names, here
 
@@ -289,7 +289,7 @@ def _refusal(b: Backend, sc: Scenario) -> str | None:
     """Why the backend cannot hold the scenario's rule set (one line), or None."""
     rs = imported(sc) or seed000(1, version=sc.version, layout=b.layout)
     try:
-        b.check(rs)
+        b.refuse_unsupported(rs)
     except Unsupported as e:
         return str(e)
     return None

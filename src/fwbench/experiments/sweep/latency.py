@@ -9,10 +9,10 @@ shows as latency instead of hiding it.
 from __future__ import annotations
 
 from fwbench.methods.base import Method
-from fwbench.experiments.sweep.throughput import check_search, search_config, search_metrics
+from fwbench.experiments.sweep.throughput import search_config, search_metrics, validate_search
 from fwbench.methods.search import search
 from fwbench.experiments.sweep import LatencySettings, ThroughputSettings
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 from fwbench.traffic.ping import PingRtt
 
 
@@ -25,7 +25,7 @@ class Latency(Method):
     def for_scenario(cls, sc, engine, ping) -> "Latency":
         # The reference ping runs at the engine's idle rate: on a VM, the wake-up
         # of an idle CPU dominates latency, so only equal gaps compare.
-        check_search(sc)
+        validate_search(sc)
         idle_ping = PingRtt(max(sc.instrument.ping_count, 200),
                             max(1 / sc.latency.idle_pps, 1e-4), sc.version)
         return cls(engine, sc.throughput, sc.latency, idle_ping)

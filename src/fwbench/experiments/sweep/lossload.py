@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fwbench.methods.base import Method
 from fwbench.experiments.sweep import LossLoadSettings
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 
 class LossLoad(Method):

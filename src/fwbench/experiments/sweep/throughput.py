@@ -6,7 +6,7 @@ from fwbench.methods.base import Method, fmt_pps
 from fwbench.methods.search import SearchConfig, SearchResult, search
 from fwbench.experiments.sweep import ThroughputSettings
 from fwbench.testbed.base import Testbed
-from fwbench.traffic.engine import EngineTraffic
+from fwbench.traffic.native import EngineTraffic
 
 
 def search_config(s: ThroughputSettings, duration_s: float, ceiling_pps: float) -> SearchConfig:
@@ -56,7 +56,7 @@ def search_metrics(res: SearchResult, top_is_sender_ceiling: bool = True) -> dic
     return out
 
 
-def check_search(sc) -> None:
+def validate_search(sc) -> None:
     """Settings the search would reject, rejected before a testbed is built: with a
     stand-in ceiling, as the real one is measured per frame size."""
     top = sc.throughput.max_load_pps or 2 * sc.throughput.min_load_pps
@@ -68,7 +68,7 @@ class Throughput(Method):
 
     @classmethod
     def for_scenario(cls, sc, engine, ping) -> "Throughput":
-        check_search(sc)
+        validate_search(sc)
         return cls(engine, sc.throughput)
 
     def __init__(self, traffic: EngineTraffic, settings: ThroughputSettings):

@@ -165,12 +165,12 @@ class Update(Experiment):
     def over_ssh(self) -> str | None:
         return None
 
-    def check(self) -> None:
+    def preflight(self) -> None:
         if self.sc.version != 4:
             # The engine's two flows and the eBPF filters are IPv4: an IPv6 rule set
             # would let neither flow through, and every trial would fail.
             raise FwbenchError(f"{METHOD}: IPv4 only (family = \"ipv4\")")
-        super().check()
+        super().preflight()
         if len(self.sc.frame_sizes) != 1:
             raise FwbenchError(f"{METHOD} sends one frame size per run; "
                                f"{len(self.sc.frame_sizes)} given")
@@ -196,7 +196,7 @@ class Update(Experiment):
             # The template holds what every backend renders; checked once a kind, at
             # the smallest size (a pair at 100,000 entries takes seconds to render).
             for kname in dict.fromkeys(c[2] for c in got):
-                self._check_pair(b, kname, min(self.sc.rules))
+                self._refuse_unsupported_pair(b, kname, min(self.sc.rules))
             made[b.name] = got, left
             return None
 
@@ -214,11 +214,11 @@ class Update(Experiment):
         return Planned(resolved, cells, {"skipped_backends": skipped, "left_out": notes},
                        notes + [f"skipping backend {n}: {why}" for n, why in skipped.items()])
 
-    def _check_pair(self, b: Backend, kname: str, n: int) -> None:
+    def _refuse_unsupported_pair(self, b: Backend, kname: str, n: int) -> None:
         try:
             old, new = self._pair(kname, n, b.layout)
-            b.check(old)
-            b.check(new)
+            b.refuse_unsupported(old)
+            b.refuse_unsupported(new)
         except Unsupported as e:
             raise FwbenchError(str(e)) from None
 

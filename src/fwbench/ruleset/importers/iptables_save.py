@@ -437,7 +437,7 @@ class _Parser:
     def _commit(self) -> None:
         if self.table is None:
             raise _Fail("COMMIT outside a table")
-        self._check_loops()
+        self._validate_loops()
         self._set_aside_output()
         chains, empty = [], []
         for name, (policy, rules) in self.chains.items():
@@ -486,7 +486,7 @@ class _Parser:
             self.notes.append(f"{self.source}:{line}: rule set aside, only the firewall's "
                               f"own packets reach chain {chain}: {what}")
 
-    def _check_loops(self) -> None:
+    def _validate_loops(self) -> None:
         """A jump loop, named with the line of the jump that closes it. Iterative:
         a generated file may chain thousands of user chains one after another."""
         edges: dict[str, list[tuple[str, int]]] = {}

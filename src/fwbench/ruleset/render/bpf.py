@@ -56,7 +56,7 @@ class _Entry:
     from_set: bool
 
 
-def check(rs: RuleSet) -> None:
+def refuse_unsupported(rs: RuleSet) -> None:
     """Raise Unsupported for what the filter cannot hold: the actions first (the
     reason that matters: `dnat`, `mark set`, ...), then the matches, then the
     tables and chains, then the shape."""

@@ -51,7 +51,7 @@ def set_name(rs: RuleSet, s: Set) -> str:
     return name
 
 
-def check(rs: RuleSet) -> None:
+def refuse_unsupported(rs: RuleSet) -> None:
     """Raise Unsupported for the first set ipset cannot hold as the model says."""
     _sets(rs)
 

@@ -153,13 +153,13 @@ _ID_RE = re.compile(r' -m comment --comment "' + re.escape(ID_TAG) + r'(?:[^"\\]
 
 # --- the public functions ------------------------------------------------------------
 
-def check(rs: RuleSet) -> None:
+def refuse_unsupported(rs: RuleSet) -> None:
     """Raise Unsupported for the first feature (in RuleSet.features() order) iptables
     lacks, then for anything the mapping onto iptables' tables and hooks refuses."""
     for feature, where in rs.features().items():
         if feature not in SUPPORTS:
             raise Unsupported(feature, where)
-    _ipset.check(rs)
+    _ipset.refuse_unsupported(rs)
     ifs = Interfaces("fwb-check-c", "fwb-check-s")
     for version in (4, 6):
         render(rs, ifs, version)
@@ -224,25 +224,6 @@ def rule_id(line: str) -> str | None:
 def strip_ids(text: str) -> str:
     """The text without its rule-id comments (and nothing else)."""
     return _ID_RE.sub("", text)
-
-
-def by_table(text: str) -> dict[str, list[str]]:
-    """Restore or save text as {table: its chain and rule lines}, without comment
-    lines and COMMIT, chain counters read as [0:0]: iptables-save lists tables in
-    an order of its own (legacy: as the kernel loaded them) and prints the chains'
-    live counters, so a rendering and a save compare table by table."""
-    out: dict[str, list[str]] = {}
-    lines: list[str] = []
-    for line in text.splitlines():
-        if not line or line.startswith("#") or line == "COMMIT":
-            continue
-        if line.startswith("*"):
-            lines = out.setdefault(line[1:], [])
-        elif line.startswith(":"):
-            lines.append(line[:line.rindex("[")] + "[0:0]")
-        else:
-            lines.append(line)
-    return out
 
 
 def quote(text: str) -> str:

@@ -46,7 +46,7 @@ from fwbench.ruleset.render import ID_TAG
 
 # Everything the model can say, nft can hold but for iptables' own constructs
 # (string match, hashlimit, ct, set counters); the few combinations it cannot
-# (conntrack and NAT in the netdev family) are refused by check() per rule.
+# (conntrack and NAT in the netdev family) are refused by refuse_unsupported() per rule.
 SUPPORTS: frozenset[str] = frozenset(
     [f"family {f}" for f in FAMILIES]
     + [f"hook {h}" for h in HOOKS]
@@ -154,13 +154,13 @@ _REJECT_HOOKS = ("prerouting", "input", "forward", "output", "ingress")
 # Conntrack, and so NAT, is registered at -200: a nat chain must come after it.
 _CONNTRACK_PRIORITY = -200
 
-# Used by check(), which renders without a testbed.
+# Used by refuse_unsupported(), which renders without a testbed.
 _NO_TESTBED = Interfaces("client0", "server0")
 
 
 # --- public -----------------------------------------------------------------------
 
-def check(rs: RuleSet) -> None:
+def refuse_unsupported(rs: RuleSet) -> None:
     """Raise Unsupported (one line, feature and rule) for what nft cannot hold, or
     RuleSetError for what the kernel would refuse (a dnat outside a nat chain at
     prerouting or output, a name nft cannot parse, a comment too long)."""
@@ -173,8 +173,8 @@ def check(rs: RuleSet) -> None:
 def render(rs: RuleSet, ifs: Interfaces) -> str:
     """`nft -f` input for the whole rule set: tables in model order, each with its
     sets, then its chains in model order. A netdev chain hooks its device, or the
-    testbed's client-side interface when it names none. Raises what check()
-    raises, but for most features outside SUPPORTS, which check() tests
+    testbed's client-side interface when it names none. Raises what refuse_unsupported()
+    raises, but for most features outside SUPPORTS, which refuse_unsupported() tests
     (RuleSet.features() would take longer than the rendering itself)."""
     return _Renderer(ifs).ruleset(rs)
 
