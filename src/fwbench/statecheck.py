@@ -41,18 +41,18 @@ import ipaddress
 import json
 import math
 import os
-import random
 import select
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
-from fwbench import addresses, engine, proc
+from fwbench import addresses, proc
 from fwbench.backends.base import Backend, describe, evaluator
 from fwbench.errors import FwbenchError
 from fwbench.ruleset.model import Packet, RuleSet
 from fwbench.testbed.base import Testbed
+from fwbench.traffic.native import send_only
 
 # How long the client waits for its connection; the listener a little longer.
 CONNECT_TIMEOUT_S = 2.0
@@ -478,9 +478,8 @@ def fill(tb: Testbed, entries: int, *, dst: str | None = None,
     created = 0
     while entries and rounds < _ROUNDS:
         rounds += 1
-        rep = engine.send(tb, frame_size=64, rate_pps=rate_pps, duration_s=0, count=entries,
-                          cookie=random.randrange(1, 2**32), src=src, src_count=src_count,
-                          sport_count=sport_count, dst=dst, dport=dport)
+        rep = send_only(tb, frame_size=64, rate_pps=rate_pps, count=entries, src=src,
+                        src_count=src_count, sport_count=sport_count, dst=dst, dport=dport)
         sent += rep["sent"]
         last, created = created, _settle(tb) - before["count"]
         # Another round costs as much as the first: stop when one adds little.

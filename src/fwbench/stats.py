@@ -3,7 +3,8 @@ differences are real.
 
 - Intervals for a median: exact order statistics (`median_interval`, the binomial
   argument, reporting the coverage it really has) and a percentile bootstrap
-  (`median_ci`, `scipy.stats.bootstrap`).
+  (`median_ci`, `scipy.stats.bootstrap`); for a mean, the same bootstrap (`mean_ci`);
+  for any statistic of several samples, each resampled on its own (`bootstrap`).
 - Ratios of medians: paired by round (`paired_ratio_interval`: two treatments measured
   in the same round stay together, so drift between rounds does not widen the interval
   twice) or independent (`ratio_interval`).
@@ -80,6 +81,27 @@ def _bootstrap(data: tuple, statistic, *, paired: bool, level: float, resamples:
                         method="percentile", random_state=np.random.default_rng(seed))
     ci = res.confidence_interval
     return Interval(float(ci.low), float(ci.high), level)
+
+
+def bootstrap(samples: Sequence[Sequence[float]], statistic, level: float = LEVEL,
+              resamples: int = 9999, seed: int = 1) -> Interval:
+    """Seeded percentile-bootstrap interval of `statistic(*samples, axis=-1)`, every
+    sample resampled on its own: the statistic takes one array per sample, its
+    resamples along the last axis, and returns one value per resample."""
+    return _bootstrap(tuple(np.asarray(x, dtype=float) for x in samples), statistic,
+                      paired=False, level=level, resamples=resamples, seed=seed)
+
+
+def mean_ci(values: Sequence[float], level: float = LEVEL, resamples: int = 9999,
+            seed: int = 1) -> Interval | None:
+    """Percentile-bootstrap interval of the mean. None for fewer than 2 values."""
+    xs = np.asarray(values, dtype=float)
+    if len(xs) < 2:
+        return None
+    if np.all(xs == xs[0]):
+        return Interval(float(xs[0]), float(xs[0]), level)
+    return _bootstrap((xs,), lambda x, axis: np.mean(x, axis=axis), paired=False,
+                      level=level, resamples=resamples, seed=seed)
 
 
 def median_ci(values: Sequence[float], level: float = LEVEL, resamples: int = 9999,

@@ -5,7 +5,6 @@ a mechanism a backend lacks is one line and a non-zero exit."""
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 from fwbench import engine
 from fwbench.errors import FwbenchError
 from fwbench.experiments.update import series
+from fwbench.traffic.native import PacedStreams
 
 
 @pytest.fixture
@@ -25,21 +25,15 @@ def testbed(firewall):
 
 
 def test_the_sink_series_counts_each_stream_as_scheduled(testbed):
-    rx = engine.Receiver(testbed, "sink", port=5201, ports=2)
-    try:
-        base = time.monotonic_ns()
-        rx.series(base, 1_000_000)
-        cookie = secrets.randbelow(2**31) + 1
-        rx.arm(cookie)
-        senders = [engine.Sender(testbed, frame_size=64, rate_pps=rate, duration_s=60,
-                                 cookie=cookie, dport=dport, stream=stream)
-                   for stream, (dport, rate) in enumerate(((5201, 2000), (5202, 500)))]
+    # The update experiment's instrument (traffic.native.PacedStreams), as it runs.
+    with PacedStreams(testbed, ((5201, 2000), (5202, 500)), frame_size=64,
+                      slot_ns=1_000_000, limit_s=60) as flows:
         time.sleep(1.0)
-        reports = [s.stop() for s in senders]
+        reports = flows.stop()
         time.sleep(0.05)
-        got, sr = rx.read(), rx.read_series()
-    finally:
-        rx.close()
+        got, sr = flows.read()
+    base = sr["base_ns"]
+    assert sr["slot_ns"] == 1_000_000 and base <= reports[0]["t0_ns"]
     assert all(r["stopped"] for r in reports)
     assert [r["streams"][0]["stream"] for r in reports] == [0, 1]
     assert got["received"] == sum(r["sent"] for r in reports) and got["duplicated"] == 0
@@ -129,7 +123,10 @@ def test_netfilter_updates_take_effect_and_spare_the_kept_flow(tmp_path, own_net
     for r in recs:
         m = check_trial(r)
         if r["conditions"]["atomic"]:
-            assert m["kept"]["lost"] == 0, r["factors"]
+            # An atomic update loses none of the kept flow; a busy machine may,
+            # where the path's counters show it (a full input queue), not in the rules.
+            assert m["kept"]["lost_in_firewall_at_least"] == 0, (r["factors"], m["kept"],
+                                                                 m["path_drops"])
     assert cp.returncode == 0, cp.stderr
     assert own_netns(d) == []
 

@@ -223,3 +223,19 @@ def test_connection_rates_compare_with_no_rules_and_no_entries():
     # the ratio on the log scale: its interval holds its estimate, from the same test
     lo, hi = rates[(4, 0)].interval
     assert lo < -10.0 < hi and hi < 0
+
+
+def test_a_client_starved_of_every_echo_makes_the_trial_invalid_not_a_traceback():
+    """The engine reports no round-trip percentiles (null) for a client that
+    completed no echo in the counted window; that is the machine's doing, so the
+    trial is invalid (and runs again), with the client named."""
+    from fwbench.errors import MeasurementInvalid
+    from fwbench.experiments.echo.experiment import summarise
+    fed = {"id": 1, "msgs_per_s": 900.0, "bytes_per_s": 9e5, "msgs": 450,
+           "rtt_p50_ns": 40_000, "rtt_p99_ns": 90_000}
+    starved = {**fed, "id": 2, "msgs_per_s": 0.0, "bytes_per_s": 0.0, "msgs": 0,
+               "rtt_p50_ns": None, "rtt_p99_ns": None}
+    rep = {"per_client": [fed, starved], "duration_s": 0.5, "rtt_ns": {},
+           "totals": {"msgs": 450, "bytes_per_s": 9e5, "msgs_per_s": 900.0}}
+    with pytest.raises(MeasurementInvalid, match="1 of 2 clients completed no echo.*client 2"):
+        summarise(rep, {}, None, None, 0, 1.0, {}, {})

@@ -149,3 +149,53 @@ def test_the_walk_finds_cycles_lazy_and_relative_ones_too(tmp_path):
     assert cycles(coarsen(graph, 2)) == [["toy.a", "toy.b", "toy.sub", "toy.a"]]
     (pkg / "sub" / "c.py").write_text("X = 1\n")
     assert cycles(edges(modules(pkg))) == []
+
+
+# The engine's processes (fwbench.engine's sender and receivers) are started by the
+# traffic layer alone, so a send is made, paced and read in one place. Still direct:
+# droprate's flood (issue 35 moves droprate onto the ordinary pipeline; it then sends
+# with fwbench.traffic.native.send_only, and this set empties).
+ENGINE = "fwbench.engine"
+STARTS = {"Sender", "Receiver", "send"}
+STILL_DIRECT = {"fwbench.experiments.droprate.measure"}
+
+
+def engine_starters(mods: dict[str, Path]) -> set[str]:
+    """The modules that name the engine's Sender, Receiver or send."""
+    package, _, leaf = ENGINE.rpartition(".")
+    out = set()
+    for m, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        names = set()       # what the engine module is called in this one
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == ENGINE:
+                if STARTS & {a.name for a in node.names}:
+                    out.add(m)
+            elif isinstance(node, ast.ImportFrom) and node.module == package:
+                names |= {a.asname or a.name for a in node.names if a.name == leaf}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr in STARTS):
+                continue
+            v = node.value
+            if (isinstance(v, ast.Name) and v.id in names) or ast.unparse(v) == ENGINE:
+                out.add(m)
+    return out
+
+
+def test_only_the_traffic_layer_starts_the_engines_processes():
+    found = {m for m in engine_starters(modules(SRC / "fwbench"))
+             if m != ENGINE and not m.startswith("fwbench.traffic.")}
+    assert found == STILL_DIRECT
+
+
+def test_the_walk_finds_every_way_of_naming_the_engine(tmp_path):
+    pkg = tmp_path / "fwbench"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text("def send(): pass\n")
+    (pkg / "a.py").write_text("from fwbench import engine as e\ne.Sender()\n")
+    (pkg / "b.py").write_text("from fwbench.engine import send\n")
+    (pkg / "c.py").write_text("import fwbench.engine\nfwbench.engine.Receiver()\n")
+    (pkg / "d.py").write_text("from fwbench import engine\nengine.version()\n"
+                              "class X:\n    def f(self, engine): engine.measurer()\n")
+    assert engine_starters(modules(pkg)) == {"fwbench.a", "fwbench.b", "fwbench.c"}

@@ -156,8 +156,9 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats as sps  # noqa: E402
 
-from fwbench.stats import (cliffs_delta, crossover, fit_cost, holm, mann_whitney,  # noqa: E402
-                           median_ci, ratio_interval, welch)
+from fwbench.stats import (bootstrap, cliffs_delta, crossover, fit_cost,  # noqa: E402
+                           holm, mann_whitney, mean_ci, median_ci, ratio_interval,
+                           welch)
 
 # Wikipedia, "Welch's t-test", example 1: t = -2.46, nu = 24.98, p = 0.021.
 A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
@@ -253,6 +254,24 @@ def test_median_ci_covers_the_true_median_about_as_often_as_it_says():
                (median_ci(list(rng.normal(100, 5, 25)), seed=s) for s in range(200)))
     lo, hi = sps.binom.interval(0.999, 200, cover)
     assert lo <= hits <= hi, (hits, cover)
+
+
+def test_mean_ci_is_the_exact_bootstraps_and_is_seeded():
+    xs = [10.0, 12.0, 11.0, 13.0, 9.0, 30.0]
+    ranges = percentile_range(exact_bootstrap([xs], lambda x: sum(x) / len(x)), 0.95, 4000)
+    iv = mean_ci(xs, resamples=4000)
+    assert within(iv, ranges) and iv.coverage == 0.95, (iv, ranges)
+    assert iv == mean_ci(xs, resamples=4000) != mean_ci(xs, resamples=4000, seed=2)
+    assert mean_ci([5.0, 5.0, 5.0]) == Interval(5.0, 5.0, 0.95) and mean_ci([1.0]) is None
+
+
+def test_bootstrap_resamples_every_sample_on_its_own():
+    a, b = [120.0, 121.0, 119.0, 126.0], [100.0, 104.0, 99.0]
+    exact = exact_bootstrap([a, b], lambda x, y: sum(x) / len(x) - sum(y) / len(y))
+    ranges = percentile_range(exact, 0.9, 2000)
+    iv = bootstrap([a, b], lambda x, y, axis: x.mean(axis=axis) - y.mean(axis=axis),
+                   level=0.9, resamples=2000)
+    assert within(iv, ranges) and iv.coverage == 0.9, (iv, ranges)
 
 
 def test_independent_ratio_interval():

@@ -76,6 +76,7 @@ def _under_traffic(monkeypatch, tb, controller: set[int]) -> list[set[int]]:
     import os
     from types import SimpleNamespace as NS
 
+    from fwbench import engine
     from fwbench.experiments.update import experiment as ux
 
     class Sink:
@@ -97,8 +98,9 @@ def _under_traffic(monkeypatch, tb, controller: set[int]) -> list[set[int]]:
             raise OSError(22, "Invalid argument")
         pinned.append(set(cpus))
 
-    monkeypatch.setattr(ux.engine, "Receiver", Sink)
-    monkeypatch.setattr(ux.engine, "Sender", Sender)
+    # The update sends through traffic/, which alone drives the engine's processes.
+    monkeypatch.setattr(engine, "Receiver", Sink)
+    monkeypatch.setattr(engine, "Sender", Sender)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(controller))
     monkeypatch.setattr(os, "sched_setaffinity", setaffinity)
     me = NS(s=NS(slot_ms=1.0, before_s=0, after_s=0, flow_pps=1000),
@@ -135,3 +137,35 @@ def test_a_firewall_cpu_its_host_lacks_stops_the_run_before_any_trial():
     msg = str(e.value)
     assert "firewall's CPU 2" in msg and "fw's machine has 2 CPUs (0-1)" in msg
     assert "\n" not in msg and tb.ran == []
+
+
+def test_paced_streams_to_ports_the_sink_cannot_count_together_is_one_line(monkeypatch):
+    import pytest
+
+    from fwbench import engine
+    from fwbench.errors import FwbenchError
+    from fwbench.traffic.native import PacedStreams
+
+    def never(*a, **kw):
+        raise AssertionError("started an engine process")
+    monkeypatch.setattr(engine, "Receiver", never)
+    monkeypatch.setattr(engine, "Sender", never)
+    with pytest.raises(FwbenchError, match=r"ports \[5201, 5203\]: the sink counts "
+                                           r"consecutive ports only"):
+        PacedStreams(None, ((5201, 10.0), (5203, 10.0)), frame_size=64, slot_ns=1,
+                     limit_s=1)
+
+
+def test_send_only_gives_every_send_a_fresh_cookie_and_no_duration(monkeypatch):
+    from fwbench import engine
+    from fwbench.traffic.native import send_only
+
+    sent = []
+    monkeypatch.setattr(engine, "send", lambda tb, **kw: sent.append(kw) or {"sent": 1})
+    for _ in range(2):
+        send_only("tb", frame_size=64, count=7, dst="198.18.0.1", dport=9)
+    a, b = sent
+    assert a["cookie"] != b["cookie"] and 1 <= a["cookie"] < 2**32
+    del a["cookie"]
+    assert a == {"frame_size": 64, "rate_pps": 0, "duration_s": 0, "count": 7,
+                 "dst": "198.18.0.1", "dport": 9}

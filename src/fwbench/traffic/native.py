@@ -4,14 +4,18 @@ offered load (or open throttle) for a duration, wait for the path to drain, read
 `EngineTraffic.measurer(tb, frame_size)` gives the one-call interface every method
 is written against (`measure(duration_s, offered_pps) -> TrialResult`);
 `EngineTraffic.measure(...)` is the open-throttle maximum rate the `maxrate` method
-asks for.
+asks for. `send_only` sends packets whose fate is read elsewhere (conntrack's table,
+a firewall's counters); `PacedStreams` runs paced flows until stopped, counted per
+time slot (an update under traffic). Only this module drives fwbench.engine's
+sender and receivers.
 """
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -329,3 +333,73 @@ class EngineTraffic:
                 "latency_us": r.latency_us, "latency_kind": r.extra["latency_kind"],
                 "cpu": r.cpu,
                 **({"accounting": r.extra["accounting"]} if "accounting" in r.extra else {})}
+
+
+def send_only(tb: Testbed, *, frame_size: int, rate_pps: float = 0,
+              duration_s: float = 0, count: int | None = None, **flow) -> dict:
+    """One send with no receiver of the engine's armed for it (a fresh random
+    cookie): packets whose fate is read elsewhere, in the firewall's conntrack
+    table or its counters. For `duration_s`, or `count` packets per stream;
+    `rate_pps` 0 is open throttle; `flow` as fwbench.engine.send's (src, dst,
+    dport, src_count, sport_count, payload_text, ...). The sender's report."""
+    return engine.send(tb, frame_size=frame_size, rate_pps=rate_pps,
+                       duration_s=duration_s, count=count,
+                       cookie=random.randrange(1, 2**32), **flow)
+
+
+class PacedStreams:
+    """Paced flows from the client to consecutive UDP ports on the server, flow i
+    sent as stream i by a sender of its own, until `stop()`: for trials whose end
+    is not known when they start (a rule-set update under traffic). The XDP sink
+    on the server counts them with a time series per `slot_ns` of scheduled send
+    time from the moment it starts (Receiver.series); the senders start after it
+    is armed. `limit_s` only bounds a sender nothing stopped. `stop()` gives the
+    senders' reports, `read()` the sink's count and series; leaving the `with`
+    stops what still runs and the sink."""
+
+    def __init__(self, tb: Testbed, flows: Sequence[tuple[int, float]], *,
+                 frame_size: int, slot_ns: int, limit_s: float,
+                 spin_us: int | None = None):
+        ports = [dport for dport, _ in flows]
+        if ports != list(range(ports[0], ports[0] + len(ports))):
+            raise FwbenchError(f"paced streams to ports {ports}: the sink counts "
+                               f"consecutive ports only")
+        self._rx = engine.Receiver(tb, "sink", port=ports[0], ports=len(ports))
+        self._senders: list[engine.Sender] = []
+        try:
+            self._rx.series(time.monotonic_ns(), slot_ns)
+            cookie = secrets.randbelow(2**32 - 1) + 1
+            self._rx.arm(cookie)
+            for stream, (dport, rate) in enumerate(flows):
+                self._senders.append(engine.Sender(
+                    tb, frame_size=frame_size, rate_pps=rate, duration_s=limit_s,
+                    cookie=cookie, dport=dport, stream=stream,
+                    cpus=[tb.topo.settings.sender_cpu], spin_us=spin_us))
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> "PacedStreams":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def stop(self) -> list[dict]:
+        """Stop every sender: their reports, flow by flow."""
+        reports = [snd.stop() for snd in self._senders]
+        self._senders.clear()
+        return reports
+
+    def read(self) -> tuple[dict, dict]:
+        """The sink's count and its series (Receiver.read_series)."""
+        return self._rx.read(), self._rx.read_series()
+
+    def close(self) -> None:
+        for snd in self._senders:
+            try:
+                snd.stop()
+            except FwbenchError:
+                pass
+        self._senders.clear()
+        self._rx.close()

@@ -381,6 +381,11 @@ def summarise(rep: dict, srv: dict, cpu0: CpuSample, cpu1: CpuSample, ctxt: int,
     whole run (connecting and the warm-up included, `wall_s`); rates and round
     trips only the counted window."""
     per = rep["per_client"]
+    # A client with no round trip in the counted window was starved (a busy
+    # machine), not slowed by the firewall: its figures would be a false zero.
+    if idle := [p["id"] for p in per if p.get("rtt_p50_ns") is None]:
+        raise MeasurementInvalid(f"{len(idle)} of {len(per)} clients completed no echo "
+                                 f"in the counted window (first: client {idle[0]})")
     mps = [p["msgs_per_s"] for p in per]
     bps = [8 * p["bytes_per_s"] for p in per]
     window = rep["duration_s"] or 0

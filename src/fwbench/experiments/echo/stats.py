@@ -171,28 +171,25 @@ def per_rule_slope(s: dict[Cell, list[float]], family: str, backend: str, seed: 
     if not pairs:
         return None
 
-    def fit(groups) -> float:
-        num = den = 0.0
-        for c, xs, ref in groups:
-            rules = c[0] * c[F_INDEX]
-            base = float(np.mean(ref))
-            for x in xs:
-                y = 100 * (1 - x / base)
-                num += rules * y
-                den += rules * rules
+    rules = [c[0] * c[F_INDEX] for c, _, _ in pairs]
+
+    def fit(*groups, axis=-1):
+        # groups: each pair's trials, then its reference's; along the last axis.
+        # One value at a time, in order, so the estimate is the plain sum's.
+        num, den = 0.0, 0
+        for r, xs, ref in zip(rules, groups[::2], groups[1::2]):
+            base = np.mean(ref, axis=-1)
+            for j in range(xs.shape[-1]):
+                num = num + r * (100 * (1 - xs[..., j] / base))
+                den += r * r
         return num / den
 
-    point = fit(pairs)
+    samples = [np.asarray(x, dtype=float) for _, xs, ref in pairs for x in (xs, ref)]
+    point = float(fit(*samples))
     iv = None
-    if all(len(xs) >= 2 and len(ref) >= 2 for _, xs, ref in pairs):
-        rng = np.random.default_rng(seed)
-        boots = []
-        for _ in range(resamples):
-            boots.append(fit([(c, np.asarray(xs)[rng.integers(0, len(xs), len(xs))],
-                               np.asarray(ref)[rng.integers(0, len(ref), len(ref))])
-                              for c, xs, ref in pairs]))
-        tail = (1 - level) / 2
-        iv = (float(np.quantile(boots, tail)), float(np.quantile(boots, 1 - tail)))
+    if all(len(x) >= 2 for x in samples):
+        b = stats.bootstrap(samples, fit, level=level, resamples=resamples, seed=seed)
+        iv = (b.low, b.high)
     # How well a line through the origin holds the cells' mean decreases (uncentred
     # R², as for any fit without an intercept): 1 is a straight line.
     pts = [(c[0] * c[F_INDEX], 100 * (1 - float(np.mean(xs)) / float(np.mean(ref))))
@@ -295,10 +292,8 @@ def paired_average(s: dict[Cell, list[float]], factor: str, slow: str, fast: str
         return None
     iv = None
     if len(diffs) >= 3:
-        rng = np.random.default_rng(seed)
-        d = np.asarray(diffs)
-        boots = d[rng.integers(0, len(d), (4000, len(d)))].mean(axis=1)
-        iv = (float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975)))
+        m = stats.mean_ci(diffs, resamples=4000, seed=seed)
+        iv = (m.low, m.high)
     p = None
     if len(diffs) >= 2 and any(diffs):
         p = float(sps.wilcoxon(diffs).pvalue)

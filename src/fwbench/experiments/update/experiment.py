@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 import statistics
 import sys
 import time
@@ -51,6 +50,8 @@ from fwbench.ruleset.templates import updates as tpl
 from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
+from fwbench.traffic import accounting
+from fwbench.traffic.native import PacedStreams
 from fwbench.experiments.update import series
 from fwbench.onhost import memory
 
@@ -107,6 +108,17 @@ def cells_of(b: Backend, s, sizes: list[int]) -> tuple[list[tuple], list[str]]:
                              f"the same changes in one" for n in sizes if n not in fits]
                 cells += [(b.name, n, kname, mech) for n in fits]
     return cells, left
+
+
+def path_drops(before: dict, after: dict) -> dict[str, int]:
+    """Frames the path's counters show dropped on the way but not by a rule: the
+    firewall's input queue full, its handover to the server refused, the server's
+    input queue full (a busy machine's doing, not the update's)."""
+    def d(place: str, field: str) -> int:
+        return getattr(after[place], field) - getattr(before[place], field)
+    return {"dropped_at_firewall_ingress": d("fw_in", "rx_dropped"),
+            "dropped_at_firewall_egress": d("fw_out", "tx_dropped"),
+            "dropped_at_receiver_ingress": d("receiver", "rx_dropped")}
 
 
 def _memory(tb: Testbed) -> dict[str, int]:
@@ -347,21 +359,14 @@ class Update(Experiment):
     def _under_traffic(self, tb: Testbed, steps: list[Step], pps: float) -> dict:
         """Both flows running, the update's commands between `before_s` and
         `after_s` of them; what the senders, the sink and the commands reported."""
-        s, frame = self.s, self.sc.frame_sizes[0]
-        rx = engine.Receiver(tb, "sink", port=tpl.KEEP_PORT, ports=2)
-        senders: list[engine.Sender] = []
+        s = self.s
+        path0 = accounting.path_counters(tb)
+        flows = PacedStreams(tb, ((tpl.KEEP_PORT, s.flow_pps), (tpl.PROBE_PORT, pps)),
+                             frame_size=self.sc.frame_sizes[0],
+                             slot_ns=int(s.slot_ms * 1e6), limit_s=SENDER_LIMIT_S,
+                             spin_us=SENDER_SPIN_US)
         restore: list = []
         try:
-            slot_ns = int(s.slot_ms * 1e6)
-            rx.series(time.monotonic_ns(), slot_ns)
-            cookie = secrets.randbelow(2**32 - 1) + 1
-            rx.arm(cookie)
-            for stream, (dport, rate) in enumerate(((tpl.KEEP_PORT, s.flow_pps),
-                                                    (tpl.PROBE_PORT, pps))):
-                senders.append(engine.Sender(
-                    tb, frame_size=frame, rate_pps=rate, duration_s=SENDER_LIMIT_S,
-                    cookie=cookie, dport=dport, stream=stream,
-                    cpus=[tb.topo.settings.sender_cpu], spin_us=SENDER_SPIN_US))
             # This process leaves the sender's CPU to the sender (when the sender
             # runs on this machine): when it ran the commands and sampled memory
             # itself, it delayed the sending on it by up to 16 ms at every reload;
@@ -395,21 +400,17 @@ class Update(Experiment):
             out["memory"] = {"update_peak_bytes": got["peak"]["kernel"] - pre["kernel"],
                              "after_update_bytes": _memory(tb)["kernel"] - pre["kernel"],
                              "samples": got["samples"]}
-            reports = [snd.stop() for snd in senders]
-            senders.clear()
+            reports = flows.stop()
             time.sleep(DRAIN_S)
+            sink, sr = flows.read()
             out.update(start_ns=start, end_ns=end, kept_sender=reports[0],
-                       probe_sender=reports[1], sink=rx.read(), series=rx.read_series())
+                       probe_sender=reports[1], sink=sink, series=sr,
+                       path_drops=path_drops(path0, accounting.path_counters(tb)))
             return out
         finally:
             for undo in restore:
                 undo()
-            for snd in senders:
-                try:
-                    snd.stop()
-                except FwbenchError:
-                    pass
-            rx.close()
+            flows.close()
 
     def _metrics(self, k: tpl.Kind, n: int, ran: dict, pps: float) -> dict:
         """The trial's figures from what _under_traffic gathered; a `problem` when
@@ -425,13 +426,20 @@ class Update(Experiment):
         start, end = ran["start_ns"], ran["end_ns"]
         eff = series.probe_effect(streams[1], probe_sched, k.probe == "starts", start, end,
                                   int((ps.get("send_lag_ns") or {}).get("max", 0)))
+        kept = series.kept_flow(streams[0], kept_sched, base, slot, start, end)
+        # What the path's counters show dropped outside the firewall's rules (both
+        # flows together: an upper bound for the kept flow's share), and what is
+        # left of the kept flow's loss after them, which only the firewall explains.
+        outside = ks.get("refused_by_next_hop", 0) + sum(ran["path_drops"].values())
+        kept["lost_outside_rules_at_most"] = outside
+        kept["lost_in_firewall_at_least"] = max(0, kept["lost"] - outside)
         m = {
             "update_s": (eff.at_ns - start) / 1e9 if not eff.problem else None,
             "update_resolution_s": eff.half_ns / 1e9,
             "command_s": (end - start) / 1e9,
             "effect_minus_exit_s": (eff.at_ns - end) / 1e9 if not eff.problem else None,
             "steps": ran["steps"], "changed_entries": k.changed(n),
-            "kept": series.kept_flow(streams[0], kept_sched, base, slot, start, end),
+            "kept": kept, "path_drops": ran["path_drops"],
             "probe": {"pps": pps, "sent": ps["sent"], "received": streams[1].received,
                       "send_lag_p99_us": (ps.get("send_lag_ns") or {}).get("p99", 0) / 1e3},
             "kept_send_lag_p99_us": (ks.get("send_lag_ns") or {}).get("p99", 0) / 1e3,
