@@ -38,7 +38,7 @@ from fwbench.cpu import CpuSample
 from fwbench.experiments.echo import design
 from fwbench.experiments.echo.design import FACTORS
 from fwbench.experiments.echo.stats import jain, percentile
-from fwbench.errors import FwbenchError
+from fwbench.errors import FwbenchError, MeasurementInvalid
 from fwbench.experiments.base import Experiment, Planned, Trial
 from fwbench.plan import TrialKey
 from fwbench.results import TrialRecord
