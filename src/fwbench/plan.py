@@ -9,10 +9,21 @@ spreads over all treatments instead of landing on one.
 """
 from __future__ import annotations
 
+import functools
 import random
+from collections import namedtuple
 from dataclasses import dataclass
 
-Cell = tuple  # one value per factor, in the experiment's factor order
+# One value per factor, in the experiment's factor order: what plans and keys hold
+# (run.json and records carry it by name). Code reads it as named_cell(factors).
+Cell = tuple
+
+
+@functools.cache
+def named_cell(factors: tuple[str, ...]) -> type:
+    """The cell as a named record of `factors` (`c.backend`, `c.rules`): a tuple
+    still, equal to and hashed as the plan's."""
+    return namedtuple("Cell", factors)
 
 REPETITION = "repetition"   # the key's last part; no factor may take the name
 

@@ -1,6 +1,6 @@
-"""The drop-position experiment in a real testbed: every treatment loads, is verified
-by its probe, accounts for a short flood and clears; verification fails when a
-treatment is not what it claims; `fwbench run` records, prints, survives Ctrl-C and
+"""The drop-position experiment in a real testbed: every treatment loads, its listing
+is verified and its probe proves it, accounts for a short flood and clears; the
+listing or the proof fails when a treatment is not what it claims; `fwbench run` records, prints, survives Ctrl-C and
 resumes."""
 import json
 import signal
@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,6 +35,15 @@ def bed(netns_of):
     assert netns_of(tb.topo.run_id) == [], "the testbed left its namespaces"
 
 
+def checked(tb, treatment, t, files):
+    """The listing and the probe's proof together, as a trial checks them before its
+    flood (ok when both are; both reasons)."""
+    v = measure.listing(tb, treatment, t, files)
+    p = measure.prove(tb, treatment, t, 128, PROBE)
+    return SimpleNamespace(ok=v.ok and p.ok, listing=v, proof=p,
+                           reason="; ".join(filter(None, (v.reason, p.reason))))
+
+
 def test_the_path_has_no_rps(bed):
     tb, t = bed
     assert tb.recorded["rps_cpus"] == {t.ifname: "0"}
@@ -44,12 +55,12 @@ def test_treatment_loads_verifies_accounts_and_clears(bed, treatment):
     tr.clear(tb, t)
     assert tr.leftovers(tb, t) == []
     files = treatment.render(t)
-    treatment.load(tb, files)
+    treatment.apply(tb, t)      # as a trial loads it (netfilter: by its backend)
     try:
-        v = measure.verify(tb, treatment, t, files, 128, PROBE)
+        v = checked(tb, treatment, t, files)
         assert v.ok, v.reason
-        assert v.rules_loaded == treatment.size
-        assert v.details["probe"]["sent"] == PROBE
+        assert v.listing.rules_loaded == treatment.size
+        assert v.proof.details["probe"]["sent"] == PROBE
         m, problems = measure.flood(tb, treatment, t, 128, 0.2, 0, 0.95)
         # Another process may share the CPU in a test run; the counters must add up.
         assert [p for p in problems if p.startswith("counters")] == []
@@ -87,7 +98,7 @@ def _verify_as(tb, t, loaded, claimed):
     tr.clear(tb, t)
     loaded.load(tb, loaded.render(t))
     try:
-        return measure.verify(tb, claimed, t, claimed.render(t), 128, PROBE)
+        return checked(tb, claimed, t, claimed.render(t))
     finally:
         tr.clear(tb, t)
 
@@ -95,8 +106,9 @@ def _verify_as(tb, t, loaded, claimed):
 def test_nothing_loaded_fails_verification(bed):
     tb, t = bed
     tr.clear(tb, t)
-    v = measure.verify(tb, tr.FilterInput(), t, {}, 128, PROBE)
-    assert not v.ok and "no rule flood in the kernel (filter INPUT)" in v.reason
+    v = checked(tb, tr.FilterInput(), t, {})
+    assert not v.listing.ok and not v.proof.ok
+    assert "no rule flood in the kernel (filter INPUT)" in v.proof.reason
 
 
 def test_a_rule_that_drops_elsewhere_fails_verification(bed):

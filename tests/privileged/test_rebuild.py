@@ -11,7 +11,7 @@ from rich.console import Console
 
 from fwbench import catalog
 from fwbench.experiments import loop
-from fwbench.experiments.base import Experiment, Planned, Trial
+from fwbench.experiments.base import Experiment, Planned
 from fwbench.experiments.room import Room
 from fwbench.metrics import Metric
 from fwbench.scenario import from_dict
@@ -40,17 +40,18 @@ class Pinger(Experiment):
     def open(self, tb, plan, console) -> dict:
         return {}
 
-    def run_trial(self, tb, key, idx, step=None):
-        t = Trial(self.factors, key, idx)
-        if idx in CUT:
-            CUT.remove(idx)
+    def measure(self, tb, t, c, say):
+        if t.idx in CUT:
+            CUT.remove(t.idx)
             tb.ip("client", "link", "del", tb.topo.client.ifname)
         cp = tb.ping(tb.topo.server.ip4, 3, 0.01, timeout_s=0.5)
         if cp.returncode:
             t.fail("ping through the firewall: no answer")
         else:
             t.metrics = {"answers": 3}
-        return t.record(tb.topo.run_id, "pinger", "ping", None, {})
+
+    def recorded_as(self, c):
+        return "pinger", "ping"
 
     def line(self, rec) -> str:
         return "answered"

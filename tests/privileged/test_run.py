@@ -246,7 +246,7 @@ def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatc
     d = tmp_path / "run"
     text = io.StringIO()
     console = Console(file=text, width=200)
-    real, calls = sweep.run_trial, []
+    real, calls = sweep.Sweep.run_trial, []
 
     def stopped_at_the_sixth(*args, **kw):  # 4 planned, then round 1's second trial
         calls.append(1)
@@ -254,14 +254,14 @@ def test_adaptive_rounds_reach_the_cap_and_resume_mid_round(tmp_path, monkeypatc
             raise loop.Interrupted("SIGTERM")
         return real(*args, **kw)
 
-    monkeypatch.setattr(sweep, "run_trial", stopped_at_the_sixth)
+    monkeypatch.setattr(sweep.Sweep, "run_trial", stopped_at_the_sixth)
     with pytest.raises(loop.Interrupted):
         loop.start(sc, d, console)
     meta = json.loads((d / "run.json").read_text())
     assert len(meta["plan"]) == 6 and len(records(d)) == 5
     assert [r["round"] for r in meta["adaptive"]["rounds"]] == [1]
 
-    monkeypatch.setattr(sweep, "run_trial", real)
+    monkeypatch.setattr(sweep.Sweep, "run_trial", real)
     outcome = loop.resume(d, console)
     assert outcome.planned == len(outcome.records) == 8
     assert record_keys(d) == planned_keys(d)

@@ -18,7 +18,6 @@ from fwbench.experiments import loop
 from fwbench.experiments.base import Experiment, Planned, Trial
 from fwbench.experiments.room import Room
 from fwbench.metrics import Metric
-from fwbench.plan import TrialKey
 from fwbench.report import build
 from fwbench.results import TrialRecord
 from fwbench.scenario import from_dict
@@ -77,28 +76,33 @@ class Toy(Experiment):
     def close(self, tb) -> None:
         EVENTS.append("close")
 
-    def run_trial(self, tb, key: TrialKey, idx: int, step=None) -> TrialRecord:
+    # The trial: Experiment.run_trial's pipeline, with a measurement alone (the toy
+    # loads no rule set).
+
+    def measure(self, tb, t: Trial, c, say) -> None:
         n = sum(e == "trial" for e in EVENTS)
         if n in STOP_AT:
             STOP_AT.remove(n)
             raise loop.Interrupted("SIGTERM")
         EVENTS.append("trial")
+        key = t.key
         rng = random.Random(f"{key}")
-        t = Trial(self.factors, key, idx)
         built = sum(e.startswith("built") for e in EVENTS)
         if any(n == at and built in beds for at, *beds in BREAK_AT):
             BROKEN.append(True)
             t.fail("the probe got no answer")
-            return t.record(tb.topo.run_id, "toy", "none", None, {})
+            return
         if INVALID.get(key.cell):
             INVALID[key.cell] -= 1
             t.fail(f"the instrument lost packets ({key.cell} rep {key.repetition})",
                    "invalid")
-            return t.record(tb.topo.run_id, "toy", "none", None, {})
+            return
         t.load_time_s = 0.001
-        t.metrics = {"toy_pps": (1e6 if key.cell[0] == "a" else 8e5) *
+        t.metrics = {"toy_pps": (1e6 if c.variant == "a" else 8e5) *
                      (1 + rng.uniform(-0.01, 0.01))}
-        return t.record(tb.topo.run_id, "toy", "none", None, {})
+
+    def recorded_as(self, c) -> tuple[str, str]:
+        return "toy", "none"
 
     def line(self, rec: TrialRecord) -> str:
         return f"{rec.metrics['toy_pps']:,.0f} pps"

@@ -8,7 +8,13 @@ adaptive rounds, the table at the end) is the loop's, the same for every experim
 
 A cell is one value of each of the experiment's `factors`, its named plan dimensions
 (the sweeps: backend, rules, frame_size; droprate: treatment, set_size, frame_size);
-records and run.json's plan carry them by name (fwbench.results, schema 3).
+records and run.json's plan carry them by name (fwbench.results, schema 3), and the
+trial's hooks get it as a named record (`c.backend`, `c.rules`).
+
+Every experiment's trial is the one pipeline of `Experiment.run_trial`: prepare,
+load, verify, prove, measure, release, record. An experiment supplies the hooks
+where it differs (its rule set, what it proves, what it measures); the order, the
+catching of errors into the trial's status and the release are the same for all.
 """
 from __future__ import annotations
 
@@ -23,9 +29,11 @@ from rich.console import Console, RenderableType
 from fwbench import backends as registry
 from fwbench import proc, statecheck
 from fwbench.backends.base import Backend
-from fwbench.errors import FwbenchError
-from fwbench.plan import Cell, TrialKey
+from fwbench.backends.base import Verification
+from fwbench.errors import FwbenchError, MeasurementInvalid
+from fwbench.plan import Cell, TrialKey, named_cell
 from fwbench.results import SCHEMA_VERSION, TrialRecord
+from fwbench.ruleset.model import RuleSet
 from fwbench.scenario import ALL, Scenario
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.netns import NetnsTestbed
@@ -268,15 +276,120 @@ class Experiment(abc.ABC):
         within a round (fwbench.plan.interleave), or None (the default: no blocks)."""
         return None
 
+    def cell(self, key: TrialKey) -> tuple:
+        """The key's cell as a named record of the experiment's factors
+        (`c.backend`, `c.rules`); still the tuple the plan holds."""
+        return named_cell(self.factors)(*key.cell)
+
     def cell_label(self, key: TrialKey) -> str:
         """The cell, for the progress bar and the trial line."""
         return " ".join(f"{f}={v}" for f, v in zip(self.factors, key.cell))
 
-    @abc.abstractmethod
     def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
                   step=None) -> TrialRecord:
         """One trial of cell `key`, the `idx`-th of the plan; `step(line)` reports
-        progress inside a long trial."""
+        progress inside a long trial. The one trial pipeline, every experiment's:
+
+        prepare → load → verify → prove → measure, stopping at the first that fails
+        the trial; a MeasurementInvalid (the instrument failed) makes it `invalid`,
+        any other FwbenchError `failed`, both with their one line (then `failed()`);
+        `release()` whatever happened; the record. An experiment supplies the hooks
+        below where it differs; a cell whose `ruleset()` is None loads nothing."""
+        c = self.cell(key)
+        t = Trial(self.factors, key, idx)
+        say = step or _quiet
+        try:
+            self.prepare(tb, t, c, step)
+            for stage in (self._loaded, self.prove, self.measure):
+                if t.status != "ok":
+                    break
+                stage(tb, t, c, say)
+        except MeasurementInvalid as e:
+            t.fail(str(e), "invalid")
+            self.failed(tb, t, c)
+        except FwbenchError as e:
+            t.fail(str(e))
+            self.failed(tb, t, c)
+        finally:
+            self.release(tb, t, c)
+        method, traffic = self.recorded_as(c)
+        return t.record(tb.topo.run_id, method, traffic, self.digest(c),
+                        self.conditions(tb, c))
+
+    def _loaded(self, tb: Testbed, t: Trial, c, say) -> None:
+        """The cell's rule set loaded and verified, or standing from an earlier
+        trial; nothing for a cell with none."""
+        standing = self.standing(c)
+        if standing is not None:
+            t.verification = standing
+        elif self.ruleset(c) is not None:
+            say("loading")
+            took = t.timed(self.load_phase, self.load, tb, c)
+            t.load_time_s = t.phases[self.load_phase] if took is None else took
+            say("verifying")
+            t.verified(t.timed("verify_s", self.verify, tb, c))
+
+    # The hooks of run_trial, in the order it calls them. `c` is the named cell, `t`
+    # the Trial (its metrics, sub-trials, phases and fail()).
+
+    # The phase the load is timed as in the record's conditions.
+    load_phase = "apply_s"
+
+    def ruleset(self, c) -> RuleSet | None:
+        """The rule set the cell loads (the default load and verify, the record's
+        digest), or None when the experiment loads none."""
+        return None
+
+    def prepare(self, tb: Testbed, t: Trial, c, step) -> None:
+        """Before the load: empty what the last trial left (the connection table),
+        set what this cell sets (RPS steering), note what the load is compared with."""
+
+    def standing(self, c) -> dict | None:
+        """A verification that still holds for the cell's rule set, loaded and
+        verified by an earlier trial (the sweeps' keep_loaded): then nothing is
+        loaded or verified, and the record carries it. None: load and verify."""
+        return None
+
+    def load(self, tb: Testbed, c) -> float | None:
+        """Load the cell's rule set in one step (every firewall flushed first);
+        returns the load time, or None when the phase's wall time is it."""
+        return self.backend(c.backend).apply(tb, self.ruleset(c)).load_time_s
+
+    def verify(self, tb: Testbed, c) -> Verification:
+        """What the kernel holds is the rule set, and its probes end as it says (the
+        backend's verification); a failed one is never measured."""
+        return self.backend(c.backend).verify(tb, self.ruleset(c))
+
+    def prove(self, tb: Testbed, t: Trial, c, say) -> None:
+        """After verification, what the experiment must see before it measures (NAT
+        and state with a real connection, every client's own rules counting); fails
+        the trial with its reason when it does not hold."""
+
+    @abc.abstractmethod
+    def measure(self, tb: Testbed, t: Trial, c, say) -> None:
+        """The measurement into `t` (metrics, sub-trials), each step timed as a
+        phase; may fail the trial on what it measured."""
+
+    def failed(self, tb: Testbed, t: Trial, c) -> None:
+        """After an error failed the trial (its status says which kind): put back
+        what the error may have broken (a receiver, a server)."""
+
+    def release(self, tb: Testbed, t: Trial, c) -> None:
+        """However the trial ended: release what it holds (background connections,
+        the treatment). A failed release fails the trial, never the run."""
+
+    @abc.abstractmethod
+    def recorded_as(self, c) -> tuple[str, str]:
+        """The record's method and traffic."""
+
+    def digest(self, c) -> str | None:
+        """The record's ruleset_sha256: the loaded rule set's."""
+        rs = self.ruleset(c)
+        return None if rs is None else rs.digest()
+
+    def conditions(self, tb: Testbed, c) -> dict:
+        """What the record keeps about the trial's setting (duration, rule set...)."""
+        return {}
 
     @abc.abstractmethod
     def line(self, rec: TrialRecord) -> str:
@@ -285,6 +398,10 @@ class Experiment(abc.ABC):
     @abc.abstractmethod
     def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
         """The table printed when the run ends."""
+
+
+def _quiet(line: str) -> None:
+    pass
 
 
 def disturbed_of(method) -> dict:

@@ -3,9 +3,10 @@
 The run loop (experiments.loop) plans `repeat` rounds, each running every treatment
 once in a seeded random order, on one testbed whose path is on one CPU (the sender
 pinned there, RPS off on the firewall's ingress). A cell is (treatment, set_size,
-frame_size). One trial: clear every firewall, check
-nothing is left, load the treatment in one step, verify it with a probe, then flood
-for `duration_s`; if another process took the path CPU during the flood, flood again
+frame_size). One trial (the one trial pipeline, experiments.base): clear every
+firewall, check nothing is left, load the treatment in one step (a netfilter rule
+set by its backend), verify the kernel's listing, prove it with a probe of the
+flood, then flood for `duration_s`; if another process took the path CPU during the flood, flood again
 (up to `attempts` times, every attempt kept in the record). Each record is appended
 to trials.jsonl the moment its trial ends; the firewall is cleared after every
 trial and when the run stops, however it stops.
@@ -25,6 +26,7 @@ from fwbench.experiments.droprate import report
 from fwbench.experiments.droprate.treatments import BPF_OBJECT, Target, Treatment, build, clear, leftovers
 from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Experiment, Planned, Trial
+from fwbench.ruleset.model import RuleSet
 from fwbench.plan import TrialKey
 from fwbench.results import TrialRecord
 from fwbench.scenario import Scenario
@@ -85,6 +87,7 @@ class DropRate(Experiment):
         super().__init__(sc)
         self.trs = {tr.key: tr for tr in treatments(sc)}
         self.target: Target | None = None
+        self._files: dict[str, str] = {}    # what the trial's treatment feeds the kernel
 
     def over_ssh(self) -> str | None:
         return ("method droprate puts the sender and the firewall on one CPU (seed 002's "
@@ -124,12 +127,76 @@ class DropRate(Experiment):
             clear(tb, self.target)
 
     def cell_label(self, key: TrialKey) -> str:
-        tr = self.trs[key.cell[:2]]
+        tr = self._treatment(self.cell(key))
         return tr.label(self.target) if self.target is not None else tr.id
 
-    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
-                  step=None) -> TrialRecord:
-        return run_trial(tb, self.trs[key.cell[:2]], self.target, key, idx, self.sc)
+    def _treatment(self, c) -> Treatment:
+        return self.trs[(c.treatment, c.set_size)]
+
+    # --- the trial's hooks (Experiment.run_trial) ------------------------------------
+
+    # seed 002's records name the load's phase so (clear_s before it)
+    load_phase = "load_s"
+
+    def ruleset(self, c) -> RuleSet:
+        return self._treatment(c).ruleset(self.target)
+
+    def prepare(self, tb: Testbed, t: Trial, c, step) -> None:
+        self._files = {}
+        self._files = self._treatment(c).render(self.target)
+        t.timed("clear_s", clear, tb, self.target)
+        if left := leftovers(tb, self.target):
+            raise FwbenchError(f"clearing the firewall left {', '.join(left)}")
+
+    def load(self, tb: Testbed, c) -> float | None:
+        return self._treatment(c).apply(tb, self.target)
+
+    def verify(self, tb: Testbed, c):
+        return measure.listing(tb, self._treatment(c), self.target, self._files)
+
+    def prove(self, tb: Testbed, t: Trial, c, say) -> None:
+        """A probe of flood packets ends where the treatment says. Seed 002's records
+        keep what it saw in the verification, beside the listing."""
+        p = t.timed("prove_s", measure.prove, tb, self._treatment(c), self.target,
+                    c.frame_size, self.sc.droprate.probe_packets)
+        t.verification.setdefault("details", {}).update(p.details)
+        if not p.ok:
+            t.verification.update(ok=False, reason=p.reason)
+            t.fail(f"verification: {p.reason}")
+
+    def measure(self, tb: Testbed, t: Trial, c, say) -> None:
+        """The flood; flooded again (up to `attempts` times, every attempt kept)
+        when another process took the path CPU during it."""
+        d, tr = self.sc.droprate, self._treatment(c)
+        attempts = t.trials
+        for n in range(d.attempts):
+            if n:
+                time.sleep(_RETRY_PAUSE_S)
+            m, problems = t.timed(f"flood_{n}_s", measure.flood, tb, tr, self.target,
+                                  c.frame_size, self.sc.duration_s, d.cpu, d.min_cpu_share)
+            attempts.append({"attempt": n, "problems": problems, **m})
+            if not any(p.startswith("the path CPU was shared") for p in problems):
+                break
+        t.metrics = {k: v for k, v in attempts[-1].items()
+                     if k not in ("attempt", "problems")}
+        if attempts[-1]["problems"]:
+            t.fail("; ".join(attempts[-1]["problems"]), "invalid")
+
+    def release(self, tb: Testbed, t: Trial, c) -> None:
+        clear(tb, self.target)
+
+    def recorded_as(self, c) -> tuple[str, str]:
+        return METHOD, "engine"
+
+    def digest(self, c) -> str:
+        # Of what was fed to the kernel: the rendering, or the BPF attach commands.
+        return hashlib.sha256("".join(f"{k}\n{v}" for k, v in sorted(self._files.items()))
+                              .encode()).hexdigest()
+
+    def conditions(self, tb: Testbed, c) -> dict:
+        d, t, tr = self.sc.droprate, self.target, self._treatment(c)
+        return {"group": tr.group, "label": tr.label(t), "duration_s": self.sc.duration_s,
+                "path_cpu": d.cpu, "payload_text": t.text, "dst": t.fw_ip, "dport": t.port}
 
     def line(self, rec: TrialRecord) -> str:
         m = rec.metrics
@@ -139,43 +206,3 @@ class DropRate(Experiment):
 
     def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
         return report.render(records, meta)
-
-
-def run_trial(tb: Testbed, tr: Treatment, t: Target, key: TrialKey, idx: int,
-              sc: Scenario) -> TrialRecord:
-    d = sc.droprate
-    frame_size = key.cell[2]
-    trial = Trial(DropRate.factors, key, idx)
-    files: dict[str, str] = {}
-    try:
-        files = tr.render(t)
-        trial.timed("clear_s", clear, tb, t)
-        if left := leftovers(tb, t):
-            raise FwbenchError(f"clearing the firewall left {', '.join(left)}")
-        trial.timed("load_s", tr.load, tb, files)
-        trial.load_time_s = trial.phases["load_s"]
-        if trial.verified(trial.timed("verify_s", measure.verify, tb, tr, t, files,
-                                      frame_size, d.probe_packets)):
-            attempts = trial.trials
-            for n in range(d.attempts):
-                if n:
-                    time.sleep(_RETRY_PAUSE_S)
-                m, problems = trial.timed(f"flood_{n}_s", measure.flood, tb, tr, t,
-                                          frame_size, sc.duration_s, d.cpu, d.min_cpu_share)
-                attempts.append({"attempt": n, "problems": problems, **m})
-                if not any(p.startswith("the path CPU was shared") for p in problems):
-                    break
-            trial.metrics = {k: v for k, v in attempts[-1].items()
-                             if k not in ("attempt", "problems")}
-            if attempts[-1]["problems"]:
-                trial.fail("; ".join(attempts[-1]["problems"]), "invalid")
-    except FwbenchError as e:
-        trial.fail(str(e))
-    finally:
-        clear(tb, t)
-    return trial.record(
-        tb.topo.run_id, METHOD, "engine",
-        hashlib.sha256("".join(f"{k}\n{v}" for k, v in sorted(files.items()))
-                       .encode()).hexdigest(),
-        {"group": tr.group, "label": tr.label(t), "duration_s": sc.duration_s,
-         "path_cpu": d.cpu, "payload_text": t.text, "dst": t.fw_ip, "dport": t.port})

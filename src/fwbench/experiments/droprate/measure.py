@@ -1,4 +1,4 @@
-"""Verifying a treatment with a short probe and measuring it with the flood.
+"""Proving a treatment with a short probe and measuring it with the flood.
 
 The model (checked by every trial): the sender and the firewall share one CPU and
 RPS is off, so veth hands each frame to that CPU's backlog and the firewall
@@ -120,18 +120,34 @@ def _hashlimit_max(t: Target, active_s: float) -> float:
     return HASHLIMIT_BURST + t.hashlimit_pps * active_s * 1.5 + 5
 
 
-def verify(tb: Testbed, tr: Treatment, t: Target, files: dict[str, str],
-           frame_size: int, packets: int) -> Verification:
-    """The listing matches what was loaded, and a probe of `packets` flood packets
-    ends where the treatment says: counted by its own counter, and conntrack holds
-    the flood's flow exactly when the treatment tracks it."""
+def listing(tb: Testbed, tr: Treatment, t: Target, files: dict[str, str]) -> Verification:
+    """The trial's verification: the kernel holds the treatment (a netfilter rule set
+    read back by its backend against its rendering; the program attached where it
+    belongs), as many rules or set elements as the treatment's size."""
     lst: Listing = tr.inspect(tb, t, files)
-    problems = list(lst.problems)
-    details: dict = {"listing": lst.notes}
+    return Verification(not lst.problems, lst.entries, "; ".join(lst.problems) or None,
+                        {"listing": lst.notes})
+
+
+@dataclass(frozen=True)
+class Proof:
+    """Where a probe of flood packets ended, against where the treatment says."""
+    ok: bool
+    reason: str | None
+    details: dict
+
+
+def prove(tb: Testbed, tr: Treatment, t: Target, frame_size: int, packets: int) -> Proof:
+    """A probe of `packets` flood packets ends where the treatment says: counted by
+    its own counter, accounted for by the firewall's counters as the flood must be
+    (`account`), and conntrack holds the flood's flow exactly when the treatment
+    tracks it."""
+    problems: list[str] = []
+    details: dict = {}
     try:
         before = read(tb, tr, t)
     except FwbenchError as e:  # no counter to read: nothing of it is loaded
-        return Verification(False, lst.entries, "; ".join(problems + [str(e)]), details)
+        return Proof(False, str(e), details)
     rep = send(tb, t, frame_size, count=packets)
     time.sleep(0.02)  # processed in the sender's softirq already; margin only
     d = read(tb, tr, t).minus(before)
@@ -156,7 +172,7 @@ def verify(tb: Testbed, tr: Treatment, t: Target, files: dict[str, str],
         problems.append("conntrack holds no entry for the flood")
     if not tr.expect.tracked and ct["udp_flood"]:
         problems.append("conntrack tracks the flood")
-    return Verification(not problems, lst.entries, "; ".join(problems) or None, details)
+    return Proof(not problems, "; ".join(problems) or None, details)
 
 
 def _ksoftirqd_s(cpu_id: int) -> float:

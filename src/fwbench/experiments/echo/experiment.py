@@ -208,12 +208,12 @@ class Echo(Experiment):
     # --- one trial ---------------------------------------------------------------------
 
     def cell_label(self, key: TrialKey) -> str:
-        c = dict(zip(FACTORS, key.cell))
-        text = (f"n={c['clients']} {c['protocol']}/{c['family']} {c['frame']} B "
-                f"{c['server']} F={c['rules_per_client']} {c['backend']}")
-        if c["transaction"] != "echo":
-            text += f" {c['transaction']}"
-        return text + (f" +{c['entries']:,} conns" if c["entries"] else "")
+        c = self.cell(key)
+        text = (f"n={c.clients} {c.protocol}/{c.family} {c.frame} B "
+                f"{c.server} F={c.rules_per_client} {c.backend}")
+        if c.transaction != "echo":
+            text += f" {c.transaction}"
+        return text + (f" +{c.entries:,} conns" if c.entries else "")
 
     def spec(self, cell: tuple) -> EchoSpec:
         c = dict(zip(FACTORS, cell))
@@ -229,50 +229,48 @@ class Echo(Experiment):
         """Client i's address, as the rule set names it (the last is the testbed's)."""
         return [tpl.client_address(i, n, version) for i in range(1, n + 1)]
 
-    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
-                  step=None) -> TrialRecord:
-        c = dict(zip(FACTORS, key.cell))
-        rs, backend = self.ruleset(key.cell), self.backend(c["backend"])
-        spec = self.spec(key.cell)
-        t = Trial(self.factors, key, idx)
-        say = step or (lambda line: None)
-        try:
-            flush_conntrack(tb)
-            say("loading")
-            t.load_time_s = t.timed("apply_s", backend.apply, tb, rs).load_time_s
-            say("verifying")
-            if t.verified(t.timed("verify_s", backend.verify, tb, rs)):
-                flush_conntrack(tb)
-                say("proving every client's rules")
-                proof = t.timed("prove_s", self._prove, tb, backend, rs, spec, c)
-                t.metrics["proof"] = proof
-                if not proof["ok"]:
-                    t.fail(f"client proof: {proof['reason']}")
-                else:
-                    if c["entries"]:
-                        say(f"filling the connection table to {c['entries']:,}")
-                        t.fill_conntrack(tb, c["entries"])
-                    say("measuring")
-                    t.metrics.update(t.timed("measure_s", self._measure, tb, spec))
-                    if c["transaction"] == "crr":
-                        t.metrics["conntrack"] = statecheck.table_state(tb)
-                    if bad := self._invalid(t.metrics):
-                        t.fail(f"validation: {bad}")
-        except MeasurementInvalid as e:
-            t.fail(str(e), "invalid")
-        except FwbenchError as e:
-            t.fail(str(e))
-        finally:
-            t.release_conntrack(tb)
-            flush_conntrack(tb)
-        return t.record(tb.topo.run_id, METHOD, "engine-echo", rs.digest(),
-                        {"duration_s": self.sc.duration_s, "warmup_s": self.s.warmup_s,
-                         "ruleset": rs.name, "rules": rs.rule_count,
-                         "client_threads": self.s.client_threads,
-                         "send_timeout_ms": self.s.send_timeout_ms,
-                         "echo_timeout_ms": self.s.echo_timeout_ms,
-                         "frame_seed": self.sc.seed,
-                         "layout": "one client namespace, an address per client"})
+    # --- the trial's hooks (Experiment.run_trial) ------------------------------------
+
+    def prepare(self, tb: Testbed, t: Trial, c, step) -> None:
+        flush_conntrack(tb)
+
+    def prove(self, tb: Testbed, t: Trial, c, say) -> None:
+        """Every client's flow is counted by that client's own rules."""
+        flush_conntrack(tb)
+        say("proving every client's rules")
+        proof = t.timed("prove_s", self._prove, tb, self.backend(c.backend),
+                        self.ruleset(c), self.spec(c), c._asdict())
+        t.metrics["proof"] = proof
+        if not proof["ok"]:
+            t.fail(f"client proof: {proof['reason']}")
+
+    def measure(self, tb: Testbed, t: Trial, c, say) -> None:
+        if c.entries:
+            say(f"filling the connection table to {c.entries:,}")
+            t.fill_conntrack(tb, c.entries)
+        say("measuring")
+        t.metrics.update(t.timed("measure_s", self._measure, tb, self.spec(c)))
+        if c.transaction == "crr":
+            t.metrics["conntrack"] = statecheck.table_state(tb)
+        if bad := self._invalid(t.metrics):
+            t.fail(f"validation: {bad}")
+
+    def release(self, tb: Testbed, t: Trial, c) -> None:
+        t.release_conntrack(tb)
+        flush_conntrack(tb)
+
+    def recorded_as(self, c) -> tuple[str, str]:
+        return METHOD, "engine-echo"
+
+    def conditions(self, tb: Testbed, c) -> dict:
+        rs = self.ruleset(c)
+        return {"duration_s": self.sc.duration_s, "warmup_s": self.s.warmup_s,
+                "ruleset": rs.name, "rules": rs.rule_count,
+                "client_threads": self.s.client_threads,
+                "send_timeout_ms": self.s.send_timeout_ms,
+                "echo_timeout_ms": self.s.echo_timeout_ms,
+                "frame_seed": self.sc.seed,
+                "layout": "one client namespace, an address per client"}
 
     # --- the proof -----------------------------------------------------------------------
 

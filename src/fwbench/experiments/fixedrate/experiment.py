@@ -31,7 +31,7 @@ from rich.table import Table
 
 from fwbench import summary
 from fwbench.backends.base import Backend
-from fwbench.errors import FwbenchError, MeasurementInvalid
+from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Planned, Trial, disturbed_of
 from fwbench.experiments.fixedrate import stats
 from fwbench.experiments.sweep.experiment import Sweep
@@ -82,6 +82,7 @@ class FixedRateSweep(Sweep):
         # The firewall carries its own traffic (a real host's SSH session): the INPUT
         # rule set lets it through, and the INPUT flow is counted by UDP (open()).
         self.host_traffic = False
+        self._steered: dict = {}     # the trial's RPS steering, for its record
 
     def over_ssh(self) -> str | None:
         return None
@@ -147,9 +148,9 @@ class FixedRateSweep(Sweep):
             m.engine.close()
 
     def cell_label(self, key: TrialKey) -> str:
-        b, n, f, chain, cpus = key.cell
-        rules = "" if b == "none" else f" N={n}"
-        return f"{b}{rules} {f}B {chain} {cpus}cpu"
+        c = self.cell(key)
+        rules = "" if c.backend == "none" else f" N={c.rules}"
+        return f"{c.backend}{rules} {c.frame_size}B {c.chain} {c.cpus}cpu"
 
     def _rules(self, n: int, backend: Backend, chain: str) -> RuleSet:
         n = max(n, 1)  # `none` still needs a test flow to probe
@@ -168,48 +169,58 @@ class FixedRateSweep(Sweep):
             m.engine.close()
         return backend.verify(tb, rs)
 
-    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
-                  step=None) -> TrialRecord:
-        b, rules, frame_size, chain, cpus = key.cell
-        backend = self.backend(b)
-        method = self.methods[chain]
-        method.on_step = step
-        rs = self._rules(rules, backend, chain)
-        t = Trial(self.factors, key, idx)
-        steered: dict = {}
-        try:
-            steered = steer(tb, cpus)
-            t.load_time_s = t.timed("apply_s", backend.apply, tb, rs).load_time_s
-            if t.verified(t.timed("verify_s", self._verify, tb, backend, rs)):
-                def reload(n: int) -> None:
-                    other = self._rules(n, backend, chain)
-                    backend.apply(tb, other)
-                    v = self._verify(tb, backend, other)
-                    if not v.ok:
-                        raise FwbenchError(f"verification at {n} rules: {v.reason}")
-                disturbed_of(method)    # none of an earlier trial's
-                t.metrics = t.timed("measure_s", lambda: method.run(
-                    tb, frame_size, self.sc.duration_s, rules=rules, reload=reload))
-                t.trials = t.metrics.pop("trials", [])
-                t.metrics.update(disturbed_of(method))
-        except MeasurementInvalid as e:
-            t.fail(str(e), "invalid")
-            method.restart(tb)
-        except FwbenchError as e:
-            t.fail(str(e))
-            if "measure_s" in t.phases:
-                method.restart(tb)
-        sc = self.sc
-        return t.record(tb.topo.run_id, method.name, method.traffic,
-                        rs.digest() if backend.filters else None,
-                        {"duration_s": sc.duration_s, "policy_template": sc.policy.template,
-                         "family": sc.family, "ruleset": rs.name,
-                         "counters": sc.policy.counters, "chain": chain,
-                         "flow_dst": rs.flow.daddr, "receiver": (
-                             f"engine recv socket on the firewall; processed = "
-                             f"{delivered_by(tb)} there" if chain == "input" else
-                             f"engine {sc.engine.receiver} on the server"),
-                         "engine_flows": sc.engine.flows, "steering": steered})
+    # --- the trial's hooks (Experiment.run_trial) ------------------------------------
+
+    def ruleset(self, c) -> RuleSet:
+        return self._rules(c.rules, self.backend(c.backend), c.chain)
+
+    def prepare(self, tb: Testbed, t: Trial, c, step) -> None:
+        self.methods[c.chain].on_step = step
+        self._steered = {}
+        self._steered = steer(tb, c.cpus)
+
+    def standing(self, c) -> dict | None:
+        return None     # every trial steers, loads and verifies anew
+
+    def verify(self, tb: Testbed, c):
+        return self._verify(tb, self.backend(c.backend), self.ruleset(c))
+
+    def measure(self, tb: Testbed, t: Trial, c, say) -> None:
+        backend, method = self.backend(c.backend), self.methods[c.chain]
+
+        def reload(n: int) -> None:
+            other = self._rules(n, backend, c.chain)
+            backend.apply(tb, other)
+            v = self._verify(tb, backend, other)
+            if not v.ok:
+                raise FwbenchError(f"verification at {n} rules: {v.reason}")
+        disturbed_of(method)    # none of an earlier trial's
+        t.metrics = t.timed("measure_s", lambda: method.run(
+            tb, c.frame_size, self.sc.duration_s, rules=c.rules, reload=reload))
+        t.trials = t.metrics.pop("trials", [])
+        t.metrics.update(disturbed_of(method))
+
+    def failed(self, tb: Testbed, t: Trial, c) -> None:
+        if t.status == "invalid" or "measure_s" in t.phases:
+            self.methods[c.chain].restart(tb)
+
+    def release(self, tb: Testbed, t: Trial, c) -> None:
+        pass            # nothing stays loaded for the next trial
+
+    def recorded_as(self, c) -> tuple[str, str]:
+        method = self.methods[c.chain]
+        return method.name, method.traffic
+
+    def conditions(self, tb: Testbed, c) -> dict:
+        sc, rs = self.sc, self.ruleset(c)
+        return {"duration_s": sc.duration_s, "policy_template": sc.policy.template,
+                "family": sc.family, "ruleset": rs.name,
+                "counters": sc.policy.counters, "chain": c.chain,
+                "flow_dst": rs.flow.daddr, "receiver": (
+                    f"engine recv socket on the firewall; processed = "
+                    f"{delivered_by(tb)} there" if c.chain == "input" else
+                    f"engine {sc.engine.receiver} on the server"),
+                "engine_flows": sc.engine.flows, "steering": self._steered}
 
     def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
         return summary_table(records)

@@ -23,7 +23,7 @@ from fwbench import backends as registry
 from fwbench import engine, proc, statecheck
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all, flush_conntrack
-from fwbench.errors import FwbenchError, MeasurementInvalid
+from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Experiment, Planned, Refusal, Trial
 from fwbench.plan import TrialKey
 from fwbench.results import TrialRecord
@@ -53,7 +53,7 @@ class LoadLatency(Experiment):
         super().__init__(sc)
         self.s = sc.loadlatency
         self.rulesets: dict[str, RuleSet] = {n: templates.get(n)() for n in self.s.rulesets}
-        self.load = TcpBidirLoad(self.s.streams, SERVICE_PORT)
+        self.tcp = TcpBidirLoad(self.s.streams, SERVICE_PORT)   # the load (`load` loads rules)
         self.reference = None       # the no-firewall load, measured by open()
         self.traffic: EngineTraffic | None = None   # the probes' engine, per session
 
@@ -69,7 +69,7 @@ class LoadLatency(Experiment):
     def preflight(self) -> None:
         super().preflight()
         if "tcp-bidir" in self.s.loads:
-            self.load.preflight()
+            self.tcp.preflight()
         if self.sc.duration_s != int(self.sc.duration_s):
             raise FwbenchError(f"duration_s: {self.sc.duration_s:g} s; {METHOD} measures "
                                f"whole seconds (ping -w and iperf3 -t take no fractions)")
@@ -112,7 +112,7 @@ class LoadLatency(Experiment):
                        [f"skipping backend {n}: {why}" for n, why in skipped.items()])
 
     def versions(self, planned: Planned) -> dict[str, str | None]:
-        out = {**self.load.versions(), "ping": proc.version_line(["ping", "-V"]),
+        out = {**self.tcp.versions(), "ping": proc.version_line(["ping", "-V"]),
                "conntrack": proc.version_line(["conntrack", "-V"]),
                "fwbench-engine": engine.version()}
         out.update(self.backend_versions(planned.scenario.backends))
@@ -131,21 +131,22 @@ class LoadLatency(Experiment):
         self.traffic = EngineTraffic(self.sc.engine)
         if "tcp-bidir" not in self.s.loads:
             return {}
-        self.load.start_server(tb)
+        self.tcp.start_server(tb)
         console.print(f"measuring the load with no firewall ({CALIBRATION_S:g} s)")
-        self.reference = self.load.begin(tb, tb.topo.server.ip4, CALIBRATION_S).wait()
+        self.reference = self.tcp.begin(tb, tb.topo.server.ip4, CALIBRATION_S).wait()
         return {"load_reference": self.reference.as_dict()}
 
     def close(self, tb: Testbed) -> None:
         if self.traffic is not None:
             self.traffic.close()
-        self.load.stop_server(tb)
+        self.tcp.stop_server(tb)
 
     # --- one trial ---------------------------------------------------------------------
 
     def cell_label(self, key: TrialKey) -> str:
-        r, b, load, n = key.cell
-        return f"{r} {b} {load}" + (f" +{n:,} conns" if n else "")
+        c = self.cell(key)
+        return f"{c.ruleset} {c.backend} {c.load}" + \
+            (f" +{c.entries:,} conns" if c.entries else "")
 
     def _targets(self, tb: Testbed, rs: RuleSet) -> tuple[str, str, int, int]:
         """(load and probe destination, ping destination, probe port, port on arrival):
@@ -154,51 +155,52 @@ class LoadLatency(Experiment):
         arrives = Evaluator(rs).evaluate(f).translated
         return f.daddr, tb.topo.server.ip4, f.dport, arrives.dport
 
-    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
-                  step=None) -> TrialRecord:
-        name, bname, load, entries = key.cell
-        rs, backend = self.rulesets[name], self.backend(bname)
-        t = Trial(self.factors, key, idx)
-        say = step or (lambda line: None)
-        try:
-            flush_conntrack(tb)
-            # The probes' XDP sink on the server's port would take the verification's
-            # packets before its capture sees them: off until the measurement.
-            self.traffic.close()
-            say("loading")
-            t.load_time_s = t.timed("apply_s", backend.apply, tb, rs).load_time_s
-            say("verifying")
-            if t.verified(t.timed("verify_s", backend.verify, tb, rs)):
-                flush_conntrack(tb)
-                say("proving NAT and state")
-                # The proof's listener takes the service port on the server, where
-                # the load's server listens between measurements.
-                self.load.stop_server(tb)
-                proof = t.timed("prove_s", statecheck.prove, tb, backend, rs)
-                t.metrics["proof"] = proof.as_dict()
-                if not proof.ok:
-                    t.fail(f"NAT and state proof: {proof.reason}")
-                else:
-                    if "tcp-bidir" in self.s.loads:
-                        self.load.start_server(tb)
-                    if entries:
-                        say(f"filling the connection table to {entries:,}")
-                        t.fill_conntrack(tb, entries, dst=rs.flow.daddr)
-                    say(f"{load}, measuring")
-                    t.metrics.update(t.timed("measure_s", self._measure, tb, rs, load))
-                    t.metrics["conntrack"] = statecheck.table_state(tb)
-        except MeasurementInvalid as e:
-            t.fail(str(e), "invalid")
-        except FwbenchError as e:
-            t.fail(str(e))
-        finally:
-            t.release_conntrack(tb)
-            flush_conntrack(tb)
-        return t.record(tb.topo.run_id, METHOD, "iperf3+ping+engine" if load != "none"
-                        else "ping+engine", rs.digest(),
-                        {"duration_s": self.sc.duration_s, "ruleset": rs.name,
-                         "streams": self.s.streams, "ping_interval_s": self.s.ping_interval_s,
-                         "probe_pps": self.s.probe_pps, "warmup_s": self.s.warmup_s})
+    # --- the trial's hooks (Experiment.run_trial) ------------------------------------
+
+    def ruleset(self, c) -> RuleSet:
+        return self.rulesets[c.ruleset]
+
+    def prepare(self, tb: Testbed, t: Trial, c, step) -> None:
+        flush_conntrack(tb)
+        # The probes' XDP sink on the server's port would take the verification's
+        # packets before its capture sees them: off until the measurement.
+        self.traffic.close()
+
+    def prove(self, tb: Testbed, t: Trial, c, say) -> None:
+        """NAT and connection tracking happened, with a real TCP connection."""
+        flush_conntrack(tb)
+        say("proving NAT and state")
+        # The proof's listener takes the service port on the server, where the
+        # load's server listens between measurements.
+        self.tcp.stop_server(tb)
+        proof = t.timed("prove_s", statecheck.prove, tb, self.backend(c.backend),
+                        self.ruleset(c))
+        t.metrics["proof"] = proof.as_dict()
+        if not proof.ok:
+            t.fail(f"NAT and state proof: {proof.reason}")
+
+    def measure(self, tb: Testbed, t: Trial, c, say) -> None:
+        if "tcp-bidir" in self.s.loads:
+            self.tcp.start_server(tb)
+        rs = self.ruleset(c)
+        if c.entries:
+            say(f"filling the connection table to {c.entries:,}")
+            t.fill_conntrack(tb, c.entries, dst=rs.flow.daddr)
+        say(f"{c.load}, measuring")
+        t.metrics.update(t.timed("measure_s", self._measure, tb, rs, c.load))
+        t.metrics["conntrack"] = statecheck.table_state(tb)
+
+    def release(self, tb: Testbed, t: Trial, c) -> None:
+        t.release_conntrack(tb)
+        flush_conntrack(tb)
+
+    def recorded_as(self, c) -> tuple[str, str]:
+        return METHOD, "iperf3+ping+engine" if c.load != "none" else "ping+engine"
+
+    def conditions(self, tb: Testbed, c) -> dict:
+        return {"duration_s": self.sc.duration_s, "ruleset": self.ruleset(c).name,
+                "streams": self.s.streams, "ping_interval_s": self.s.ping_interval_s,
+                "probe_pps": self.s.probe_pps, "warmup_s": self.s.warmup_s}
 
     def _measure(self, tb: Testbed, rs: RuleSet, load: str) -> dict:
         s, duration = self.s, int(self.sc.duration_s)
@@ -212,7 +214,7 @@ class LoadLatency(Experiment):
         probes.start(tb)            # the sink attaches before the load begins
         running = None
         if load == "tcp-bidir":
-            running = self.load.begin(tb, dst, whole_seconds(s.warmup_s + duration + 2))
+            running = self.tcp.begin(tb, dst, whole_seconds(s.warmup_s + duration + 2))
             try:
                 running.wait_connected()
                 time.sleep(s.warmup_s)
@@ -226,8 +228,8 @@ class LoadLatency(Experiment):
         except BaseException:
             if running is not None:
                 running.abort()
-                self.load.stop_server(tb)   # a broken test can leave it busy
-                self.load.start_server(tb)
+                self.tcp.stop_server(tb)   # a broken test can leave it busy
+                self.tcp.start_server(tb)
             raise
         out = {"ping": pr.summary(),
                # every reply, as seed 004's Appendix F kept them: when, which, how long

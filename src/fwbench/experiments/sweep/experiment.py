@@ -19,7 +19,7 @@ from fwbench import summary
 from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all
 from fwbench.check import confirm_original
-from fwbench.errors import FwbenchError, MeasurementInvalid
+from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Experiment, Planned, Refusal, Trial, disturbed_of
 from fwbench.frames import min_frame
 from fwbench.methods.base import Method
@@ -29,7 +29,7 @@ from fwbench.experiments.sweep.latency import Latency
 from fwbench.experiments.sweep.lossload import LossLoad
 from fwbench.experiments.sweep.maxrate import MaxRate
 from fwbench.experiments.sweep.throughput import Throughput
-from fwbench.plan import TrialKey, sweep_cells
+from fwbench.plan import TrialKey, named_cell, sweep_cells
 from fwbench.results import TrialRecord
 from fwbench.ruleset import flows
 from fwbench.ruleset.evaluate import Evaluator
@@ -56,6 +56,8 @@ class Sweep(Experiment):
         self.method_ = None     # the method with its instruments, made by open()
         self.rulesets: dict[tuple, RuleSet] = {}
         self.kept: Kept | None = None   # what stays loaded (keep_loaded), and its proof
+        self._kept: Kept | None = None  # what the trial running found loaded
+        self._reloads: list[int] = []
 
     def over_ssh(self) -> str | None:
         return None
@@ -119,7 +121,10 @@ class Sweep(Experiment):
 
     def blocks(self):
         # keep_loaded: one backend's rule set at every frame size, back to back
-        return (lambda cell: cell[:2]) if self.sc.keep_loaded else None
+        if not self.sc.keep_loaded:
+            return None
+        named = named_cell(self.factors)
+        return lambda cell: (named(*cell).backend, named(*cell).rules)
 
     def open(self, tb: Testbed, plan: list[TrialKey], console: Console) -> dict:
         self.kept = None        # a new testbed holds nothing yet
@@ -149,23 +154,84 @@ class Sweep(Experiment):
         return {"engine_bias": session["engine"]["bias"]} if "engine" in session else {}
 
     def cell_label(self, key: TrialKey) -> str:
-        b, n, f = key.cell
-        return f"{b} {f}B" if b == "none" else f"{b} N={n} {f}B"
+        c = self.cell(key)
+        return f"{c.backend} {c.frame_size}B" if c.backend == "none" else \
+            f"{c.backend} N={c.rules} {c.frame_size}B"
 
-    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
-                  step=None) -> TrialRecord:
+    # --- the trial's hooks (Experiment.run_trial) ------------------------------------
+
+    def ruleset(self, c) -> RuleSet:
+        return _ruleset_for(c.rules, self.backend(c.backend), self.sc, self.rulesets)
+
+    def prepare(self, tb: Testbed, t: Trial, c, step) -> None:
+        self.method_.on_step = step
+        self._reloads: list[int] = []   # rule counts a search loaded during the trial
+        self._kept, self.kept = (self.kept if self.sc.keep_loaded else None), None
+
+    def standing(self, c) -> dict | None:
+        """With `kept` holding this backend's rule set (loaded and verified by an
+        earlier ok trial, with nothing run in between but measurements), nothing is
+        loaded or verified again: the record's verification is that trial's, marked
+        `kept_from`, and its load time is None (measured once, by that trial)."""
+        k = self._kept
+        if k is not None and k.holds(self.backend(c.backend), self.ruleset(c)):
+            return {**k.verification, "kept_from": k.trial}
+        return None
+
+    def verify(self, tb: Testbed, c):
+        return verify_with_sink_off(tb, self.backend(c.backend), self.ruleset(c),
+                                    self.method_)
+
+    def measure(self, tb: Testbed, t: Trial, c, say) -> None:
         method = self.method_
-        method.on_step = step
-        backend = self.backend(key.cell[0])
-        rs = _ruleset_for(key.cell[1], backend, self.sc, self.rulesets)
-        kept = self.kept if self.sc.keep_loaded else None
-        self.kept = None
-        rec, reloaded = run_trial(tb, backend, rs, key, idx, self.sc, method,
-                                  self.rulesets, kept)
-        if self.sc.keep_loaded and rec.status == "ok" and not reloaded:
-            self.kept = kept if kept is not None and kept.holds(backend, rs) \
-                else Kept(backend.name, rs.digest(), idx, rec.verification)
-        return rec
+        reload = self._reloader(tb, c)
+
+        def counted(n: int) -> None:
+            self._reloads.append(n)
+            reload(n)
+        disturbed_of(method)    # none of an earlier trial's
+        t.metrics = t.timed("measure_s", lambda: method.run(
+            tb, c.frame_size, self.sc.duration_s, rules=c.rules, reload=counted))
+        t.trials = t.metrics.pop("trials", [])
+        t.metrics.update(disturbed_of(method))
+
+    def _reloader(self, tb: Testbed, c):
+        """For methods that search over the rule count: load and verify n rules."""
+        backend = self.backend(c.backend)
+
+        def reload(n: int) -> None:
+            rs = _ruleset_for(n, backend, self.sc, self.rulesets)
+            backend.apply(tb, rs)
+            v = verify_with_sink_off(tb, backend, rs, self.method_)
+            if not v.ok:
+                raise FwbenchError(f"verification at {n} rules: {v.reason}")
+        return reload
+
+    def failed(self, tb: Testbed, t: Trial, c) -> None:
+        # A broken test can leave iperf3's server busy; after a measurement began,
+        # the receiver may be what failed.
+        if t.status == "invalid" or "measure_s" in t.phases:
+            self.method_.restart(tb)
+
+    def release(self, tb: Testbed, t: Trial, c) -> None:
+        # keep_loaded: an ok trial leaves its rule set for the next of its block,
+        # unless a search loaded others during it (then what stands is not it).
+        if self.sc.keep_loaded and t.status == "ok" and not self._reloads:
+            backend, rs, k = self.backend(c.backend), self.ruleset(c), self._kept
+            self.kept = k if k is not None and k.holds(backend, rs) \
+                else Kept(backend.name, rs.digest(), t.idx, t.verification)
+
+    def recorded_as(self, c) -> tuple[str, str]:
+        return self.method_.name, self.method_.traffic
+
+    def digest(self, c) -> str | None:
+        return self.ruleset(c).digest() if self.backend(c.backend).filters else None
+
+    def conditions(self, tb: Testbed, c) -> dict:
+        sc = self.sc
+        return {"duration_s": sc.duration_s, "policy_template": sc.policy.template,
+                "family": sc.family, "ruleset": self.ruleset(c).name,
+                "counters": sc.policy.counters}
 
     def line(self, rec: TrialRecord) -> str:
         subs = f" ({len(rec.trials)} sub-trials)" if rec.trials else ""
@@ -344,61 +410,3 @@ class Kept:
 
     def holds(self, backend: Backend, rs: RuleSet) -> bool:
         return self.backend == backend.name and self.digest == rs.digest()
-
-
-def run_trial(tb: Testbed, backend: Backend, rs: RuleSet, key: TrialKey, idx: int,
-              sc: Scenario, method, policies: dict | None = None,
-              kept: Kept | None = None) -> tuple[TrialRecord, bool]:
-    """One trial of the sweep, and whether the method loaded other rule sets during
-    it (a degradation search), so what it leaves loaded is not `rs`.
-
-    With `kept` holding this backend's `rs` (loaded and verified by an earlier ok
-    trial, with nothing run in between but measurements), nothing is loaded or
-    verified again: the record's verification is that trial's, marked `kept_from`,
-    and its load time is None (measured once, by that trial)."""
-    t = Trial(Sweep.factors, key, idx)
-    _, rules, frame_size = key.cell
-    reloads: list[int] = []
-    try:
-        if kept is not None and kept.holds(backend, rs):
-            t.verification = {**kept.verification, "kept_from": kept.trial}
-            ok = True
-        else:
-            t.load_time_s = t.timed("apply_s", backend.apply, tb, rs).load_time_s
-            ok = t.verified(t.timed("verify_s", verify_with_sink_off, tb, backend, rs,
-                                    method))
-        if ok:
-            reload = _reloader(tb, backend, sc, policies if policies is not None else {},
-                               method)
-
-            def counted(n: int) -> None:
-                reloads.append(n)
-                reload(n)
-            disturbed_of(method)    # none of an earlier trial's
-            t.metrics = t.timed("measure_s", lambda: method.run(
-                tb, frame_size, sc.duration_s, rules=rules, reload=counted))
-            t.trials = t.metrics.pop("trials", [])
-            t.metrics.update(disturbed_of(method))
-    except MeasurementInvalid as e:
-        t.fail(str(e), "invalid")
-        method.restart(tb)  # a broken test can leave iperf3's server busy
-    except FwbenchError as e:
-        t.fail(str(e))
-        if "measure_s" in t.phases:
-            method.restart(tb)  # the receiver may be what failed
-    return t.record(tb.topo.run_id, method.name, method.traffic,
-                    rs.digest() if backend.filters else None,
-                    {"duration_s": sc.duration_s, "policy_template": sc.policy.template,
-                     "family": sc.family, "ruleset": rs.name,
-                     "counters": sc.policy.counters}), bool(reloads)
-
-
-def _reloader(tb: Testbed, backend: Backend, sc: Scenario, cache: dict, method):
-    """For methods that search over the rule count: load and verify n rules."""
-    def reload(n: int) -> None:
-        rs = _ruleset_for(n, backend, sc, cache)
-        backend.apply(tb, rs)
-        v = verify_with_sink_off(tb, backend, rs, method)
-        if not v.ok:
-            raise FwbenchError(f"verification at {n} rules: {v.reason}")
-    return reload

@@ -43,7 +43,7 @@ from fwbench.backends.base import Backend, Step
 from fwbench.backends.kernel import flush_all, flush_conntrack
 from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Experiment, Planned, Refusal, Trial
-from fwbench.plan import TrialKey
+from fwbench.plan import TrialKey, named_cell
 from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet, Unsupported
 from fwbench.ruleset.templates import updates as tpl
@@ -167,7 +167,10 @@ class Update(Experiment):
         super().__init__(sc)
         self.s = sc.update
         self.pairs: dict[tuple, tuple[RuleSet, RuleSet]] = {}
-
+        # The trial's kernel memory with every firewall empty, and what the rule
+        # set before the update holds over it (prepare() and load()).
+        self._empty: dict = {}
+        self._held: dict = {}
 
     # --- before any testbed ----------------------------------------------------------
 
@@ -278,67 +281,80 @@ class Update(Experiment):
         # One size's cells back to back in each round (in a shuffled order, the
         # sizes in one too): the rule-set pairs of a size are built once a round,
         # not once a trial (seconds each at 100,000 entries).
-        return lambda cell: cell[1]
+        named = named_cell(self.factors)
+        return lambda cell: named(*cell).rules
 
     def cell_label(self, key: TrialKey) -> str:
-        b, n, kname, mech = key.cell
-        return f"{b} N={n:,} {kname} by {mech}"
+        c = self.cell(key)
+        return f"{c.backend} N={c.rules:,} {c.kind} by {c.mechanism}"
 
-    # --- one trial ---------------------------------------------------------------------
+    # --- the trial's hooks (Experiment.run_trial) ------------------------------------
 
-    def run_trial(self, tb: Testbed, key: TrialKey, idx: int,
-                  step=None) -> TrialRecord:
-        bname, n, kname, mech = key.cell
-        b = self.backend(bname)
-        k = tpl.KINDS[kname]
-        old, new = self._pair(kname, n, b.layout)
-        t = Trial(self.factors, key, idx)
-        say = step or (lambda line: None)
+    def ruleset(self, c) -> RuleSet:
+        """The rule set before the update: what the trial loads and verifies."""
+        return self._pair(c.kind, c.rules, self.backend(c.backend).layout)[0]
+
+    def prepare(self, tb: Testbed, t: Trial, c, step) -> None:
+        self._held = {}
+        flush_conntrack(tb)
+        flush_all(tb)
+        time.sleep(SETTLE_S)
+        self._empty = _memory(tb)
+
+    def load(self, tb: Testbed, c) -> float:
+        b = self.backend(c.backend)
+        # A map update adds in place: the set is loaded with room for it.
+        room = tpl.KINDS[c.kind].changed(c.rules) if c.mechanism == "map" else 0
+        took = b.apply(tb, self.ruleset(c), room).load_time_s
+        self._held = memory.delta(_memory(tb), self._empty)
+        self._held.update(b.charged_memory(tb))
+        return took
+
+    def verify(self, tb: Testbed, c):
+        # The probes only: the flows that matter here (a corpus sample costs
+        # seconds at 100,000 rules, every trial).
+        return self.backend(c.backend).verify(tb, self.ruleset(c), 0)
+
+    def measure(self, tb: Testbed, t: Trial, c, say) -> None:
+        b, k, n = self.backend(c.backend), tpl.KINDS[c.kind], c.rules
+        old, new = self._pair(c.kind, n, b.layout)
         pps = probe_rate(self.s, b.layout, n)
-        ran: dict = {}
-        try:
-            flush_conntrack(tb)
-            flush_all(tb)
-            time.sleep(SETTLE_S)
-            empty = _memory(tb)
-            say("loading the rule set before the update")
-            # A map update adds in place: the set is loaded with room for it.
-            room = k.changed(n) if mech == "map" else 0
-            t.load_time_s = t.timed("apply_s", b.apply, tb, old, room).load_time_s
-            held = memory.delta(_memory(tb), empty)
-            held.update(b.charged_memory(tb))
-            # The probes only: the flows that matter here (a corpus sample costs
-            # seconds at 100,000 rules, every trial).
-            if t.verified(t.timed("verify_s", b.verify, tb, old, 0)):
-                steps = t.timed("prepare_s", b.update_steps, mech, tb, old, new)
-                say(f"updating under traffic ({len(steps)} command"
-                    f"{'s' * (len(steps) != 1)})")
-                ran = t.timed("traffic_s", self._under_traffic, tb, steps, pps)
-                t.metrics = self._metrics(k, n, ran, pps)
-                if "memory" in ran:
-                    t.metrics["memory"] = {"held_bytes": held["kernel"], "held": held,
-                                           **ran["memory"]}
-                measured = t.metrics.pop("problem", None)
-                if ran.get("problem"):     # a command failed: the update did not happen
-                    t.fail(ran["problem"])
-                elif measured:             # the instrument cannot say when it did
-                    t.fail(measured, "invalid")
-                say("checking the kernel holds the new rule set")
-                after = t.timed("after_s", b.snapshot, tb, new)
-                t.metrics["after"] = self._after(b, new, after)
-                if not t.metrics["after"]["ok"] and t.status == "ok":
-                    t.fail(f"after the update: {t.metrics['after']['reason']}")
-        except FwbenchError as e:
-            t.fail(str(e))
-        s = self.s
-        return t.record(tb.topo.run_id, METHOD, "engine", new.digest(), {
+        steps = t.timed("prepare_s", b.update_steps, c.mechanism, tb, old, new)
+        say(f"updating under traffic ({len(steps)} command"
+            f"{'s' * (len(steps) != 1)})")
+        ran = t.timed("traffic_s", self._under_traffic, tb, steps, pps)
+        t.metrics = self._metrics(k, n, ran, pps)
+        if "memory" in ran:
+            t.metrics["memory"] = {"held_bytes": self._held["kernel"], "held": self._held,
+                                   **ran["memory"]}
+        measured = t.metrics.pop("problem", None)
+        if ran.get("problem"):     # a command failed: the update did not happen
+            t.fail(ran["problem"])
+        elif measured:             # the instrument cannot say when it did
+            t.fail(measured, "invalid")
+        say("checking the kernel holds the new rule set")
+        after = t.timed("after_s", b.snapshot, tb, new)
+        t.metrics["after"] = self._after(b, new, after)
+        if not t.metrics["after"]["ok"] and t.status == "ok":
+            t.fail(f"after the update: {t.metrics['after']['reason']}")
+
+    def recorded_as(self, c) -> tuple[str, str]:
+        return METHOD, "engine"
+
+    def digest(self, c) -> str:
+        return self._pair(c.kind, c.rules, self.backend(c.backend).layout)[1].digest()
+
+    def conditions(self, tb: Testbed, c) -> dict:
+        s, b, k, n = self.s, self.backend(c.backend), tpl.KINDS[c.kind], c.rules
+        old, new = self._pair(c.kind, n, b.layout)
+        return {
             "frame_size": self.sc.frame_sizes[0], "flow_pps": s.flow_pps,
-            "probe_pps": pps, "probe_starts": k.probe == "starts",
+            "probe_pps": probe_rate(s, b.layout, n), "probe_starts": k.probe == "starts",
             "changed_entries": k.changed(n), "entries_after": new.size,
-            "mechanism": b.mechanisms.get(mech, ("", False))[0],
-            "atomic": b.mechanisms.get(mech, ("", False))[1],
+            "mechanism": b.mechanisms.get(c.mechanism, ("", False))[0],
+            "atomic": b.mechanisms.get(c.mechanism, ("", False))[1],
             "before_s": s.before_s, "after_s": s.after_s, "slot_ms": s.slot_ms,
-            "ruleset_before": old.name, "ruleset_before_sha256": old.digest()})
+            "ruleset_before": old.name, "ruleset_before_sha256": old.digest()}
 
     def _under_traffic(self, tb: Testbed, steps: list[Step], pps: float) -> dict:
         """Both flows running, the update's commands between `before_s` and
