@@ -101,6 +101,11 @@ def _under_traffic(monkeypatch, tb, controller: set[int]) -> list[set[int]]:
     # The update sends through traffic/, which alone drives the engine's processes.
     monkeypatch.setattr(engine, "Receiver", Sink)
     monkeypatch.setattr(engine, "Sender", Sender)
+    # The path's counters are the kernel's: none here.
+    from fwbench.testbed.base import IfStats
+    from fwbench.traffic import accounting
+    monkeypatch.setattr(accounting, "path_counters", lambda tb: {
+        p: IfStats(0, 0, 0, 0, 0.0) for p in ("sender", "fw_in", "fw_out", "receiver")})
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(controller))
     monkeypatch.setattr(os, "sched_setaffinity", setaffinity)
     me = NS(s=NS(slot_ms=1.0, before_s=0, after_s=0, flow_pps=1000),
