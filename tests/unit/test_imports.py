@@ -152,12 +152,10 @@ def test_the_walk_finds_cycles_lazy_and_relative_ones_too(tmp_path):
 
 
 # The engine's processes (fwbench.engine's sender and receivers) are started by the
-# traffic layer alone, so a send is made, paced and read in one place. Still direct:
-# droprate's flood (issue 35 moves droprate onto the ordinary pipeline; it then sends
-# with fwbench.traffic.native.send_only, and this set empties).
+# traffic layer alone, so a send is made, paced and read in one place.
 ENGINE = "fwbench.engine"
 STARTS = {"Sender", "Receiver", "send"}
-STILL_DIRECT = {"fwbench.experiments.droprate.measure"}
+STILL_DIRECT: set[str] = set()
 
 
 def engine_starters(mods: dict[str, Path]) -> set[str]:

@@ -12,17 +12,18 @@ for every disposed packet (its drop counter, UDP's NoPorts, IP's InReceives).
 from __future__ import annotations
 
 import os
-import random
 import resource
 import time
 from dataclasses import asdict, dataclass
 
-from fwbench import cpu, engine
+from fwbench import cpu
 from fwbench.backends import kernel
 from fwbench.backends.base import Verification
-from fwbench.experiments.droprate.treatments import HASHLIMIT_BURST, Expect, Listing, Target, Treatment
+from fwbench.experiments.droprate.treatments import (HASHLIMIT_BURST, Expect, Listing, Target,
+                                                    Treatment)
 from fwbench.errors import FwbenchError
 from fwbench.testbed.base import Testbed
+from fwbench.traffic.native import send_only
 
 PING_PROBES = 3
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -110,9 +111,8 @@ def account(e: Expect, disposed: int, d: dict, slack: float = 0.0,
 def send(tb: Testbed, t: Target, frame_size: int, *, duration_s: float = 0,
          count: int | None = None) -> dict:
     """The flood at open throttle from the sender's CPU: for a duration or a count."""
-    return engine.send(tb, frame_size=frame_size, rate_pps=0, duration_s=duration_s,
-                       count=count, cookie=random.randrange(1, 2**32), dst=t.fw_ip,
-                       dport=t.port, payload_text=t.text)
+    return send_only(tb, frame_size=frame_size, duration_s=duration_s, count=count,
+                     dst=t.fw_ip, dport=t.port, payload_text=t.text)
 
 
 def _hashlimit_max(t: Target, active_s: float) -> float:
