@@ -14,8 +14,11 @@ run of this script:
     every cell and pair their geometric mean with a 95 % bootstrap interval
     (resampling cells, their pairs kept together).
 
-Within noise: the interval holds 1. Exits 1 when the cells or the record keys
-differ, or when the interval excludes 1 by more than --tolerance. Run as root:
+Within noise: the interval reaches within --tolerance of 1. The interval resamples
+cells, which share each run's drift, so the same code's drift from one run to the
+next is printed beside it: a B/A no further from 1 than that is not a difference
+this many pairs can show. Exits 1 when the cells, the record keys or the report
+sections differ, or when the interval lies further than --tolerance from 1. Run as root:
   .venv/bin/python bench/ab_quick.py --base f083581 --pairs 3
 """
 from __future__ import annotations
@@ -148,6 +151,18 @@ def main() -> int:
     lo, hi = boots[49], boots[1949]
     for c in cells:
         print(f"  {dict(c)}: B/A " + ", ".join(f"{math.exp(x):.2f}" for x in per_cell[c]))
+    # The interval resamples cells, whose pairs share each run's drift: what the
+    # same code drifts from one of its runs to the next is printed beside it.
+    for side in ("A", "B"):
+        first = {cell(r): r["metrics"].get(a.metric) for r in got[side][0][0]
+                 if r["status"] == "ok"}
+        for k, (recs, _) in enumerate(got[side][1:], 2):
+            later = {cell(r): r["metrics"].get(a.metric) for r in recs if r["status"] == "ok"}
+            common = [c for c in first if c in later and first[c] and later[c]]
+            if common:
+                drift = math.exp(statistics.fmean(math.log(later[c] / first[c])
+                                                  for c in common))
+                print(f"same code, run {k} / run 1: {side} {drift:.3f}")
     within = lo <= 1 + a.tolerance and hi >= 1 - a.tolerance
     print(f"{a.metric} B/A over {len(cells)} cells x {a.pairs} pairs: geometric mean "
           f"{gmean(cells):.3f}, 95 % interval {lo:.3f}..{hi:.3f} "
