@@ -95,25 +95,25 @@ def bootstrap(samples: Sequence[Sequence[float]], statistic, level: float = LEVE
 def mean_ci(values: Sequence[float], level: float = LEVEL, resamples: int = 9999,
             seed: int = 1) -> Interval | None:
     """Percentile-bootstrap interval of the mean. None for fewer than 2 values."""
-    xs = np.asarray(values, dtype=float)
-    if len(xs) < 2:
-        return None
-    if np.all(xs == xs[0]):
-        return Interval(float(xs[0]), float(xs[0]), level)
-    return _bootstrap((xs,), lambda x, axis: np.mean(x, axis=axis), paired=False,
-                      level=level, resamples=resamples, seed=seed)
+    return _one_sample_ci(values, np.mean, level, resamples, seed)
 
 
 def median_ci(values: Sequence[float], level: float = LEVEL, resamples: int = 9999,
               seed: int = 1) -> Interval | None:
     """Percentile-bootstrap interval of the median. None for fewer than 2 values.
     With few values it is no wider than min..max: read the coverage as nominal."""
+    return _one_sample_ci(values, np.median, level, resamples, seed)
+
+
+def _one_sample_ci(values: Sequence[float], location, level: float, resamples: int,
+                   seed: int) -> Interval | None:
+    """`location(x, axis=...)`'s bootstrap interval; a constant sample is its own."""
     xs = np.asarray(values, dtype=float)
     if len(xs) < 2:
         return None
     if np.all(xs == xs[0]):
         return Interval(float(xs[0]), float(xs[0]), level)
-    return _bootstrap((xs,), lambda x, axis: np.median(x, axis=axis), paired=False,
+    return _bootstrap((xs,), lambda x, axis: location(x, axis=axis), paired=False,
                       level=level, resamples=resamples, seed=seed)
 
 
