@@ -484,10 +484,15 @@ int cmd_send(int argc, char **argv)
 			s[t].quota = UINT64_MAX;
 	}
 	if (c.via_xdp) {
+		bool refused = false;
+
 		c.xdp = xdp_gen_open(&c.frame, c.ifindex, c.threads, c.cookie,
-				     c.seq_start, c.xdp_batch);
-		if (!c.xdp)
+				     c.seq_start, c.xdp_batch, &refused);
+		if (!c.xdp) {
+			if (refused)
+				ret = EXIT_UNSUPPORTED;
 			goto out;
+		}
 	}
 	/* Start a little ahead, so every thread's schedule shares t0; the XDP
 	 * sender first times its runs (100-200 ms). */

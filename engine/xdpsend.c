@@ -37,9 +37,33 @@ static int silent(enum libbpf_print_level level, const char *fmt, va_list ap)
 	return 0;
 }
 
+/*
+ * Whether the kernel refuses live frames outright. Some (seen: a 6.18 VM
+ * kernel) load the program and run it in plain BPF_PROG_RUN but answer
+ * EPERM to BPF_F_TEST_XDP_LIVE_FRAMES. One iteration with no stream bound
+ * to any CPU returns XDP_ABORTED, so nothing leaves.
+ */
+static bool live_frames_refused(struct xdp_gen *g)
+{
+	struct xdp_md ctx = { .data_end = (uint32_t)g->len,
+			      .ingress_ifindex = (uint32_t)g->ifindex };
+	LIBBPF_OPTS(bpf_test_run_opts, opts,
+		    .data_in = g->frame, .data_size_in = (uint32_t)g->len,
+		    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx), .repeat = 1,
+		    .flags = BPF_F_TEST_XDP_LIVE_FRAMES);
+
+	if (!bpf_prog_test_run_opts(g->prog_fd, &opts) ||
+	    (errno != EPERM && errno != EOPNOTSUPP && errno != EINVAL))
+		return false;
+	note("send --via xdp: this kernel refuses XDP live frames "
+	     "(BPF_PROG_RUN with BPF_F_TEST_XDP_LIVE_FRAMES: %s)",
+	     strerror(errno));
+	return true;
+}
+
 struct xdp_gen *xdp_gen_open(const struct frame_spec *f, int ifindex, int threads,
 			     uint32_t cookie, uint64_t seq_start,
-			     uint32_t batch_size)
+			     uint32_t batch_size, bool *refused)
 {
 	uint64_t nflows = f->src_count * f->sport_count * f->dst_count;
 	size_t hdr = f->src.family == AF_INET ? XDPSEND_HDR4 : XDPSEND_HDR6;
@@ -108,6 +132,10 @@ struct xdp_gen *xdp_gen_open(const struct frame_spec *f, int ifindex, int thread
 		st->seq_start = seq_start;
 	}
 	g->prog_fd = bpf_program__fd(g->skel->progs.fwb_xdpsend);
+	if (live_frames_refused(g)) {
+		*refused = true;
+		goto fail;
+	}
 	free(buf);
 	return g;
 nomem:

@@ -50,10 +50,11 @@ struct xdpsend_stream {
 /* The driver (xdpsend.c), as `send --via xdp` runs it. */
 struct xdp_gen;
 
-/* Load the program and fill its flow table; NULL (with a note) on failure. */
+/* Load the program and fill its flow table; NULL (with a note) on failure,
+ * with *refused set when the kernel does not allow live frames at all. */
 struct xdp_gen *xdp_gen_open(const struct frame_spec *f, int ifindex, int threads,
 			     uint32_t cookie, uint64_t seq_start,
-			     uint32_t batch_size);
+			     uint32_t batch_size, bool *refused);
 /* Stream `stream`'s thread runs on `cpu` (pinned) and sends `quota` packets,
  * due from t0 every interval_ns (0: open throttle), none from `deadline` on
  * (0: none). 0 or -errno. */

@@ -13,6 +13,7 @@
 
 #define EXIT_USAGE 2	/* bad input: one line on stderr */
 #define EXIT_RUNTIME 1	/* the system refused something */
+#define EXIT_UNSUPPORTED 3	/* this kernel does not allow what was asked */
 
 void usage_error(const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 1, 2)));

@@ -36,6 +36,16 @@ def version() -> str | None:
         return None
 
 
+# The engine's exit code when the kernel does not allow what was asked at all (XDP
+# live frames refused with EPERM by some VM kernels), as opposed to a failed run.
+EXIT_UNSUPPORTED = 3
+
+
+class KernelRefuses(FwbenchError):
+    """The kernel does not allow what the engine was asked (its one line says what):
+    a feature this machine lacks, not a failed measurement."""
+
+
 def _one_line(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     return lines[-1] if lines else "no message"
@@ -180,6 +190,8 @@ def send(tb: Testbed, *, frame_size: int, rate_pps: float, duration_s: float,
     argv = _send_argv(tb, frame_size=frame_size, rate_pps=rate_pps,
                       duration_s=duration_s, cookie=cookie, **kw)
     cp = tb.executor.run("client", argv, check=False, timeout=duration_s + 30)
+    if cp.returncode == EXIT_UNSUPPORTED:
+        raise KernelRefuses(f"engine sender: {_one_line(cp.stderr)}")
     if cp.returncode != 0:
         raise FwbenchError(f"engine sender: {_one_line(cp.stderr)}")
     return _parse(cp.stdout, "engine sender")

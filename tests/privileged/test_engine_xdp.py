@@ -27,6 +27,18 @@ def tb(netns_of):
     assert netns_of(tb.topo.run_id) == []
 
 
+@pytest.fixture(scope="module")
+def live_frames(tb):
+    """The testbed, once this kernel is known to allow XDP live frames: some refuse
+    them outright (EPERM, seen on a 6.18 VM kernel), and then the sender cannot
+    send at all here, which is a skip with the engine's own line, not a failure."""
+    try:
+        engine.send(tb, frame_size=64, rate_pps=1000, duration_s=0, count=1, cookie=1,
+                    via="xdp")
+    except engine.KernelRefuses as e:
+        pytest.skip(str(e))
+
+
 def send(tb, *args, family=4):
     t = tb.topo
     src, dst = (t.client.ip4, t.server.ip4) if family == 4 else (t.client.ip6, t.server.ip6)
@@ -67,6 +79,7 @@ def by_stamp(frames, family):
     return out
 
 
+@pytest.mark.usefixtures("live_frames")
 @pytest.mark.parametrize("family", [4, 6])
 def test_frames_are_the_packet_sockets_and_the_kernel_takes_every_checksum(tb, family):
     args = ["--frame-size", "128", "--rate", "4000", "--count", "48", "--threads", "2",
@@ -118,6 +131,7 @@ def children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+@pytest.mark.usefixtures("live_frames")
 def test_paced_stamps_and_counts(tb):
     """Every packet sent is received once and stamped, and the pacing holds (on
     schedule at the deadline, median lag under 50 us), judged on a try in which no other
@@ -171,6 +185,7 @@ def test_paced_stamps_and_counts(tb):
     assert got["latency_ns"]["p50"] < 1_000_000
 
 
+@pytest.mark.usefixtures("live_frames")
 def test_without_gro_at_the_firewall_veth_drops_every_frame(tb):
     port = tb.topo.fw_client_side
     rx = engine.Receiver(tb, "sink")
@@ -204,6 +219,7 @@ def test_bad_xdp_options_are_one_line(tb, args, message):
     assert len(cp.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.usefixtures("live_frames")
 def test_every_packet_of_an_open_throttle_trial_is_accounted_for(tb):
     """The XDP sender at open throttle through no firewall overruns the firewall's
     backlog: the record says so, and every sent packet is placed (received, dropped
