@@ -19,6 +19,9 @@ from fwbench.experiments.droprate import treatments as tr
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import TestbedSettings, Topology
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+from tests.runrecords import records  # noqa: E402
+
 PROBE = 2000
 ONE_CPU = TestbedSettings(sender_cpu=0, firewall_cpu=0, server_cpu=0)
 ALL = tr.build(list(tr.NAMES), [1, 1000], 5)
@@ -156,10 +159,6 @@ probe_packets = 500
 def fwbench(*args):
     return subprocess.run([sys.executable, "-m", "fwbench", *args], capture_output=True,
                           text=True, timeout=300)
-
-
-def records(d):
-    return [json.loads(ln) for ln in (d / "trials.jsonl").read_text().splitlines() if ln]
 
 
 SHARED = "the path CPU was shared"

@@ -18,6 +18,9 @@ from fwbench import scenario
 from fwbench.experiments import loop
 from fwbench.experiments.sweep import experiment as sweep
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+from tests.runrecords import records  # noqa: E402
+
 # The runs that are interrupted: four trials, so a SIGKILL after the second leaves
 # trials for `--resume` to run on a testbed of its own.
 SMALL = ["--backends", "none,iptables-legacy", "--rules", "100", "--frame-sizes", "64",
@@ -32,10 +35,6 @@ def fwbench(*args, **kw):
 def start(*args):
     return subprocess.Popen([sys.executable, "-m", "fwbench", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-
-
-def records(d):
-    return [json.loads(l) for l in (d / "trials.jsonl").read_text().splitlines() if l.strip()]
 
 
 def wait_for_records(d, n, p, limit_s=120):

@@ -19,6 +19,9 @@ from fwbench.experiments.update import series
 from fwbench.traffic import accounting
 from fwbench.traffic.native import PacedStreams
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+from tests.runrecords import records  # noqa: E402
+
 
 @pytest.fixture
 def testbed(firewall):
@@ -116,10 +119,6 @@ def run(tmp_path, backends, kinds, mechanisms, timeout=600):
     cp = subprocess.run([sys.executable, "-m", "fwbench", "run", str(sc), "--out", str(d)],
                         capture_output=True, text=True, timeout=timeout)
     return cp, d
-
-
-def records(d):
-    return [json.loads(x) for x in (d / "trials.jsonl").read_text().splitlines()]
 
 
 def check_trial(r):

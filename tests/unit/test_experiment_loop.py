@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import sys
 
 import pytest
 from rich.console import Console
@@ -22,6 +23,9 @@ from fwbench.report import build
 from fwbench.results import TrialRecord
 from fwbench.scenario import from_dict
 from fwbench.testbed.topology import Topology
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+from tests.runrecords import records  # noqa: E402
 
 EVENTS: list[str] = []
 STOP_AT: list[int] = []      # trial counts at which the toy raises Interrupted
@@ -127,10 +131,6 @@ def toy(monkeypatch):
     STOP_AT.clear()
     BREAK_AT.clear()
     INVALID.clear()
-
-
-def records(d) -> list[dict]:
-    return [json.loads(x) for x in (d / "trials.jsonl").read_text().splitlines()]
 
 
 def test_a_toy_experiment_runs_resumes_and_reports(toy, tmp_path):
