@@ -134,9 +134,12 @@ def host_state(the_lab) -> dict[str, str]:
     return out
 
 
-def assert_same(before: dict, after: dict) -> None:
+def assert_same(before: dict, after: dict, said: str = "") -> None:
+    """`said`: what the run wrote on stderr, which names what its own put-back
+    found still different (a rare leftover under load is diagnosed from it)."""
     differ = [k for k in before if before[k] != after[k]]
-    assert not differ, f"{differ[0]}:\n{before[differ[0]]}\n---\n{after[differ[0]]}"
+    assert not differ, (f"{differ[0]}:\n{before[differ[0]]}\n---\n{after[differ[0]]}"
+                        f"\n--- the run said:\n{said}")
 
 
 def workdirs(the_lab) -> list[str]:
@@ -261,8 +264,9 @@ def test_sigint_and_sigkill_then_clean_leave_every_host_as_it_was(the_lab, tmp_p
     finally:   # ended and waited for whatever failed, so the next test finds it gone
         p.send_signal(signal.SIGINT)
         rc = p.wait(120)
-    assert rc == 130, p.stderr.read()
-    assert_same(before, host_state(the_lab))
+    said = p.stderr.read()
+    assert rc == 130, said
+    assert_same(before, host_state(the_lab), said)
     assert tree(work) == mine and leftover_processes(the_lab) == []
 
     p = _start(inv, tmp_path / "b")
