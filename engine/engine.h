@@ -18,6 +18,14 @@ double hist_percentile(const uint64_t *hist, uint64_t count, double q,
 		       uint64_t min, uint64_t max);
 void json_latency(struct json *j, const char *key, const uint64_t *hist,
 		  uint64_t count, uint64_t sum, uint64_t min, uint64_t max);
+/* The same with the percentiles named: {"p01", 0.01}, ... */
+struct hist_q {
+	const char *name;
+	double q;
+};
+void json_latency_qs(struct json *j, const char *key, const uint64_t *hist,
+		     uint64_t count, uint64_t sum, uint64_t min, uint64_t max,
+		     const struct hist_q *qs, unsigned int nq);
 void json_hist(struct json *j, const char *key, const uint64_t *hist);
 void json_rx_report(struct json *j, const char *mode, uint32_t cookie,
 		    const struct fwb_counters *c, const uint64_t *hist);
@@ -48,5 +56,7 @@ int cmd_sink(int argc, char **argv);
 int cmd_echo(int argc, char **argv);		/* echo_client.c */
 int cmd_echo_server(int argc, char **argv);	/* echo_server.c */
 int cmd_spin(int argc, char **argv);		/* spin.c */
+int cmd_accept(int argc, char **argv);		/* accept.c */
+int cmd_connect(int argc, char **argv);		/* connect.c */
 
 #endif

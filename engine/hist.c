@@ -47,25 +47,32 @@ double hist_percentile(const uint64_t *hist, uint64_t count, double q,
 	return max;
 }
 
-void json_latency(struct json *j, const char *key, const uint64_t *hist,
-		  uint64_t count, uint64_t sum, uint64_t min, uint64_t max)
-{
-	static const struct { const char *name; double q; } qs[] = {
-		{ "p50", 0.50 }, { "p90", 0.90 }, { "p99", 0.99 },
-		{ "p99_9", 0.999 },
-	};
+static const struct hist_q default_qs[] = {
+	{ "p50", 0.50 }, { "p90", 0.90 }, { "p99", 0.99 }, { "p99_9", 0.999 },
+};
 
+void json_latency_qs(struct json *j, const char *key, const uint64_t *hist,
+		     uint64_t count, uint64_t sum, uint64_t min, uint64_t max,
+		     const struct hist_q *qs, unsigned int nq)
+{
 	json_obj(j, key);
 	json_u64(j, "count", count);
 	if (count) {
 		json_num(j, "min", min);
 		json_num(j, "mean", (double)sum / count);
-		for (unsigned int i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
+		for (unsigned int i = 0; i < nq; i++)
 			json_num(j, qs[i].name,
 				 hist_percentile(hist, count, qs[i].q, min, max));
 		json_num(j, "max", max);
 	}
 	json_close_obj(j);
+}
+
+void json_latency(struct json *j, const char *key, const uint64_t *hist,
+		  uint64_t count, uint64_t sum, uint64_t min, uint64_t max)
+{
+	json_latency_qs(j, key, hist, count, sum, min, max, default_qs,
+			sizeof(default_qs) / sizeof(default_qs[0]));
 }
 
 /* Non-empty buckets as [lower edge ns, count], so runs can be merged later. */

@@ -107,3 +107,12 @@ def test_spin_never_replaces_a_file_that_exists(tmp_path):
     cp = run("spin", "--cpu", "0", "--file", str(f))
     assert cp.returncode != 0 and cp.stderr.count("\n") == 1 and "File exists" in cp.stderr
     assert f.read_text() == "the user's\n"
+
+
+def test_connection_modes_pure_parts():
+    """conn-test: port lists, the target file, the seeded target choice (a pure
+    function of seed and connection number, uniform by chi-square), the schedule,
+    the error classes and the accept server's endpoint table, 65,536 endpoints."""
+    exe = engine.binary().parent / "conn-test"
+    cp = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0 and cp.stdout.strip() == "ok", cp.stdout
