@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fwbench import owned
 from fwbench.errors import FwbenchError
-from fwbench.plan import REPETITION, TrialKey
+from fwbench.plan import REPETITION, TrialKey, named_cell
 
 # 2: `trials` (a method's sub-trials), engine metrics; 3: named factors
 SCHEMA_VERSION = 3
@@ -32,6 +32,8 @@ RUN_KIND = "fwbench-run"
 # What schema 2's backend / rules / frame_size meant, by method.
 SCHEMA2_FACTORS = {"droprate": ("treatment", "set_size", "frame_size")}
 SWEEP_FACTORS = ("backend", "rules", "frame_size")
+# A sweep's cell, for building one by name: SweepCell(backend="none", rules=0, frame_size=64).
+SweepCell = named_cell(SWEEP_FACTORS)
 
 
 def schema2_factors(method: str) -> tuple[str, str, str]:

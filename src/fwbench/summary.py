@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 from rich.table import Table
 
 from fwbench import metrics
-from fwbench.results import SWEEP_FACTORS, TrialRecord
+from fwbench.results import SWEEP_FACTORS, SweepCell, TrialRecord
 
 def render(title: str, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence],
            caption: str | None = None) -> Table:
@@ -33,11 +33,11 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
-def medians(records: list[TrialRecord]) -> dict[tuple[str, int, int], dict]:
+def medians(records: list[TrialRecord]) -> dict[SweepCell, dict]:
     """(backend, rules, frame_size) -> {primary, secondary, n, not_ok} over ok trials."""
-    groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
+    groups: dict[SweepCell, list[TrialRecord]] = defaultdict(list)
     for r in records:
-        groups[r.cell(SWEEP_FACTORS)].append(r)
+        groups[SweepCell(*r.cell(SWEEP_FACTORS))].append(r)
     out = {}
     for key, recs in groups.items():
         ok = [r for r in recs if r.status == "ok"]
@@ -55,11 +55,11 @@ def table(records: list[TrialRecord], backend_order: list[str]) -> Table:
     cells = medians(records)
     order = {b: i for i, b in enumerate(backend_order)}
 
-    def row(b: str, n: int, f: int) -> list[str]:
-        c = cells[(b, n, f)]
-        base = cells.get(("none", 0, f), {}).get("primary")
+    def row(k: SweepCell) -> list[str]:
+        c = cells[k]
+        base = cells.get(k._replace(backend="none", rules=0), {}).get("primary")
         ratio = f"{c['primary'] / base:.2f}" if c["primary"] and base else "-"
-        return [str(f), b, f"{n:,}" if b != "none" else "-",
+        return [str(k.frame_size), k.backend, f"{k.rules:,}" if k.backend != "none" else "-",
                 f"{c['primary']:,.0f}" if c["primary"] is not None else "-", ratio,
                 f"{c['secondary']:,.1f}" if c["secondary"] is not None else "-",
                 str(c["n"]), str(c["not_ok"]) if c["not_ok"] else ""]
@@ -67,5 +67,5 @@ def table(records: list[TrialRecord], backend_order: list[str]) -> Table:
                   [("frame", "right"), ("backend", "left"), ("rules", "right"),
                    (col1, "right"), ("x none", "right"), (col2, "right"),
                    ("n ok", "right"), ("not ok", "right")],
-                  (row(*k) for k in sorted(cells, key=lambda k: (k[2], order.get(k[0], 99),
-                                                                  k[1]))))
+                  (row(k) for k in sorted(cells, key=lambda k: (
+                      k.frame_size, order.get(k.backend, 99), k.rules))))

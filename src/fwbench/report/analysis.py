@@ -52,7 +52,7 @@ class CellSummary:
 
 
 def summarize(cell: Cell, values: list[float], rounds: list | None = None) -> CellSummary:
-    return CellSummary(tuple(cell), tuple(values), statistics.fmean(values),
+    return CellSummary(cell, tuple(values), statistics.fmean(values),
                        statistics.stdev(values) if len(values) > 1 else None,
                        statistics.median(values), stats.median_ci(values),
                        tuple(rounds) if rounds is not None else None)
@@ -199,10 +199,11 @@ def pair_tables(data: RunData, metric: Metric, cells: dict[Cell, CellSummary],
         family: list[Comparison] = []
         tables = []
         for f in data.frame_sizes():
-            rules = [n for n in data.rule_counts() if (a, n, f) in cells and (b, n, f) in cells]
+            here = {(c.backend, c.rules): s for c, s in cells.items() if c.frame_size == f}
+            rules = [n for n in data.rule_counts() if (a, n) in here and (b, n) in here]
             if not rules:
                 continue
-            cols = [compare(cells[(a, n, f)], cells[(b, n, f)]) for n in rules]
+            cols = [compare(here[(a, n)], here[(b, n)]) for n in rules]
             family += cols
             tables.append(PairTable(a, b, metric, f, rules, cols))
         apply_holm(family)
@@ -259,8 +260,8 @@ def against_best(data: RunData, metric: Metric,
     for f in data.frame_sizes():
         row = AgainstBest(f, {}, {})
         for n in data.rule_counts():
-            here = {b: s for (b, nn, ff), s in cells.items()
-                    if nn == n and ff == f and b != "none"}
+            here = {c.backend: s for c, s in cells.items()
+                    if c.rules == n and c.frame_size == f and c.backend != "none"}
             if len(here) < 2:
                 continue
             top = pick(here, key=lambda b: here[b].median)
@@ -280,8 +281,8 @@ def ranking(data: RunData, metric: Metric, cells: dict[Cell, CellSummary],
     sign = -1 if metric.higher_is_better else 1
     key = {}
     for b in data.backends():
-        mine = sorted((n, s.median) for (bb, n, ff), s in cells.items()
-                      if bb == b and ff == frame and b != "none")
+        mine = sorted((c.rules, s.median) for c, s in cells.items()
+                      if c.backend == b and c.frame_size == frame and b != "none")
         if mine:
             key[b] = (-mine[-1][0], sign * mine[-1][1])
     return sorted(key, key=key.get)
@@ -327,9 +328,9 @@ def ceilings(data: RunData, head_cells: dict[Cell, CellSummary]) -> dict[int, fl
             if v:
                 out[int(f)] = float(v)
     if data.method == "maxrate":
-        for (b, _, f), s in head_cells.items():
-            if b == "none":
-                out[f] = s.median
+        for c, s in head_cells.items():
+            if c.backend == "none":
+                out[c.frame_size] = s.median
     return out
 
 
@@ -343,14 +344,13 @@ def generator_bound(data: RunData, top: dict[int, float]) -> set[tuple[Cell, int
     out = set()
     for r in data.ok:
         cell = data.cell(r)
-        b, _, f = cell
-        if b == "none":
+        if cell.backend == "none":
             continue
         v = head.value(r)
         if r.metrics.get("ndr_generator_limited") or r.metrics.get("pdr_generator_limited"):
             out.add((cell, r.repetition))
-        elif (data.method == "maxrate" and v is not None and f in top
-              and v >= GENERATOR_BOUND * top[f]):
+        elif (data.method == "maxrate" and v is not None and cell.frame_size in top
+              and v >= GENERATOR_BOUND * top[cell.frame_size]):
             out.add((cell, r.repetition))
     return out
 
@@ -375,14 +375,14 @@ def cost_rows(data: RunData, bound: set[tuple[Cell, int]]) -> list[CostRow]:
     excluded: dict[tuple[str, int], int] = {}
     for r in data.ok:
         v = head.value(r)
-        b, n, f = cell = data.cell(r)
-        if b == "none" or v is None or v <= 0:
+        cell = data.cell(r)
+        if cell.backend == "none" or v is None or v <= 0:
             continue
-        key = (b, f)
+        key = (cell.backend, cell.frame_size)
         if (cell, r.repetition) in bound:
             excluded[key] = excluded.get(key, 0) + 1
             continue
-        pts.setdefault(key, []).append((n, v))
+        pts.setdefault(key, []).append((cell.rules, v))
     order = {b: i for i, b in enumerate(data.backends())}
     keys = sorted(set(pts) | set(excluded), key=lambda k: (k[1], order.get(k[0], 99)))
     return [CostRow(b, f, stats.fit_cost(pts.get((b, f), [])), excluded.get((b, f), 0),
@@ -521,12 +521,12 @@ def warnings(data: RunData, bound: set[tuple[Cell, int]],
             out.append(Caveat("single trial", ", ".join(few),
                               "one ok trial: no interval, nothing can be concluded"))
         noisy: dict[str, list[str]] = {}
-        for (b, n, f), s in sorted(head_cells.items()):
+        for c, s in sorted(head_cells.items()):
             w = s.rel_width
             if s.n >= 2 and w is not None and w > NOISY:
-                noisy.setdefault(b, []).append(
-                    f"{f} B ({100 * w:.0f} %)" if b == "none" else
-                    f"N={n:,} {f} B ({100 * w:.0f} %)")
+                noisy.setdefault(c.backend, []).append(
+                    f"{c.frame_size} B ({100 * w:.0f} %)" if c.backend == "none" else
+                    f"N={c.rules:,} {c.frame_size} B ({100 * w:.0f} %)")
         for i, (b, where) in enumerate(noisy.items()):   # a row per backend
             out.append(Caveat("too noisy", f"{b}: {', '.join(where)}", "as above" if i else
                               f"{head.label}: 95 % interval of the median wider than "

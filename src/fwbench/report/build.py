@@ -22,7 +22,7 @@ from fwbench.report import findings
 from fwbench.report.cells import CellReport
 from fwbench.report import figures as fg
 from fwbench.metrics import Metric
-from fwbench.report.data import RunData, load
+from fwbench.report.data import RunData, SweepCell, load
 from fwbench.report.formats import fmt, fmt_pct
 from fwbench.results import RUN_FILES
 from fwbench.report.document import (Block, Bullets, Details, FigureBlock, Heading, Para,
@@ -139,16 +139,16 @@ def _cell_table(metric: Metric, frame: int, cells: dict, backends: list[str],
     interval relative to the median, so ten rule counts fit a 1280-pixel page
     (cells.csv has the interval itself)."""
     cols = ["backend"] + [f"{n:,}" for n in rules]
-    here = [s for (b, n, f), s in cells.items() if f == frame]
+    here = [s for c, s in cells.items() if c.frame_size == frame]
     usual = max(set(s.n for s in here), key=[s.n for s in here].count) if here else 0
     rows = []
     for b in backends:
         if b == "none":
-            s = cells.get(("none", 0, frame))
+            s = cells.get(SweepCell(backend="none", rules=0, frame_size=frame))
             if s:
                 rows.append([b] + [_median_text(metric, s, usual)] * len(rules))
             continue
-        got = [cells.get((b, n, frame)) for n in rules]
+        got = [cells.get(SweepCell(backend=b, rules=n, frame_size=frame)) for n in rules]
         if any(got):
             rows.append([b] + [_median_text(metric, s, usual) if s else "-" for s in got])
     return Table(cols, rows, f"{metric.label} ({metric.unit}), {frame}-byte frames: median "
@@ -378,10 +378,11 @@ class Report:
         if ab is None or not ab.best:
             return None
         n = max(ab.best)
-        top = cells[(ab.best[n], n, frame)]
+        at = SweepCell(backend=ab.best[n], rules=n, frame_size=frame)
+        top = cells[at]
         parts = []
         for b in an.ranking(d, head, cells, frame):
-            s = cells.get((b, n, frame))
+            s = cells.get(at._replace(backend=b))
             if s is None or s.median <= 0:
                 continue
             c = ab.comparisons.get((b, n))
@@ -390,7 +391,7 @@ class Report:
                 {"same": ", no difference shown", "undecided": ", undecided"}.get(
                     c.verdict(head), "") + ")")
             parts.append(f"{b} {1e9 / s.median:,.0f} ns{what}")
-        none = cells.get(("none", 0, frame))
+        none = cells.get(SweepCell(backend="none", rules=0, frame_size=frame))
         tail = (f"; without a firewall {1e9 / none.median:,.0f} ns" if none and none.median
                 else "")
         return (f"At {n:,} rules, {frame}-byte frames, best first: " + ", ".join(parts) +
@@ -463,7 +464,7 @@ class Report:
         for b in an.ranking(self.data, head, cells, frame):
             row = [b]
             for n in rules:
-                s = cells.get((b, n, frame))
+                s = cells.get(SweepCell(backend=b, rules=n, frame_size=frame))
                 c = ab.comparisons.get((b, n))
                 if s is None:
                     row.append("-")

@@ -12,8 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from fwbench.metrics import Metric, known, relabelled
-from fwbench.plan import Cell
-from fwbench.results import SWEEP_FACTORS, RunDir, TrialRecord
+from fwbench.plan import Cell, named_cell
+from fwbench.results import SWEEP_FACTORS, RunDir, SweepCell, TrialRecord
 
 
 # Percentiles of a latency histogram, in the order a percentile curve draws them.
@@ -48,13 +48,16 @@ class RunData:
         return self.factors == SWEEP_FACTORS
 
     def cell(self, r: TrialRecord) -> Cell:
-        return r.cell(self.factors)
+        """The record's cell, read by the run's factor names (`c.backend`,
+        `c.frame_size`): every dict a report keys by cell is keyed by these."""
+        return named_cell(self.factors)(*r.cell(self.factors))
 
     def label(self, cell: Cell) -> str:
         """A cell in a few words: `nftables N=1,000 64 B`, `raw set_size=0 64 B`."""
         if self.is_sweep:
-            b, n, f = cell
-            return f"{b} {f} B" if b == "none" else f"{b} N={n:,} {f} B"
+            c = SweepCell(*cell)    # a plain tuple too: a finding's cells, run.json's
+            return (f"{c.backend} {c.frame_size} B" if c.backend == "none" else
+                    f"{c.backend} N={c.rules:,} {c.frame_size} B")
         return " ".join(f"{v} B" if name == "frame_size" else
                         (str(v) if i == 0 else f"{name}={v}")
                         for i, (name, v) in enumerate(zip(self.factors, cell)))

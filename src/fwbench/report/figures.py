@@ -35,7 +35,7 @@ from matplotlib.ticker import (  # noqa: E402
 
 from fwbench.report.analysis import CellSummary, CostRow, groups  # noqa: E402
 from fwbench.metrics import Metric, round_trips  # noqa: E402
-from fwbench.report.data import PERCENTILES, RunData  # noqa: E402
+from fwbench.report.data import PERCENTILES, RunData, SweepCell  # noqa: E402
 
 plt.rcParams.update({"svg.hashsalt": "fwbench", "svg.fonttype": "none", "figure.dpi": 100,
                      "font.size": 9, "legend.fontsize": 8, "axes.grid": True,
@@ -184,16 +184,16 @@ def metric_vs_rules(data: RunData, metric: Metric, frame: int,
                     cells: dict[tuple, CellSummary], colour: dict[str, str],
                     marker: dict[str, str] | None = None) -> Figure | None:
     """One panel per backend family on shared axes, `none` as a dashed line in each."""
-    here = {c: s for c, s in cells.items() if c[2] == frame}
+    here = {c: s for c, s in cells.items() if c.frame_size == frame}
     if not here:
         return None
     marker = marker or markers(data.backends())
-    present = sorted({c[0] for c in here})
+    present = sorted({c.backend for c in here})
     panels = groups([b for b in data.backends() if b in present])
     if not panels:   # only `none`
         panels = [("", [])]
     fig, axes = _facets(len(panels))
-    base = here.get(("none", 0, frame))
+    base = here.get(SweepCell(backend="none", rules=0, frame_size=frame))
     all_medians, xs_all = ([base.median] if base else []), []
     for ax, (title, members) in zip(axes, panels):
         if base:
@@ -201,19 +201,19 @@ def metric_vs_rules(data: RunData, metric: Metric, frame: int,
             if base.ci:
                 ax.axhspan(base.ci.low, base.ci.high, color="black", alpha=0.08)
         for b in members:
-            mine = sorted((s for (bb, _, _), s in here.items() if bb == b),
-                          key=lambda s: s.cell[1])
+            mine = sorted((s for c, s in here.items() if c.backend == b),
+                          key=lambda s: s.cell.rules)
             if not mine:
                 continue
             all_medians += [s.median for s in mine]
-            xs = [s.cell[1] for s in mine]
+            xs = [s.cell.rules for s in mine]
             xs_all += xs
             ax.plot(xs, [s.median for s in mine], marker=marker[b], ms=4, lw=1.4,
                     color=colour[b], label=b)
             if all(s.ci for s in mine):
                 ax.fill_between(xs, [s.ci.low for s in mine], [s.ci.high for s in mine],
                                 color=colour[b], alpha=0.18, lw=0)
-            ax.plot([s.cell[1] for s in mine for _ in s.values],
+            ax.plot([s.cell.rules for s in mine for _ in s.values],
                     [v for s in mine for v in s.values], ls="none", marker=".", ms=2.5,
                     color=colour[b], alpha=0.6)
         if title:
@@ -262,23 +262,23 @@ def time_per_packet(data: RunData, metric: Metric, frame: int,
     """The ranking at a glance: 1e9 / median rate against rule-set size, log-log, each
     backend's line labelled at its right end with its time at the largest rule set
     (labels pushed apart so none overlap), `none` dashed."""
-    here = {c: s for c, s in cells.items() if c[2] == frame and s.median > 0}
+    here = {c: s for c, s in cells.items() if c.frame_size == frame and s.median > 0}
     if not here:
         return None
     fig, ax = plt.subplots(figsize=(9.0, 5.2))
     fig.subplots_adjust(left=0.09, right=0.72, top=0.93, bottom=0.11)
     ends, xs_all, ys_all = [], [], []
     for b in order:
-        mine = sorted((s for (bb, _, _), s in here.items() if bb == b),
-                      key=lambda s: s.cell[1])
+        mine = sorted((s for c, s in here.items() if c.backend == b),
+                      key=lambda s: s.cell.rules)
         if not mine:
             continue
-        xs, ys = [s.cell[1] for s in mine], [1e9 / s.median for s in mine]
+        xs, ys = [s.cell.rules for s in mine], [1e9 / s.median for s in mine]
         xs_all += xs
         ys_all += ys
         ax.plot(xs, ys, marker=marker[b], ms=5, lw=1.6, color=colour[b])
         ends.append((f"{b}  {ys[-1]:,.0f} ns", xs[-1], ys[-1], colour[b]))
-    base = here.get(("none", 0, frame))
+    base = here.get(SweepCell(backend="none", rules=0, frame_size=frame))
     if base:
         y = 1e9 / base.median
         ys_all.append(y)
@@ -339,15 +339,16 @@ def heat_map(metric: Metric, frame: int, cells: dict[tuple, CellSummary],
     """Backend (rows, in `order`) x rule-set size: each cell's median rate, coloured
     and labelled by its fraction of the no-firewall rate (absolute rate when the run
     has no `none`)."""
-    rows = [b for b in order if any((b, n, frame) in cells for n in rules)]
+    here = {(c.backend, c.rules): s for c, s in cells.items() if c.frame_size == frame}
+    rows = [b for b in order if any((b, n) in here for n in rules)]
     if not rows or not rules:
         return None
-    base = cells.get(("none", 0, frame))
-    ref = base.median if base else max(cells[(b, n, frame)].median for b in rows
-                                       for n in rules if (b, n, frame) in cells)
+    base = here.get(("none", 0))
+    ref = base.median if base else max(here[(b, n)].median for b in rows
+                                       for n in rules if (b, n) in here)
     fig, ax = plt.subplots(figsize=(min(WIDE, 3.6 + 0.8 * len(rules)),
                                     1.1 + 0.42 * len(rows)))
-    grid = [[cells[(b, n, frame)].median / ref if (b, n, frame) in cells else math.nan
+    grid = [[here[(b, n)].median / ref if (b, n) in here else math.nan
              for n in rules] for b in rows]
     low = min(min(v for r in grid for v in r if v == v), 0.5)
     norm = LogNorm(vmin=max(low, 1e-4), vmax=max(1.0, max(v for r in grid for v in r
@@ -355,7 +356,7 @@ def heat_map(metric: Metric, frame: int, cells: dict[tuple, CellSummary],
     im = ax.imshow(grid, cmap="viridis", norm=norm, aspect="auto")
     for i, b in enumerate(rows):
         for j, n in enumerate(rules):
-            s = cells.get((b, n, frame))
+            s = here.get((b, n))
             if s is None:
                 ax.text(j, i, "-", ha="center", va="center", fontsize=9)
                 continue
@@ -408,8 +409,8 @@ def latency_percentiles(data: RunData, frame: int, colour: dict[str, str]) -> Fi
     fig, ax = plt.subplots(figsize=(9.0, 4.6))
     drawn = 0
     for b in data.backends():
-        recs = [(n, r) for r in data.ok for bb, n, f in [data.cell(r)]
-                if bb == b and f == frame]
+        recs = [(c.rules, r) for r in data.ok for c in [data.cell(r)]
+                if c.backend == b and c.frame_size == frame]
         if not recs:
             continue
         top = max(n for n, _ in recs)
@@ -449,13 +450,14 @@ def rate_vs_frame(data: RunData, metric: Metric, cells: dict[tuple, CellSummary]
     marker = markers(data.backends())
     fig, ax = plt.subplots(figsize=(9.0, 4.6))
     for b in data.backends():
-        mine = [s for (bb, _, _), s in cells.items() if bb == b]
+        mine = [s for c, s in cells.items() if c.backend == b]
         if not mine:
             continue
-        top = max(s.cell[1] for s in mine)
-        line = sorted((s for s in mine if s.cell[1] == top), key=lambda s: s.cell[2])
+        top = max(s.cell.rules for s in mine)
+        line = sorted((s for s in mine if s.cell.rules == top),
+                      key=lambda s: s.cell.frame_size)
         label = "none (no firewall)" if b == "none" else f"{b}, N={top:,}"
-        ax.plot([s.cell[2] for s in line], [s.median for s in line], marker=marker[b], ms=4,
+        ax.plot([s.cell.frame_size for s in line], [s.median for s in line], marker=marker[b], ms=4,
                 color="black" if b == "none" else colour[b],
                 ls="--" if b == "none" else "-", label=label)
     fs = list(range(frames[0], frames[-1] + 1, 2))

@@ -31,12 +31,12 @@ def best_of_group(data: RunData, cells: dict) -> References:
     groups = _groups(data)
     best: dict[tuple, Cell] = {}
     for c, values in rates.items():
-        k = (groups.get(c), c[2])
+        k = (groups.get(c), c.frame_size)
         if k not in best or statistics.median(values) > statistics.median(rates[best[k]]):
             best[k] = c
     out = {}
     for c in cells:
-        ref = best.get((groups.get(c), c[2]))
+        ref = best.get((groups.get(c), c.frame_size))
         if ref is not None and ref != c and ref in cells:
             out[c] = ref
     return out

@@ -19,10 +19,12 @@ from typing import Callable
 
 from fwbench.errors import FwbenchError
 from fwbench.experiments.echo import EchoDesign, EchoSettings
+from fwbench.plan import named_cell
 from fwbench.traffic import echo as engine_echo
 
 FACTORS = ("clients", "protocol", "family", "frame", "server", "rules_per_client",
            "backend", "transaction", "entries")
+EchoCell = named_cell(FACTORS)
 
 # What a trial costs besides its warm-up and measurement, from the default scenario on a
 # 2-core machine (189 trials in 14 min 32 s, 4.6 s each with 2.5 s of traffic):
@@ -104,7 +106,8 @@ def cells(s: EchoSettings, backends: list[str],
             if why:
                 left[why] += 1
                 continue
-            validate_frame(cell[3], cell[1], cell[2])
+            c = EchoCell(*cell)
+            validate_frame(c.frame, c.protocol, c.family)
             out.append(cell)
     return out, dict(left)
 

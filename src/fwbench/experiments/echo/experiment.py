@@ -183,7 +183,8 @@ class Echo(Experiment):
                  f"(before adaptive repetitions)"]
         notes += [f"left out, {n:,} cell(s): {why}" for why, n in left.items()]
         return Planned(resolved, cells, {"left_out": left, "estimated_s": round(est),
-                                         "max_clients": max(c[0] for c in cells)}, notes)
+                                         "max_clients": max(dict(zip(FACTORS, c))["clients"]
+                                                            for c in cells)}, notes)
 
     def versions(self, planned: Planned) -> dict[str, str | None]:
         out = {"conntrack": proc.version_line(["conntrack", "-V"]),

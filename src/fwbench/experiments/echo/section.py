@@ -24,7 +24,7 @@ from fwbench.report.deciding import cells_where, decided
 
 def without_rules(data: RunData, cells: dict) -> References:
     return {c: es.reference(c) for c in cells
-            if c[es.F_INDEX] and es.reference(c) in cells}
+            if c.rules_per_client and es.reference(c) in cells}
 
 
 def _iv(iv, digits: int = 2, unit: str = "") -> str:
@@ -105,14 +105,14 @@ def _slower_row(data: RunData, s: dict, factor: str, slow: str, fast: str,
             "ipv6-vs-ipv4": es.SEED001["ipv6_slower_than_ipv4_pct"],
             "sctp-vs-tcp": es.SEED001["sctp_slower_than_tcp_pct"]}[key]
     seed_text = f"{seed[0]} % ({seed[1]}..{seed[2]})"
-    i, srv = FACTORS.index(factor), FACTORS.index("server")
     parts, read = [], []
     for cell, xs in sorted(s.items(), key=lambda kv: str(kv[0])):
-        other = s.get(cell[:i] + (fast,) + cell[i + 1:])
-        if cell[i] == slow and cell[srv] == "epoll" and other and \
+        pair = cell._replace(**{factor: fast})
+        other = s.get(pair)
+        if getattr(cell, factor) == slow and cell.server == "epoll" and other and \
                 (e := cl.estimate(xs, other)) is not None:
             parts.append(e)
-            read += [cell, cell[:i] + (fast,) + cell[i + 1:]]
+            read += [cell, pair]
     est = cl.pooled(parts, "pairs of cells")
     if est is None:
         left = data.meta.get("left_out") or {}
@@ -157,7 +157,7 @@ class _Stats:
     def __init__(self, data: RunData, level: float = 0.95):
         self.s = s = es.samples(data.records)
         self.decs = es.decreases(s)
-        backends = list(dict.fromkeys(c[FACTORS.index("backend")] for c in s))
+        backends = list(dict.fromkeys(c.backend for c in s))
         self.level = level     # the slopes' bootstrap intervals
         self.slopes = {(fam, b): es.per_rule_slope(s, fam, b, level=level)
                        for fam in ("ipv4", "ipv6") for b in backends}
@@ -178,8 +178,9 @@ def seed_findings(data: RunData, st: _Stats | None = None) -> list[Finding]:
 
 def decrease_table(decs: list[es.Decrease]) -> Table:
     rows = []
-    for d in sorted(decs, key=lambda d: (d.cell[2], d.cell[1], d.cell[0], d.cell[es.F_INDEX],
-                                         d.cell[4], d.cell[6])):
+    for d in sorted(decs, key=lambda d: (d.cell.family, d.cell.protocol, d.cell.clients,
+                                         d.cell.rules_per_client, d.cell.server,
+                                         d.cell.backend)):
         c = dict(zip(FACTORS, d.cell))
         rows.append([c["family"], c["protocol"], str(c["clients"]), c["frame"], c["server"],
                      c["backend"] + ("" if c["transaction"] == "echo" else f" {c['transaction']}"),

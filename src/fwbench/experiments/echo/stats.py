@@ -36,7 +36,8 @@ from scipy import stats as sps
 
 from fwbench import stats
 from fwbench import summary
-from fwbench.experiments.echo.design import FACTORS
+from fwbench.experiments.echo.design import FACTORS, EchoCell, rules_of
+from fwbench.plan import named_cell
 from fwbench.results import TrialRecord
 
 ALPHA = 0.05
@@ -52,7 +53,7 @@ SEED001 = {
     "sctp_slower_than_tcp_pct": (32.65, 9.28, 48.23),
 }
 
-Cell = tuple
+Cell = EchoCell
 
 
 def jain(xs: list[float]) -> float | None:
@@ -77,19 +78,18 @@ def samples(records: list[TrialRecord]) -> dict[Cell, list[float]]:
     """Each echo cell's ok trials' mean per-client throughput (bit/s): seed 001's
     transaction, without background connection-table entries (crr cells are
     conn_rates()'s)."""
-    tr, ent = FACTORS.index("transaction"), FACTORS.index("entries")
     out: dict[Cell, list[float]] = defaultdict(list)
     for r in records:
         v = value(r)
-        c = r.cell(FACTORS)
-        if r.status == "ok" and v is not None and c[tr] == "echo" and not c[ent]:
+        c = EchoCell(*r.cell(FACTORS))
+        if r.status == "ok" and v is not None and c.transaction == "echo" and not c.entries:
             out[c].append(v)
     return dict(out)
 
 
 def reference(cell: Cell) -> Cell:
     """The same cell without rules (F = 0)."""
-    return cell[:F_INDEX] + (0,) + cell[F_INDEX + 1:]
+    return EchoCell(*cell)._replace(rules_per_client=0)   # `cell` may be a plan's tuple
 
 
 def label(cell: Cell) -> str:
@@ -132,16 +132,15 @@ def _decided(tests: list) -> list[tuple]:
 def decreases(s: dict[Cell, list[float]]) -> list[Decrease]:
     found = []
     for cell, xs in s.items():
-        f = cell[F_INDEX]
         ref = s.get(reference(cell))
-        if f and ref:
+        if cell.rules_per_client and ref:
             found.append((cell, xs, ref, stats.log_ratio(xs, ref)))
     out = []
     for (cell, xs, ref, t), (ratio, iv, p) in zip(found, _decided([x[3] for x in found])):
         if ratio is None:
             ratio = statistics.fmean(xs) / statistics.fmean(ref)
         w = stats.welch(xs, ref)
-        out.append(Decrease(cell, cell[0] * cell[F_INDEX], 100 * (1 - ratio),
+        out.append(Decrease(cell, rules_of(cell), 100 * (1 - ratio),
                             (100 * (1 - iv[1]), 100 * (1 - iv[0])) if iv else None,
                             len(xs), len(ref), p, w.p if w else None))
     return out
@@ -164,14 +163,13 @@ def per_rule_slope(s: dict[Cell, list[float]], family: str, backend: str, seed: 
                    resamples: int = 2000, level: float = 0.95) -> Slope | None:
     """Decrease (%) = slope x rules, least squares through the origin, over every cell of
     the family and backend that has rules and its F = 0 reference."""
-    fam, be = FACTORS.index("family"), FACTORS.index("backend")
     pairs = [(c, xs, s[reference(c)]) for c, xs in s.items()
-             if c[fam] == family and c[be] == backend and c[F_INDEX]
+             if c.family == family and c.backend == backend and c.rules_per_client
              and s.get(reference(c))]
     if not pairs:
         return None
 
-    rules = [c[0] * c[F_INDEX] for c, _, _ in pairs]
+    rules = [rules_of(c) for c, _, _ in pairs]
 
     def fit(*groups, axis=-1):
         # groups: each pair's trials, then its reference's; along the last axis.
@@ -192,7 +190,7 @@ def per_rule_slope(s: dict[Cell, list[float]], family: str, backend: str, seed: 
         iv = (b.low, b.high)
     # How well a line through the origin holds the cells' mean decreases (uncentred
     # R², as for any fit without an intercept): 1 is a straight line.
-    pts = [(c[0] * c[F_INDEX], 100 * (1 - float(np.mean(xs)) / float(np.mean(ref))))
+    pts = [(rules_of(c), 100 * (1 - float(np.mean(xs)) / float(np.mean(ref))))
            for c, xs, ref in pairs]
     ss_res = sum((y - point * x) ** 2 for x, y in pts)
     ss_tot = sum(y * y for _, y in pts) or 1.0
@@ -202,9 +200,13 @@ def per_rule_slope(s: dict[Cell, list[float]], family: str, backend: str, seed: 
 
 # --- threads against epoll ----------------------------------------------------------------
 
+# A server test's group: the cell without its server factor.
+Group = named_cell(tuple(f for f in FACTORS if f != "server"))
+
+
 @dataclass(frozen=True)
 class ServerTest:
-    group: Cell                 # the cell without its server factor
+    group: Group
     clients: int
     diff_pct: float             # 100 x (threads / epoll - 1), the log ratio's estimate
     interval: tuple[float, float] | None   # of diff_pct, at its Holm level
@@ -229,12 +231,11 @@ class ServerTest:
 def server_tests(s: dict[Cell, list[float]]) -> list[ServerTest]:
     """Threads against epoll in every cell measured with both: the log ratio of
     their mean throughput per client (Welch on the logs), Holm across them."""
-    srv = FACTORS.index("server")
     found = []
     for cell, th in s.items():
-        if cell[srv] != "threads":
+        if cell.server != "threads":
             continue
-        ep = s.get(cell[:srv] + ("epoll",) + cell[srv + 1:])
+        ep = s.get(cell._replace(server="epoll"))
         if ep:
             found.append((cell, th, ep, stats.log_ratio(th, ep)))
     out = []
@@ -242,11 +243,13 @@ def server_tests(s: dict[Cell, list[float]]) -> list[ServerTest]:
         if ratio is None:
             ratio = statistics.fmean(th) / statistics.fmean(ep)
         w, mw = stats.welch(th, ep), stats.mann_whitney(th, ep)
-        out.append(ServerTest(cell[:srv] + cell[srv + 1:], cell[0], 100 * (ratio - 1),
+        group = Group(**{f: v for f, v in cell._asdict().items() if f != "server"})
+        out.append(ServerTest(group, cell.clients, 100 * (ratio - 1),
                               (100 * (iv[0] - 1), 100 * (iv[1] - 1)) if iv else None,
                               t.p if t else None, p, mw.p if mw else None,
                               len(th), len(ep), w.p if w else None))
-    return sorted(out, key=lambda t: (t.group[1:], t.clients))
+    # by every factor of the group but the clients, then the clients
+    return sorted(out, key=lambda t: (t.group._replace(clients=0), t.clients))
 
 
 def turning_point(tests: list[ServerTest]) -> float | None:
@@ -280,12 +283,11 @@ def paired_average(s: dict[Cell, list[float]], factor: str, slow: str, fast: str
                    what: str, seed: int = 1) -> Average | None:
     """How much slower `slow` is than `fast`, over cells equal but for `factor`; the
     server factor is epoll on both sides (UDP has no thread-per-client server)."""
-    i, srv = FACTORS.index(factor), FACTORS.index("server")
     diffs = []
     for cell, xs in s.items():
-        if cell[i] != slow or cell[srv] != "epoll":
+        if getattr(cell, factor) != slow or cell.server != "epoll":
             continue
-        other = s.get(cell[:i] + (fast,) + cell[i + 1:])
+        other = s.get(cell._replace(**{factor: fast}))
         if other:
             diffs.append(100 * (1 - statistics.fmean(xs) / statistics.fmean(other)))
     if not diffs:
@@ -316,15 +318,15 @@ class ConnRate:
 def conn_rates(records: list[TrialRecord]) -> list[ConnRate]:
     """Every crr cell's connection rate, and its change against the same cell with
     no rules and no background connection-table entries."""
-    tr, ent = FACTORS.index("transaction"), FACTORS.index("entries")
     rates: dict[Cell, list[float]] = defaultdict(list)
     for r in records:
-        c = r.cell(FACTORS)
-        if r.status == "ok" and c[tr] == "crr":
+        c = EchoCell(*r.cell(FACTORS))
+        if r.status == "ok" and c.transaction == "crr":
             rates[c].append(float(r.metrics["throughput"]["msgs_per_s"]))
     found = []
-    for c, xs in sorted(rates.items(), key=lambda kv: (kv[0][F_INDEX], kv[0][ent])):
-        base = reference(c)[:ent] + (0,)
+    for c, xs in sorted(rates.items(), key=lambda kv: (kv[0].rules_per_client,
+                                                      kv[0].entries)):
+        base = c._replace(rules_per_client=0, entries=0)
         ref = rates.get(base) if base != c else None
         found.append((c, base, xs, ref, stats.log_ratio(xs, ref) if ref else None))
     out = []

@@ -23,13 +23,13 @@ from fwbench.report.formats import fmt_pct
 
 
 def without_load(data: RunData, cells: dict) -> References:
-    return {c: (c[0], c[1], "none", c[3]) for c in cells
-            if c[2] != "none" and (c[0], c[1], "none", c[3]) in cells}
+    return {c: c._replace(load="none") for c in cells
+            if c.load != "none" and c._replace(load="none") in cells}
 
 
 def _name(c: Cell) -> str:
-    r, b, load, n = c
-    return f"{b}, {r.removeprefix('seed004-')}, {load}" + (f", {n:,} conns" if n else "")
+    return (f"{c.backend}, {c.ruleset.removeprefix('seed004-')}, {c.load}"
+            + (f", {c.entries:,} conns" if c.entries else ""))
 
 
 def _us(v: float | None) -> str:
@@ -43,13 +43,13 @@ def _p(t) -> str:
 def figures_table(cs: dict, round_trip: bool = False) -> Table:
     kind = "round-trip" if round_trip else "one-way"
     rows = []
-    for c, s in sorted(cs.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][3],
-                                                   ll._backend_order(kv[0][1]))):
+    for c, s in sorted(cs.items(), key=lambda kv: (kv[0].load, kv[0].ruleset, kv[0].entries,
+                                                   ll._backend_order(kv[0].backend))):
         p = s.pooled()
         ci = s.value_ci()
-        seed = ll.SEED004.get(c[:3]) if c[3] == 0 else None
+        seed = ll.SEED004.get((c.ruleset, c.backend, c.load)) if c.entries == 0 else None
         rows.append([
-            c[0], c[1], c[2], f"{c[3]:,}", str(s.n),
+            c.ruleset, c.backend, c.load, f"{c.entries:,}", str(s.n),
             (f"{statistics.median(s.trial_values):,.1f}" +
              (f" [{ci.low:,.1f}, {ci.high:,.1f}]" if ci else "")) if s.n else "-",
             f"{statistics.median(s.trial_medians):,.1f}" if s.n else "-",
@@ -87,8 +87,8 @@ def tests_table(tests: list[ll.Test], ident: str, caption: str,
                _p(t.less), _p(t.greater), _p(t.two),
                "-" if t.delta is None else f"{t.delta:+.2f}", _p(t.pooled_two)]
         if seed_column:
-            sig = ll.SEED004_TESTS.get((t.a[0], t.a[2])) if t.a[3] == 0 and \
-                {t.a[1], t.b[1]} == {"nftables", "iptables-legacy"} else None
+            sig = ll.SEED004_TESTS.get((t.a.ruleset, t.a.load)) if t.a.entries == 0 and \
+                {t.a.backend, t.b.backend} == {"nftables", "iptables-legacy"} else None
             row.append("" if sig is None else
                        f"{'yes' if sig[0] else 'no'} / {'yes' if sig[1] else 'no'}")
         rows.append(row)
@@ -154,14 +154,14 @@ def lead(data: RunData) -> tuple[list[Block], list[fg.Figure]]:
                             "each trial's record (conntrack)."),
                 Bullets([sentence(t, t.what) for t in entries])]
     figs: list[fg.Figure | None] = []
-    for load in dict.fromkeys(c[2] for c in cs):
+    for load in dict.fromkeys(c.load for c in cs):
         figs.append(fg.distributions(
             f"fig-rtt-cdf-{load}", f"ping RTT distribution, load {load}",
-            {_name(c): list(s.replies) for c, s in cs.items() if c[2] == load}))
+            {_name(c): list(s.replies) for c, s in cs.items() if c.load == load}))
         for stat, word in (("median", "median"), ("p99", "99th percentile")):
             figs.append(fg.time_series(
                 f"fig-rtt-series-{stat}-{load}", f"ping RTT {word} per second, load {load}",
-                {_name(c): _series(data, c, stat) for c in cs if c[2] == load},
+                {_name(c): _series(data, c, stat) for c in cs if c.load == load},
                 f"{word} RTT in that second (µs)",
                 f"Each second of the measurement window: the median over trials of that "
                 f"second's {word} reply. A flat line: latency was steady over the trial."))
@@ -214,30 +214,31 @@ def _pooled(data: RunData, c, pairs: dict[str, tuple], what: str) -> Finding:
 
 def _load_finding(data: RunData, cs: dict) -> Finding:
     c = claim("004", "load-triples-latency")
-    pairs = {f"{b}, {r.removeprefix('seed004-')}, {load}": (s, cs[(r, b, "none", n)])
-             for (r, b, load, n), s in cs.items()
-             if load != "none" and (r, b, "none", n) in cs}
+    pairs = {f"{k.backend}, {k.ruleset.removeprefix('seed004-')}, {k.load}":
+             (s, cs[k._replace(load="none")])
+             for k, s in cs.items() if k.load != "none" and k._replace(load="none") in cs}
     return _pooled(data, c, pairs, "configurations")
 
 
 def _nat_finding(data: RunData, cs: dict) -> Finding:
     c = claim("004", "nat-equals-forward")
-    pairs = {f"{b}, {load}": (s, cs[("seed004-forward", b, load, n)])
-             for (r, b, load, n), s in cs.items()
-             if r == "seed004-nat" and ("seed004-forward", b, load, n) in cs}
+    fwd = {k: k._replace(ruleset="seed004-forward") for k in cs}
+    pairs = {f"{k.backend}, {k.load}": (s, cs[fwd[k]]) for k, s in cs.items()
+             if k.ruleset == "seed004-nat" and fwd[k] in cs}
     return _pooled(data, c, pairs, "configurations")
 
 
 def _nft_under_load(data: RunData, cs: dict) -> Finding:
     c = claim("004", "nft-lower-under-load")
-    pairs = {f"{r.removeprefix('seed004-')}, {load}": (s, cs[(r, "iptables-legacy", load, n)])
-             for (r, b, load, n), s in cs.items()
-             if b == "nftables" and load != "none" and (r, "iptables-legacy", load, n) in cs}
+    ipt = {k: k._replace(backend="iptables-legacy") for k in cs}
+    pairs = {f"{k.ruleset.removeprefix('seed004-')}, {k.load}": (s, cs[ipt[k]])
+             for k, s in cs.items()
+             if k.backend == "nftables" and k.load != "none" and ipt[k] in cs}
     return _pooled(data, c, pairs, "rule sets")
 
 
 def findings(data: RunData) -> list[Finding]:
     cs = ll.configs(data.records)
-    plain = {k: v for k, v in cs.items() if not k[3]}     # without background entries
+    plain = {k: v for k, v in cs.items() if not k.entries}   # without background entries
     return [_load_finding(data, plain), _nat_finding(data, plain),
             _nft_under_load(data, plain)]

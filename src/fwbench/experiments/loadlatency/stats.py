@@ -28,6 +28,7 @@ from rich.table import Table
 from fwbench import stats
 from fwbench import summary
 from fwbench.metrics import round_trips
+from fwbench.plan import named_cell
 from fwbench.results import TrialRecord
 
 FACTORS = ("ruleset", "backend", "load", "entries")
@@ -52,7 +53,7 @@ SEED004_TESTS = {
     ("seed004-forward", "tcp-bidir"): (True, False), ("seed004-nat", "tcp-bidir"): (True, True),
 }
 
-Config = tuple  # (ruleset, backend, load, entries)
+Config = named_cell(FACTORS)  # a cell: c.ruleset, c.backend, c.load, c.entries
 
 
 @dataclass
@@ -91,7 +92,7 @@ def configs(records: list[TrialRecord]) -> dict[Config, ConfigSummary]:
     out: dict[Config, ConfigSummary] = {}
     replies: dict[Config, list[float]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r.repetition):
-        c = r.cell(FACTORS)
+        c = Config(*r.cell(FACTORS))
         s = out.setdefault(c, ConfigSummary(c, [], [], np.empty(0), 0))
         if r.status != "ok":
             continue
@@ -183,23 +184,24 @@ def _holm(tests: list[Test]) -> list[Test]:
     return tests
 
 
-def _levels(cs: dict[Config, ConfigSummary], i: int) -> list:
-    return list(dict.fromkeys(c[i] for c in cs))
+def _levels(cs: dict[Config, ConfigSummary], factor: str) -> list:
+    return list(dict.fromkeys(getattr(c, factor) for c in cs))
 
 
 def backend_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
     """Every pair of backends, per rule set, load and entries (the seed's Tables 2 and
     3 are nftables against iptables-legacy); one Holm family."""
     out = []
-    for r in _levels(cs, 0):
-        for load in _levels(cs, 2):
-            for n in _levels(cs, 3):
-                bs = [b for b in _levels(cs, 1) if (r, b, load, n) in cs]
+    for r in _levels(cs, "ruleset"):
+        for load in _levels(cs, "load"):
+            for n in _levels(cs, "entries"):
+                at = Config(ruleset=r, backend=None, load=load, entries=n)  # each b below
+                bs = [b for b in _levels(cs, "backend") if at._replace(backend=b) in cs]
                 for b1, b2 in combinations(sorted(bs, key=_backend_order), 2):
                     # nftables first, as the seed put it
                     a, b = (b2, b1) if b2 == "nftables" else (b1, b2)
                     out.append(test(f"{a} vs {b}, {r}, {load}" + (f", {n:,} conns" if n else ""),
-                                    cs[(r, a, load, n)], cs[(r, b, load, n)]))
+                                    cs[at._replace(backend=a)], cs[at._replace(backend=b)]))
     return _holm(out)
 
 
@@ -212,32 +214,35 @@ def load_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
     """Under load against no load, per rule set, backend and entries (the seed's
     one-tailed Mann-Whitney beside)."""
     out = []
-    for (r, b, load, n), s in cs.items():
-        if load != "none" and (r, b, "none", n) in cs:
-            out.append(test(f"{b}, {r}: {load} vs none" + (f", {n:,} conns" if n else ""),
-                            s, cs[(r, b, "none", n)]))
+    for c, s in cs.items():
+        idle = c._replace(load="none")
+        if c.load != "none" and idle in cs:
+            out.append(test(f"{c.backend}, {c.ruleset}: {c.load} vs none"
+                            + (f", {c.entries:,} conns" if c.entries else ""), s, cs[idle]))
     return _holm(out)
 
 
 def nat_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
     """NAT against forwarding, per backend, load and entries."""
     out = []
-    for (r, b, load, n), s in cs.items():
-        if r == "seed004-nat" and ("seed004-forward", b, load, n) in cs:
-            out.append(test(f"{b}, {load}: NAT vs forwarding" + (f", {n:,} conns" if n else ""),
-                            s, cs[("seed004-forward", b, load, n)]))
+    for c, s in cs.items():
+        fwd = c._replace(ruleset="seed004-forward")
+        if c.ruleset == "seed004-nat" and fwd in cs:
+            out.append(test(f"{c.backend}, {c.load}: NAT vs forwarding"
+                            + (f", {c.entries:,} conns" if c.entries else ""), s, cs[fwd]))
     return _holm(out)
 
 
 def entries_tests(cs: dict[Config, ConfigSummary]) -> list[Test]:
     """Each number of background connections against the fewest, per rule set,
     backend and load (beyond the seed: what a fuller table costs)."""
-    levels = sorted(_levels(cs, 3))
+    levels = sorted(_levels(cs, "entries"))
     out = []
-    for (r, b, load, n), s in cs.items():
-        if n != levels[0] and (r, b, load, levels[0]) in cs:
-            out.append(test(f"{b}, {r}, {load}: {n:,} vs {levels[0]:,} conns", s,
-                            cs[(r, b, load, levels[0])]))
+    for c, s in cs.items():
+        fewest = c._replace(entries=levels[0])
+        if c.entries != levels[0] and fewest in cs:
+            out.append(test(f"{c.backend}, {c.ruleset}, {c.load}: {c.entries:,} vs "
+                            f"{levels[0]:,} conns", s, cs[fewest]))
     return _holm(sorted(out, key=lambda t: t.what))
 
 
@@ -253,7 +258,7 @@ def table(records: list[TrialRecord]) -> Table:
                (f" [{ci.low:,.0f}, {ci.high:,.0f}]" if ci else "")) if s.n else "-"
         load = (f"{statistics.median(s.load_up) / 1e9:.2f} / "
                 f"{statistics.median(s.load_down) / 1e9:.2f}" if s.load_up else "-")
-        return [c[0], c[1], c[2], f"{c[3]:,}", str(s.n), med,
+        return [c.ruleset, c.backend, c.load, f"{c.entries:,}", str(s.n), med,
                 f"{p['mean']:,.0f}" if p else "-", f"{p['median']:,.0f}" if p else "-",
                 f"{p['sd']:,.0f}" if p and p["sd"] is not None else "-",
                 f"{statistics.median(s.probe_p50):,.1f}" if s.probe_p50 else "-", load]
@@ -266,4 +271,4 @@ def table(records: list[TrialRecord]) -> Table:
             "round-trip p50" if round_trips(records) else "one-way p50",
             "load up/down Gbit/s")],
         (row(c, s) for c, s in sorted(cs.items(), key=lambda kv: (
-            kv[0][0], kv[0][2], kv[0][3], _backend_order(kv[0][1])))))
+            kv[0].ruleset, kv[0].load, kv[0].entries, _backend_order(kv[0].backend)))))

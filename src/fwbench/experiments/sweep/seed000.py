@@ -15,7 +15,7 @@ from fwbench import claims as cl
 from fwbench.findings import NOT_SHOWN, Finding, claim
 from fwbench.metrics import Metric
 from fwbench.report import analysis as an
-from fwbench.report.data import RunData
+from fwbench.report.data import RunData, SweepCell
 from fwbench.report.deciding import decided
 
 LARGE = 1000          # the seed's "once rule sets reach 1,000 rules"
@@ -33,12 +33,13 @@ def _cells(data: RunData, m: Metric, a: str, b: str, keep=lambda n, f: True
     """(rules, frame) -> a's cell over b's, for every cell both have and `keep` takes."""
     cells = an.summaries(data, m)
     out = {}
-    for (x, n, f) in sorted(cells):
-        if x == a and keep(n, f) and (b, n, f) in cells:
-            e = cl.estimate(cells[(a, n, f)].values, cells[(b, n, f)].values,
-                            cells[(a, n, f)].rounds, cells[(b, n, f)].rounds)
+    for ca in sorted(cells):
+        cb = ca._replace(backend=b)
+        if ca.backend == a and keep(ca.rules, ca.frame_size) and cb in cells:
+            e = cl.estimate(cells[ca].values, cells[cb].values,
+                            cells[ca].rounds, cells[cb].rounds)
             if e is not None:
-                out[(n, f)] = e
+                out[(ca.rules, ca.frame_size)] = e
     return out
 
 
@@ -58,7 +59,8 @@ def _slower(data: RunData, key: str | None, claim_key: str, what: str) -> Findin
         f"{k} {cl.show(e)}" for k, e in per.items())
     d = cl.every(c.rule, per, "frame sizes")
     widest = max(per.values(), key=lambda e: e.se) if per else None
-    return decided(data, c, ours, d, widest, [(x, n, f) for (n, f) in got for x in LINEAR])
+    return decided(data, c, ours, d, widest, [SweepCell(backend=x, rules=n, frame_size=f)
+                                              for (n, f) in got for x in LINEAR])
 
 
 def _small_frames(data: RunData) -> Finding:
@@ -82,7 +84,8 @@ def _small_frames(data: RunData) -> Finding:
             f"{len(diffs)} rule counts")
     used = [n for n in sorted({n for n, _ in got}) if (n, small) in got and (n, large) in got]
     return decided(data, c, ours, cl.decide(c.rule, est), est,
-                   [(x, n, f) for x in LINEAR for n in used for f in (small, large)])
+                   [SweepCell(backend=x, rules=n, frame_size=f)
+                    for x in LINEAR for n in used for f in (small, large)])
 
 
 def _span(ests) -> str:
@@ -97,15 +100,17 @@ def _sets_flat(data: RunData) -> Finding:
     per: dict[str, cl.Estimate | None] = {}
     spans, read = [], []
     for b in SETS:
-        ns = sorted({n for (x, n, _f) in cells if x == b})
+        ns = sorted({k.rules for k in cells if k.backend == b})
         if len(ns) < 2:
             continue
         parts = []
         for f in data.frame_sizes():
-            hi, lo = cells.get((b, ns[-1], f)), cells.get((b, ns[0], f))
+            top = SweepCell(backend=b, rules=ns[-1], frame_size=f)
+            bottom = top._replace(rules=ns[0])
+            hi, lo = cells.get(top), cells.get(bottom)
             if hi and lo and (e := cl.estimate(hi.values, lo.values, hi.rounds, lo.rounds)):
                 parts.append(e)
-                read += [(b, ns[-1], f), (b, ns[0], f)]
+                read += [top, bottom]
         per[b] = cl.pooled(parts, "frame sizes")
         if parts:
             spans.append(f"{b} {ns[-1]:,} / {ns[0]:,} rules {cl.show(per[b])} "
@@ -126,7 +131,8 @@ def _sets_equal(data: RunData) -> Finding:
         return Finding(c, "-", NOT_SHOWN, "no cell with both ipset and nftset measured")
     ours = f"ipset / nftset {cl.show(est)} ({_span(got.values())})"
     return decided(data, c, ours, cl.decide(c.rule, est), est,
-                   [(x, n, f) for (n, f) in got for x in SETS])
+                   [SweepCell(backend=x, rules=n, frame_size=f)
+                    for (n, f) in got for x in SETS])
 
 
 def findings(data: RunData) -> list[Finding]:

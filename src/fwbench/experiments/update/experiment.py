@@ -194,6 +194,7 @@ class Update(Experiment):
 
     def plan(self) -> Planned:
         made: dict[str, tuple[list, list]] = {}
+        named = named_cell(FACTORS)
 
         def refusal(b: Backend) -> Refusal | None:
             why = b.unavailable() or (None if b.filters else "it holds no rule set")
@@ -207,7 +208,7 @@ class Update(Experiment):
                                     f"asked: " + "; ".join(left))
             # The template holds what every backend renders; checked once a kind, at
             # the smallest size (a pair at 100,000 entries takes seconds to render).
-            for kname in dict.fromkeys(c[2] for c in got):
+            for kname in dict.fromkeys(named(*c).kind for c in got):
                 self._refuse_unsupported_pair(b, kname, min(self.sc.rules))
             made[b.name] = got, left
             return None
@@ -221,7 +222,7 @@ class Update(Experiment):
         if not cells:
             raise FwbenchError("no backend can make the updates asked: "
                                + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-        names = list(dict.fromkeys(c[0] for c in cells))
+        names = list(dict.fromkeys(named(*c).backend for c in cells))
         self.sc = resolved = from_dict({**self.sc.dump(), "backends": names})
         return Planned(resolved, cells, {"skipped_backends": skipped, "left_out": notes},
                        notes + [f"skipping backend {n}: {why}" for n, why in skipped.items()])
@@ -487,17 +488,17 @@ class Update(Experiment):
 def summary_table(records: list[TrialRecord]) -> Table:
     """Medians per cell: update latency, command time, the kept flow's loss and
     longest gap."""
+    named = named_cell(FACTORS)
     cells: dict[tuple, list[TrialRecord]] = defaultdict(list)
     for r in records:
-        cells[r.cell(FACTORS)].append(r)
+        cells[named(*r.cell(FACTORS))].append(r)
     def med(vals) -> str:
         vals = [v for v in vals if v is not None]
         return f"{statistics.median(vals):,.1f}" if vals else "-"
 
     def row(key) -> list[str]:
         ok = [r for r in cells[key] if r.status == "ok"]
-        b, n, kname, mech = key
-        return [b, f"{n:,}", kname, mech,
+        return [key.backend, f"{key.rules:,}", key.kind, key.mechanism,
                 med(1e3 * r.metrics["update_s"] for r in ok),
                 med(1e3 * r.metrics["command_s"] for r in ok),
                 med(r.metrics["kept"]["lost"] for r in ok),
@@ -508,4 +509,5 @@ def summary_table(records: list[TrialRecord]) -> Table:
         [(col, "left" if col in ("backend", "kind", "mechanism") else "right") for col in (
             "backend", "rules", "kind", "mechanism", "in effect ms", "command ms",
             "kept lost", "longest gap ms", "n ok")],
-        (row(key) for key in sorted(cells, key=lambda c: (c[0], c[1], c[2], c[3]))))
+        (row(key) for key in sorted(cells, key=lambda c: (c.backend, c.rules, c.kind,
+                                                          c.mechanism))))
