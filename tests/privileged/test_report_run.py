@@ -16,16 +16,19 @@ from tests.browser import chromium_path, render  # noqa: E402
 
 
 def cost_per_rule(d: Path) -> dict[str, tuple[float, float, float]]:
-    """cost_per_rule.csv's (low, estimate, high) ns a rule of the two backends."""
+    """cost_per_rule.csv's (low, estimate, high) ns a rule of the two backends; a
+    backend the fit left out (its small cells within 5 % of the no-firewall rate,
+    seen on a busy machine) is missing."""
     with (d / "cost_per_rule.csv").open() as f:
         cost = {r["backend"]: r for r in csv.DictReader(f)}
     return {b: tuple(float(cost[b][k]) for k in ("b_ci_low", "b_ns_per_rule", "b_ci_high"))
-            for b in ("iptables-legacy", "nftables")}
+            for b in ("iptables-legacy", "nftables") if b in cost}
 
 
 def cost_holds(cost: dict[str, tuple[float, float, float]]) -> bool:
-    """Each cost an interval around its estimate, above zero; nftables' the larger."""
-    return all(0 < lo < mid < hi for lo, mid, hi in cost.values()) \
+    """Both costs fitted, each an interval around its estimate, above zero;
+    nftables' the larger."""
+    return len(cost) == 2 and all(0 < lo < mid < hi for lo, mid, hi in cost.values()) \
         and cost["nftables"][1] > cost["iptables-legacy"][1]
 
 
