@@ -14,6 +14,12 @@ device under test in it) and IPv6 2001:2::/48 (RFC 5180). The map, IPv4 and IPv6
     198.18.128.0/17   2001:2:0:80::/64  further clients, one /30 (/126) each: the
                                         client at .2 of it, the firewall at .1 when
                                         the client has a link of its own
+    198.19.64.0/18                      the kube-proxy template's pods (POD_CIDR): the
+                                        server holds the whole prefix as local, the
+                                        firewall routes it to the server
+    198.19.128.0/17                     the kube-proxy template's cluster IPs, from
+                                        .128.1, at most 32,000 (clear of .254.0/23);
+                                        nobody holds them: DNAT makes them reachable
     198.19.255.0/24   2001:2:0:ff::/64  seed 000's filler destinations past 25,536
     198.19.254.0/24                     held by nobody here: the lab test's IPv4
                                         session to the firewall (the lab itself
@@ -79,6 +85,13 @@ def mac(link: int, end: int) -> str:
 
 FW_CLIENT_SIDE_MAC, CLIENT_MAC = mac(CLIENT_LINK_NO, 1), mac(CLIENT_LINK_NO, 2)
 FW_SERVER_SIDE_MAC, SERVER_MAC = mac(SERVER_LINK_NO, 1), mac(SERVER_LINK_NO, 2)
+
+# kube-proxy's address plan on the server side: the pods, held by the server (their
+# packets, DNATed there, must reach it), and the services' cluster IPs, which only
+# DNAT turns into a pod's. Both IPv4 only: the template is kube-proxy's `ip` table.
+KUBE_PODS = ipaddress.ip_network("198.19.64.0/18")
+KUBE_CLUSTER_IPS = ipaddress.ip_network("198.19.128.0/17")
+MAX_KUBE_SERVICES = 32_000   # from .128.1: up to 198.19.253.0, clear of 198.19.254.0/23
 
 # --- spare addresses: nobody holds them --------------------------------------------
 

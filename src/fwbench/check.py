@@ -169,7 +169,7 @@ def check(rs: RuleSet, backends: list[Backend], corpus_size: int = 5000, seed: i
     pkts += corpora.chance_copies(rs, pkts, evaluator(rs))
     own_only, at_least = own_traffic_rules(rs)
     results = []
-    with nullcontext(tb) if tb is not None else NetnsTestbed(topo or Topology.new()) as tb:
+    with nullcontext(tb) if tb is not None else NetnsTestbed(topo or Topology.new().serving(rs.served)) as tb:
         if original is not None:
             progress(f"original: loading {original.orig.path} with {original.command}")
             results.append(against_original(original, tb, rs, pkts))
@@ -277,7 +277,7 @@ def confirm_original(rs: RuleSet, path: str, ipsets: str | None = None,
         evaluator(rs)
         progress(f"comparing {path} itself with its import: {len(pkts):,} packets "
                  f"(as fwbench check does)")
-        with NetnsTestbed(Topology.new()) as tb:
+        with NetnsTestbed(Topology.new().serving(rs.served)) as tb:
             res = against_original(orig, tb, rs, pkts)
         if res.refused is not None:
             raise FwbenchError(f"{res.refused}; fwbench measures only a rule set whose "

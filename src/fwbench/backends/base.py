@@ -172,7 +172,10 @@ class Backend(abc.ABC):
                         self.counters(tb, rs))
 
     def expected_entries(self, rs: RuleSet) -> int:
-        return rs.rule_count + sum(len(s.elements) for t in rs.tables for s in t.sets)
+        # An inline set (nft's anonymous `vmap { ... }`) is part of its rule: the
+        # kernel's entry count, like the model's rules, does not count its elements.
+        return rs.rule_count + sum(len(s.elements) for t in rs.tables for s in t.sets
+                                   if not s.inline)
 
     def rendering(self, rs: RuleSet, ifs: Interfaces) -> dict[str, str]:
         """`render`, remembered for the latest few rule sets and interfaces: a sweep
@@ -800,6 +803,13 @@ def verify(backend: Backend, tb: Testbed, rs: RuleSet, sample: int = SAMPLE_PACK
                     first.dport != probe.translated.dport:
                 problems.append(f"{probe.name} probe: left as {describe(first, False)}, "
                                 f"expected {describe(probe.translated, False)}")
+        if backend.filters and probe.choices and fwd:
+            allowed = {(c.saddr, c.daddr, c.dport) for c in probe.choices}
+            wrong = [s for s in got if s is not None
+                     and (s.saddr, s.daddr, s.dport) not in allowed]
+            if wrong:
+                problems.append(f"{probe.name} probe: left as {describe(wrong[0], False)}, "
+                                f"none of its {len(allowed)} allowed translations")
     details["probes"] = probes
     per_packet, per_rule = disagreements(backend, rs, ex, unjudged)
     details["sample"] = {"sent": len(pkts), "disagreements": per_packet[:10] + per_rule[:10]}

@@ -626,6 +626,10 @@ class Probe:
     rule: str | None = None
     translated: Packet | None = None
     local: bool = False
+    # A random choice (kube-proxy's endpoints): forwarded translated into one of
+    # these, compared by addresses and destination port (the source port may be
+    # a masquerade's random one).
+    choices: tuple[Packet, ...] = field(default=(), metadata=_LATER)
 
 
 @dataclass(frozen=True)
@@ -648,6 +652,9 @@ class RuleSet:
     # Imported rule sets: rule id -> where the file has it ("rules.v4:12", or an
     # nft rule's table, chain and place), for messages that name the user's rule.
     origins: tuple[tuple[str, str], ...] = ()
+    # Prefixes the rule set's NAT sends packets to that the server must hold (the
+    # kube-proxy template's pods): a testbed for it routes them to the server.
+    served: tuple[str, ...] = field(default=(), metadata=_LATER)
 
     # --- walking -----------------------------------------------------------
 

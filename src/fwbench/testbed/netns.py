@@ -73,8 +73,11 @@ class NetnsTestbed(Testbed):
                 self.ip(port.host, "neigh", "replace", addr, "lladdr", peer.mac, "dev",
                         port.ifname, "nud", "permanent")
         for r in t.routes:
-            self.ip(r.host, *(["-6"] if r.version == 6 else []), "route", "add", r.dst,
-                    "via", r.via)
+            fam = ["-6"] if r.version == 6 else []
+            if r.local:
+                self.ip(r.host, *fam, "route", "add", "local", r.dst, "dev", "lo")
+            else:
+                self.ip(r.host, *fam, "route", "add", r.dst, "via", r.via)
         for h in t.hosts:
             if h.kind == "firewall":
                 self.sysctl(h.role, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")

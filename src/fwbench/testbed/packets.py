@@ -393,7 +393,10 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
             if f is None or f.index >= len(packets) or out[f.index] is not None:
                 continue
             sent = packets[f.index]
-            if role == sent.iif:
+            # An echo reply to a request sent is the firewall's answer too, on
+            # whichever side its route for the (spoofed) source points.
+            answer = (sent.proto, sent.icmp_type, f.icmp_type) in _ECHO_ANSWERS
+            if role == sent.iif or answer:
                 # Back on the side it came from: the firewall's own answer to a
                 # packet addressed to it (an echo reply carries the request's
                 # payload, marker and all), never a forwarded packet, which the
@@ -410,6 +413,11 @@ def exchange(tb: "Testbed", packets: list[Packet], timeout_s: float = 10.0,
             f"captured); repeat the exchange",
             out, refused + dropped + socket_drops + unseen)
     return out
+
+
+# (protocol, type sent, type seen) of an echo request answered with an echo reply.
+_ECHO_ANSWERS = {("icmp", 8, 0), ("icmp", None, 0), ("icmpv6", 128, 129),
+                 ("icmpv6", None, 129)}
 
 
 class InstrumentLost(MeasurementInvalid):

@@ -14,7 +14,7 @@ import ipaddress
 import re
 import secrets
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -111,10 +111,13 @@ class Link(NamedTuple):
 
 @dataclass(frozen=True)
 class Route:
-    """On `host`, the network `dst` is reached through the neighbour at `via`."""
+    """On `host`, the network `dst` is reached through the neighbour at `via`; or,
+    `local`, the host holds every address of `dst` itself (a `local` route: one
+    namespace answers a whole prefix without an address each)."""
     host: str
     dst: str
-    via: str
+    via: str = ""
+    local: bool = False
 
     @property
     def version(self) -> int:
@@ -240,6 +243,21 @@ class Topology:
 
     def routes_of(self, role: str) -> tuple[Route, ...]:
         return tuple(r for r in self.routes if r.host == role)
+
+    def serving(self, prefixes: tuple[str, ...]) -> "Topology":
+        """This topology with the server holding `prefixes` (a rule set's
+        RuleSet.served: where its DNAT sends packets) and the firewall routing
+        them to it."""
+        if not prefixes:
+            return self
+        server = self.server
+        extra = []
+        for p in prefixes:
+            v = ipaddress.ip_network(p).version
+            extra += [Route("fw", p, server.ip4 if v == 4 else server.ip6),
+                      Route("server", p, local=True)]
+        return replace(self, routes=self.routes + tuple(r for r in extra
+                                                        if r not in self.routes))
 
 
 
@@ -370,9 +388,15 @@ def _validate(t: Topology) -> None:
         if r.host not in roles:
             raise FwbenchError(f"topology: a route on {r.host!r}, which is no host")
         try:
-            dst, via = ipaddress.ip_network(r.dst), ipaddress.ip_address(r.via)
+            dst = ipaddress.ip_network(r.dst)
+            via = dst.network_address if r.local else ipaddress.ip_address(r.via)
         except ValueError as e:
             raise FwbenchError(f"topology: route on {r.host}: {e}") from None
+        if r.local:
+            if r.via or not ad.within_bench(r.dst):
+                raise FwbenchError(f"topology: local route to {r.dst} on {r.host} has a "
+                                   f"gateway or leaves the benchmarking ranges")
+            continue
         if dst.version != via.version or not ad.within_bench(r.dst):
             raise FwbenchError(f"topology: route to {r.dst} via {r.via} on {r.host} "
                                f"leaves the benchmarking ranges or mixes versions")

@@ -18,7 +18,8 @@ The model maps onto iptables so:
   hook; a user chain goes to the one table whose base chains reach it (by jump or
   goto, transitively), or, reached from none, to its model table's first base
   chain's table (filter without one);
-- user chains and sets are named rs.ipt_prefix + their name;
+- user chains and sets are named rs.ipt_prefix + their name (a chain name over
+  iptables' 28 bytes: its first 16 and a hash of it);
 - each rule's id is a comment, `-m comment --comment "fwb:ID"`, after every other
   match (a user's own comment is a second comment just before it);
 - a random match is `-m statistic --mode random` (a numerator over 2**32 that
@@ -40,6 +41,8 @@ naming the feature and where it is used. Everything here is pure.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -336,7 +339,12 @@ def _chain_name(rs: RuleSet, c: Chain) -> str:
     name = rs.ipt_prefix + c.name
     where = f"chain {c.name}"
     if len(name.encode()) > MAX_CHAIN:
-        raise Unsupported(f"chain name longer than {MAX_CHAIN} characters", where)
+        # nft's longer names (kube-proxy's nftables mode, 40 and more): their first
+        # 16 bytes and 11 of their hash's base32, unique across 10**5 chains.
+        if not name.isascii():
+            raise Unsupported(f"chain name longer than {MAX_CHAIN} characters", where)
+        digest = base64.b32encode(hashlib.sha256(name.encode()).digest()).decode()
+        name = f"{name[:16]}-{digest[:11]}"
     if not name or name[0] in "-!" or any(ch.isspace() or ch in "\"'\\" for ch in name) \
             or name in _POLICIES.values() or name in ("RETURN", "QUEUE") \
             or name in _HOOKS.values():

@@ -22,6 +22,7 @@ TEMPLATES: dict[str, str] = {
     "seed004-nat": "fwbench.ruleset.templates.seed004:seed004_nat",
     "droprate": "fwbench.ruleset.templates.droprate:droprate",
     "random": "fwbench.ruleset.templates.random:random_ruleset",
+    "kube-proxy": "fwbench.ruleset.templates.kubeproxy:kube_proxy",
 }
 
 
