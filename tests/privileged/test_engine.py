@@ -104,19 +104,27 @@ def test_a_stream_past_two_to_the_21_counts_every_packet(testbed, eng):
     2,097,152nd a duplicate. Then copies of 1,000 numbers past that point, sent
     again, are exactly 1,000 duplicates, and nothing else moves."""
     rx = eng.receiver(testbed)
-    rx.arm(31)
-    sent = engine.send(testbed, frame_size=64, rate_pps=300_000, duration_s=0,
-                       count=2_300_000, cookie=31)
-    got = drain(rx)
-    # On a shared machine the firewall's CPU may stall for a moment and its input
-    # queue refuse frames (0.13 % on a busy run); the sender counts each, so the
-    # account is exact. Refusals only have to leave the stream well past 2^21.
-    refused = sent["refused_by_next_hop"]
-    assert sent["sent"] == 2_300_000 and got["received"] == 2_300_000 - refused, (sent, got)
+    # On a shared machine the firewall's CPU may stall and its input queue refuse
+    # frames (0.13 % on a busy run; 10 % once beside a one-core load, which left
+    # the stream short of 2^21 + 101,000); the sender counts each, so the account
+    # is exact. A stream that refusals left short of the mark proves nothing about
+    # the detector: it is sent again, once, under a new cookie.
+    for cookie in (31, 32):
+        rx.arm(cookie)
+        sent = engine.send(testbed, frame_size=64, rate_pps=300_000, duration_s=0,
+                           count=2_300_000, cookie=cookie)
+        got = drain(rx)
+        refused = sent["refused_by_next_hop"]
+        assert sent["sent"] == 2_300_000 and got["received"] == 2_300_000 - refused, \
+            (sent, got)
+        if got["received"] > 2**21 + 101_000:
+            break
+        print(f"stream {cookie}: {refused:,} refused left {got['received']:,} received, "
+              f"short of 2^21 + 101,000; sending it again")
     assert got["received"] > 2**21 + 101_000, got
     assert got["duplicated"] == got["out_of_window"] == got["reordered"] == 0, got
     copies = engine.send(testbed, frame_size=64, rate_pps=20_000, duration_s=0,
-                         count=1000, cookie=31, seq_start=2**21 + 100_000)
+                         count=1000, cookie=cookie, seq_start=2**21 + 100_000)
     again = drain(rx)
     # Each copy taken is a duplicate, or new where its first was refused: never
     # both, never neither, and at most `refused` new ones.
