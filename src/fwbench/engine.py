@@ -164,14 +164,20 @@ class Receiver:
         return got
 
     def close(self) -> None:
-        if self._p.poll() is None:
-            try:
-                self._p.stdin.write("quit\n")
-                self._p.stdin.flush()
-                self._p.wait(3)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                pass
-        self._tb.forget(self._p)
+        quit_process(self._tb, self._p)
+
+
+def quit_process(tb: Testbed, p: subprocess.Popen) -> None:
+    """End a long-lived engine process driven over its stdin (a receiver, the accept
+    server): `quit`, a few seconds to go, and the testbed forgets it either way."""
+    if p.poll() is None:
+        try:
+            p.stdin.write("quit\n")
+            p.stdin.flush()
+            p.wait(3)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            pass
+    tb.forget(p)
 
 
 def send(tb: Testbed, *, frame_size: int, rate_pps: float, duration_s: float,

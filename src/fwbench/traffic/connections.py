@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from fwbench.engine import _one_line, _parse, binary
+from fwbench.engine import _one_line, _parse, binary, quit_process
 from fwbench.errors import FwbenchError
 from fwbench.testbed.base import Testbed
 from fwbench.traffic.echo import _splitmix64
@@ -92,14 +92,7 @@ class AcceptServer:
                         {(e["addr"], e["port"]): e["accepted"] for e in r["endpoints"]})
 
     def close(self) -> None:
-        if self._p.poll() is None:
-            try:
-                self._p.stdin.write("quit\n")
-                self._p.stdin.flush()
-                self._p.wait(3)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                pass
-        self._tb.forget(self._p)
+        quit_process(self._tb, self._p)
         if not self._err.closed:
             self._err.close()
 
