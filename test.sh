@@ -12,6 +12,6 @@ fi
 # privileged tests build testbeds and time packets on the machine's two CPUs, so
 # one at a time. Both run whatever the first gives; either failing fails the suite.
 rc=0
-.venv/bin/python -m pytest -q -rs -n 2 tests/unit || rc=$?
-.venv/bin/python -m pytest -q -rs tests/privileged || rc=$?
+.venv/bin/python -m pytest -q -rs --durations=10 -n 2 tests/unit || rc=$?
+.venv/bin/python -m pytest -q -rs --durations=25 tests/privileged || rc=$?
 exit $rc
