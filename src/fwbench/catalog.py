@@ -21,6 +21,8 @@ EXPERIMENTS: dict[str, str] = {
     "loadlatency": "fwbench.experiments.loadlatency:ROOM",
     "echo": "fwbench.experiments.echo:ROOM",
     "update": "fwbench.experiments.update:ROOM",
+    # issue 36: kube-proxy's rule sets, new connections to services
+    "kubeproxy": "fwbench.experiments.kubeproxy:ROOM",
 }
 
 

@@ -1,0 +1,149 @@
+"""The kubeproxy experiment's pure parts: its settings, its plan, the spread test,
+the pooled percentiles and their intervals, and the claims decided on planted
+trials."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from fwbench.errors import FwbenchError
+from fwbench.experiments.kubeproxy import DIRECT, KubeProxySettings
+from fwbench.experiments.kubeproxy import section as sec
+from fwbench.experiments.kubeproxy.experiment import FACTORS, KubeProxy, spread
+from fwbench.findings import DOES_NOT_HOLD, HOLDS, NOT_SHOWN
+from fwbench.report.data import RunData
+from fwbench.results import SCHEMA_VERSION, TrialRecord
+from fwbench.scenario import load
+
+
+def test_settings_refuse_what_cannot_run():
+    for bad, said in ((["nftables"], "BACKEND:MODE"), (["nftables:ebpf"], "BACKEND:MODE"),
+                      (["nftables:nftables"] * 2, "listed twice")):
+        with pytest.raises(ValueError, match=said):
+            KubeProxySettings(configs=bad)
+    with pytest.raises(ValueError, match="262,144"):
+        KubeProxySettings(services=[30000], endpoints=9)
+    with pytest.raises(ValueError, match="search_start"):
+        KubeProxySettings(search_start=100.0, search_max=50.0)
+
+
+def test_scenario_refuses_keys_that_do_not_apply():
+    with pytest.raises(FwbenchError, match="backends: does not apply to method kubeproxy"):
+        load(None, {"method": "kubeproxy", "backends": ["nftables"]})
+    with pytest.raises(FwbenchError, match="kubeproxy: applies to method kubeproxy"):
+        load(None, {"method": "maxrate", "kubeproxy": {"endpoints": 2}})
+
+
+def test_plan_is_every_pair_at_every_size_and_the_direct_cell():
+    sc = load(None, {"method": "kubeproxy", "kubeproxy": {
+        "services": [100, 200], "configs": ["iptables-nft:iptables", "nftables:nftables"]}})
+    p = KubeProxy(sc).plan()
+    assert p.cells == [("iptables-nft", "iptables", 100), ("iptables-nft", "iptables", 200),
+                       ("nftables", "nftables", 100), ("nftables", "nftables", 200),
+                       ("none", DIRECT, 0)]
+    assert p.scenario.backends == ["iptables-nft", "nftables", "none"]
+
+
+def test_targets_are_the_services_or_the_endpoints_themselves():
+    sc = load(None, {"method": "kubeproxy", "kubeproxy": {
+        "services": [50, 20], "endpoints": 2, "configs": ["nftables:nftables"]}})
+    exp = KubeProxy(sc)
+    cell = exp.cell
+    from fwbench.plan import TrialKey
+    svc = exp._targets(cell(TrialKey(("nftables", "nftables", 20), 0)))
+    assert len(svc) == 20 == len(set(svc)) and {p for _, p in svc} == {80}
+    direct = exp._targets(cell(TrialKey(("none", DIRECT, 0), 0)))
+    # every endpoint of the largest size, each once
+    assert len(direct) == 100 == len(set(direct)) and all(p >= 8080 for _, p in direct)
+
+
+def test_spread_tests_counts_against_equal_shares():
+    even = spread([100, 98, 102])
+    assert even["p"] > 0.5 and even["total"] == 300
+    skewed = spread([150, 75, 75])
+    assert skewed["p"] < 1e-6
+    # below 5 expected a cell the approximation fails: no p at all
+    assert spread([3, 2, 4])["p"] is None
+    assert spread([40])["p"] is None
+
+
+def test_pooled_percentiles_and_their_intervals_cover_the_truth():
+    rng = random.Random(3)
+    # two trials' histograms of 1 ns buckets below 128 ns, 128 a power of two above:
+    # values drawn from a known distribution, binned as the engine bins them
+    from fwbench.traffic.connections import bucket_width
+
+    def hist(values):
+        out = {}
+        for v in values:
+            lo = v if v < 128 else (2 ** math.floor(math.log2(v))) + \
+                ((v - 2 ** math.floor(math.log2(v))) // bucket_width(v)) * bucket_width(v)
+            out[float(lo)] = out.get(float(lo), 0) + 1
+        return sorted(out.items())
+
+    a = [int(rng.expovariate(1 / 40000)) + 20000 for _ in range(4000)]
+    b = [int(rng.expovariate(1 / 40000)) + 20000 for _ in range(4000)]
+    d = sec.pooled([hist(a), hist(b)])
+    assert d.count == 8000
+    every = sorted(a + b)
+    for q in (0.01, 0.5, 0.9, 0.99):
+        truth = every[math.ceil(q * len(every)) - 1] / 1000
+        lo, hi = d.percentile_interval(q)
+        assert lo <= truth <= hi
+        assert abs(sec.quantile(d, q) - truth) / truth < 0.01
+    assert sec.pooled([[], []]) is None
+
+
+def _record(i, backend, mode, n, rep, p01, p50, p99):
+    rtt = {"count": 1000, "p01": p01, "p50": p50, "p90": p50 * 1.3, "p99": p99}
+    return TrialRecord(
+        schema_version=SCHEMA_VERSION, run_id="k", trial=i,
+        factors=dict(zip(FACTORS, (backend, mode, n))), method="kubeproxy",
+        traffic="engine-connect", repetition=rep, status="ok", reason=None,
+        verification={"ok": True}, load_time_s=0.01 * n / 1000,
+        metrics={"connect": {"connected": 1000, "rtt": rtt,
+                             "rtt_hist": [[1000 * p50, 1000]]},
+                 "search": {"held": 5000.0, "limited_by": None, "steps": []},
+                 "spread": {"service": {"p": 0.5}}, "position": {"p": 0.4}},
+        started_at="2026-01-01T00:00:00Z", duration_s=5.0, ruleset_sha256=None,
+        conditions={})
+
+
+def _run(model) -> RunData:
+    rng = random.Random(7)
+    recs, plan, i = [], [], 0
+    for rep in range(5):
+        for (b, mode, n), (p01, p50, p99) in model.items():
+            j = lambda v: v * (1 + 0.02 * rng.gauss(0, 1))  # noqa: E731
+            recs.append(_record(i, b, mode, n, rep, j(p01), j(p50), j(p99)))
+            plan.append({"backend": b, "mode": mode, "services": n, "repetition": rep})
+            i += 1
+    sc = load(None, {"method": "kubeproxy"}).dump()
+    return RunData(None, {"scenario": sc, "factors": list(FACTORS), "plan": plan}, recs)
+
+
+def test_claims_are_decided_on_the_trials():
+    # As published: nft p50 = iptables p01 at 5k and 10k, nft p99 below iptables p01
+    # at 30k, iptables grows 5.7x, nftables flat.
+    model = {("iptables-nft", "iptables", 5000): (40, 47, 150),
+             ("iptables-nft", "iptables", 10000): (50, 62, 260),
+             ("iptables-nft", "iptables", 30000): (200, 270, 710),
+             ("nftables", "nftables", 5000): (30, 40, 60),
+             ("nftables", "nftables", 10000): (40, 50, 70),
+             ("nftables", "nftables", 30000): (31, 41, 62)}
+    found = {f.claim.key: f.verdict for f in sec.findings(sec.Cells(_run(model)))}
+    assert found == {"nft-p50-at-iptables-p01": HOLDS, "nft-p99-below-iptables-p01": HOLDS,
+                     "iptables-grows": HOLDS, "nft-flat": HOLDS}
+    # The opposite world: nftables as slow as iptables everywhere, iptables flat.
+    flat = {k: (40, 47, 150) for k in model}
+    found = {f.claim.key: f.verdict for f in sec.findings(sec.Cells(_run(flat)))}
+    assert found == {"nft-p50-at-iptables-p01": DOES_NOT_HOLD,
+                     "nft-p99-below-iptables-p01": DOES_NOT_HOLD,
+                     "iptables-grows": DOES_NOT_HOLD, "nft-flat": HOLDS}
+    # Without 30,000 services the claims about it are not shown.
+    small = {k: v for k, v in model.items() if k[2] != 30000}
+    found = {f.claim.key: f.verdict for f in sec.findings(sec.Cells(_run(small)))}
+    assert found["nft-p99-below-iptables-p01"] == NOT_SHOWN == found["iptables-grows"]
+    assert found["nft-p50-at-iptables-p01"] == HOLDS
