@@ -1,0 +1,72 @@
+"""`fwbench run` of the kubeproxy experiment in a real testbed: each trial loads
+kube-proxy's rule set of one mode, verifies it, proves DNAT with real connections,
+and measures first-packet latency, one service's endpoint spread and the
+connection rate; every connection is counted at the endpoint it reached; the
+report holds the operator's tables and the published claims."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SMALL = """name = "kp-test"
+method = "kubeproxy"
+duration_s = 1.0
+repeat = 1
+seed = 5
+[kubeproxy]
+services = [100]
+endpoints = 3
+configs = ["iptables-legacy:iptables", "nftables:nftables"]
+latency_rate = 400.0
+spread_connections = 150
+search_start = 1000.0
+search_max = 2000.0
+search_step_s = 0.5
+"""
+
+
+def test_a_small_run_measures_every_connection_and_reports(tmp_path, own_netns):
+    sc = tmp_path / "s.toml"
+    sc.write_text(SMALL)
+    d = tmp_path / "run"
+    cp = subprocess.run([sys.executable, "-m", "fwbench", "run", str(sc), "--out", str(d)],
+                        capture_output=True, text=True, timeout=300)
+    recs = [json.loads(x) for x in (d / "trials.jsonl").read_text().splitlines()]
+    assert sorted(tuple(r["factors"].values()) for r in recs) == [
+        ("iptables-legacy", "iptables", 100), ("nftables", "nftables", 100),
+        ("none", "direct", 0)], cp.stderr
+    for r in recs:
+        assert r["status"] == "ok", r["reason"]
+        m, direct = r["metrics"], r["factors"]["mode"] == "direct"
+        if not direct:
+            assert r["verification"]["ok"], r["verification"]
+        proof = m["proof"]
+        assert proof["connected"] == proof["accepted"] == proof["sent"]
+        # the burst to the first service reached its endpoints (direct: one)
+        assert len(proof["endpoints"]) == (1 if direct else 3), proof
+        c = m["connect"]
+        assert c["scheduled"] == 400 and c["connected"] == 400, c
+        assert 0 < c["rtt"]["p01"] <= c["rtt"]["p50"] <= c["rtt"]["p99"]
+        lo, hi = c["rtt_interval"]["p50"]
+        assert lo <= c["rtt"]["p50"] <= hi
+        if not direct:
+            # every connection of the latency phase ended at an endpoint of a service
+            assert m["position"]["total"] == 400 and m["position"]["p"] is not None
+        sp = m["spread"]
+        assert sp["connected"] == 150 and sum(sp["service"]["counts"]) == 150
+        assert sp["service"]["p"] is not None
+        s = m["search"]
+        assert s["steps"] and s["steps"][0]["rate"] == 1000.0
+        assert s["held"] is not None or s["failed_at"] is not None, s
+        if s["held"] == 2000.0:
+            assert s["limited_by"] == "search_max"
+        if not direct:
+            assert r["load_time_s"] > 0
+    assert cp.returncode == 0, cp.stderr
+    md = (d / "report.md").read_text()
+    for part in ("## Kubernetes service proxying", "### The published claims",
+                 "nftables mode's median first packet is about", "### First-packet latency",
+                 "### Connection rate", "### Full sync", "no rules (direct)"):
+        assert part in md, part
+    assert own_netns(d) == []
