@@ -400,6 +400,10 @@ class Match:
     # NAT rule translated its first packet (iptables' --ctstate DNAT/SNAT, nft's
     # ct status dnat/snat); a packet without a connection has none.
     ct_status: frozenset[str] | None = field(default=None, metadata=_LATER)
+    # Negated: the connection has none of them, as has a packet without one
+    # (iptables' `! --ctstate DNAT`: kubelet's `! --ctstate RELATED,ESTABLISHED,DNAT`
+    # is ct_state {invalid, new, untracked} and this).
+    ct_status_negate: bool = field(default=False, metadata=_LATER)
     # Conditions on attributes the testbed fixes (nft's meta iifgroup, iiftype,
     # priority ...), each its own key.
     attrs: tuple[Attr, ...] = field(default=(), metadata=_LATER)
@@ -821,6 +825,8 @@ def rule_features(r: Rule) -> list[str]:
         out.append("quota")
     if m.ct_status:
         out.append("ct status")
+        if m.ct_status_negate:
+            out.append("negation")
     out += [a.key if a.key in TESTBED_IPSEC else f"meta {a.key}" for a in m.attrs]
     if m.icmp_pairs:
         out.append("icmp type code set")

@@ -567,6 +567,11 @@ class _Renderer:
         if m.ct_status:
             if fam == "netdev":
                 raise Unsupported("ct status in family netdev", where)
+            if m.ct_status_negate:
+                # nft's ct expression breaks the rule of a packet without a
+                # connection, where iptables' negated --ctstate holds.
+                raise Unsupported("negated ct status (nft's ct status does not hold "
+                                  "for a packet without a connection)", where)
             parts.append("ct status " + ",".join(s for s in ("snat", "dnat")
                                                  if s in m.ct_status))
         if m.mark:
