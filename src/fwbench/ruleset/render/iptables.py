@@ -284,7 +284,7 @@ def _plan(rs: RuleSet, version: int) -> dict[str, _IptTable]:
         if not _included(t, version):
             continue
         chains = {c.name: c for c in t.chains}
-        maps = {s.name: s for s in t.sets if s.verdicts}
+        maps = {s.name: s for s in t.sets if s.is_vmap}
         edges = {c.name: [x for r in c.rules if r.action.kind in JUMPING
                           for x in jump_targets(r, maps)]
                  for c in t.chains}
@@ -391,7 +391,7 @@ class _Emitter:
         where = f"rule {r.id}"
         maps = self.maps.get(id(t))
         if maps is None:   # by name: kube-proxy's nft mode has a map per service
-            maps = self.maps[id(t)] = {x.name: x for x in t.sets if x.verdicts}
+            maps = self.maps[id(t)] = {x.name: x for x in t.sets if x.is_vmap}
         s = maps.get(r.action.vmap.name)
         if s is None:
             raise RuleSetError(f"{where}: no verdict map {r.action.vmap.name!r}")

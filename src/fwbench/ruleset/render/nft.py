@@ -350,9 +350,9 @@ class _Renderer:
         self.reach = _reaching_bases(t)
         out.append(f"table {t.family} {_name('table', t.name)} {{")
         for s in t.sets:
-            if s.verdicts and s.keys == ("number",):
+            if s.is_vmap and s.keys == ("number",):
                 continue   # written in its rule
-            if s.verdicts:
+            if s.is_vmap:
                 self.map_block(s, out)
             else:
                 self.set_block(s, out)
@@ -1024,7 +1024,7 @@ def _no_overlap(where: str, items: list[str]) -> None:
 
 def _reaching_bases(t: Table) -> dict[str, list[Chain]]:
     """Chain name -> the base chains whose packets can reach it by jump or goto."""
-    maps = {s.name: s for s in t.sets if s.verdicts}
+    maps = {s.name: s for s in t.sets if s.is_vmap}
     edges = {c.name: [x for r in c.rules if r.action.kind in JUMPING
                       for x in jump_targets(r, maps)] for c in t.chains}
     out: dict[str, list[Chain]] = {}
