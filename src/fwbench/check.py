@@ -231,6 +231,14 @@ def own_traffic_rules(rs: RuleSet) -> tuple[frozenset[str], frozenset[str]]:
             and r.match.iif.name not in ROLES and not r.match.iif.name.endswith("+")}
     own = reach({"output", "postrouting", "egress"})
     only |= own - others
+    # The client's stack answers what the firewall sends it (measured: a kube-proxy
+    # node's `-A INPUT -j KUBE-FIREWALL` counted one packet more than the corpus
+    # sent to the firewall, on both iptables backends, and its `ct state new` rules
+    # beside it did not): those answers belong to a connection and reach the input
+    # hook's rules that take such packets.
+    answered = {r.id for _, _, r in rs.rules()
+                if r.match.ct_state is None or not r.match.ct_state <= {"new"}}
+    own |= reach({"input"}) & answered - only
     return frozenset(only), frozenset(own - only)
 
 

@@ -566,7 +566,7 @@ def test_iptables_ctstate_dnat_is_the_connections_nat_status():
         .count("-m conntrack --ctstate DNAT") == 1
     assert refused4("-A FORWARD -m conntrack --ctstate DNAT,ESTABLISHED -j ACCEPT") == \
         ("f.rules:5: unsupported: --ctstate DNAT,ESTABLISHED (DNAT or SNAT with other "
-         "states, or negated)")
+         "states, not negated)")
     # A packet a DNAT rule translated has the status in forward; one it did not, not.
     rs = iptables_save.parse(
         "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT "
@@ -577,6 +577,28 @@ def test_iptables_ctstate_dnat_is_the_connections_nat_status():
     hit = Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 1000, 80)
     assert e.evaluate(hit).forward and not e.evaluate(
         Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 1000, 81)).forward
+
+
+def test_iptables_negated_ctstate_with_dnat_is_none_of_them():
+    """kubelet's `! --ctstate RELATED,ESTABLISHED,DNAT`: a new connection that no
+    DNAT rule translated, or a packet without one (invalid)."""
+    r = one4("-A FORWARD -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP")
+    assert r.match == Match(ct_state=frozenset({"new", "invalid", "untracked"}),
+                            ct_status=frozenset({"dnat"}), ct_status_negate=True)
+    rs = iptables_save.parse(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT "
+        "--to-destination 198.19.0.9\nCOMMIT\n*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m "
+        "conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP\nCOMMIT\n", "f.rules")
+    from fwbench.ruleset.evaluate import Evaluator
+    e = Evaluator(rs)
+    translated = Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 1000, 80)
+    other = Packet(4, "client", "198.18.0.2", "198.19.0.2", "tcp", 1000, 81)
+    assert e.evaluate(translated).forward and not e.evaluate(other).forward
+    text = ipt.render(rs, IFS, 4)
+    assert "-m conntrack --ctstate INVALID,NEW,UNTRACKED -m conntrack ! --ctstate DNAT " \
+        in text
+    again = iptables_save.parse(text, "again.rules")
+    assert again.rule("filter-1").match == rs.rule("filter-1").match
 
 
 def test_nft_l4proto_and_th_ports():

@@ -170,7 +170,7 @@ def ipt(body: str, **kw) -> RuleSet:
      "gw.rules:8: unsupported: -m addrtype --limit-iface-in/out (address types on one "
      "interface)"),
     ("-A FORWARD -m conntrack --ctstate DNAT,NEW -j ACCEPT\n",
-     "gw.rules:8: unsupported: --ctstate DNAT,NEW (DNAT or SNAT with other states, or "
+     "gw.rules:8: unsupported: --ctstate DNAT,NEW (DNAT or SNAT with other states, not "
      "negated)"),
     ("-A FORWARD -m multiport --dports 1,2 -j DROP\n",
      "gw.rules:8: a port match needs -p tcp or -p udp"),

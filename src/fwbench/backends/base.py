@@ -44,6 +44,7 @@ _DIFFERENCES_SHOWN = 3
 class LoadStats:
     load_time_s: float
     files: dict[str, int]  # rendered file name -> bytes
+    form: str | None = None  # Backend.load_form: how it was loaded, where not plain
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,13 @@ class Backend(abc.ABC):
             self.load(tb, files, room)
             took = time.perf_counter() - t0
         _fresh[self.name] = (rs.digest(), tb.topo.run_id)
-        return LoadStats(took, {k: len(v) for k, v in files.items()})
+        return LoadStats(took, {k: len(v) for k, v in files.items()}, self.load_form(rs))
+
+    def load_form(self, rs: RuleSet) -> str | None:
+        """What the load of `rs` is, in one line, where the rendering writes it
+        otherwise than the rule set's own form (a trial records it beside the load
+        time); None where it does not."""
+        return None
 
     # True when `snapshot` reads what the kernel holds in one listing, so that
     # verification right after `apply` can read it once, after its packets.

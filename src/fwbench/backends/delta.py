@@ -188,10 +188,11 @@ def nft_parts(text: str) -> NftParts:
             continue
         if line.startswith("table ") and line.endswith("{"):
             table = " ".join(line.split()[1:3])
-        elif line.startswith(("chain ", "set ")) and line.endswith("{"):
+        elif line.startswith(("chain ", "set ", "map ")) and line.endswith("{"):
+            # A verdict map's elements (`key : verdict`) change as a set's do.
             block = (line.split()[0], line.split()[1])
             frames[f"{table} {' '.join(block)}"] = []
-            if block[0] == "set":
+            if block[0] in ("set", "map"):
                 elements[f"{table} {block[1]}"] = []
         elif line.startswith("elements = {"):
             in_elements = True

@@ -37,7 +37,7 @@ def _unasked(lines: list[str]) -> list[str]:
 
 def _has_sets(rs: RuleSet) -> bool:
     # Verdict maps are rules in iptables, not ipsets.
-    return any(not s.verdicts for t in rs.tables for s in t.sets)
+    return any(not s.is_vmap for t in rs.tables for s in t.sets)
 
 
 class _Iptables(Backend):
@@ -147,7 +147,7 @@ class _Iptables(Backend):
         return remembered(_expected, rs.digest(), lambda: sum(
             len(kernel.ipt_ids(ipt_render.render(rs, Interfaces("a", "b"), v)))
             for v in sorted(rs.versions)) + sum(len(s.elements) for t in rs.tables
-                                                 for s in t.sets if not s.verdicts))
+                                                 for s in t.sets if not s.is_vmap))
 
     def differences(self, tb: Testbed, rs: RuleSet) -> list[str]:
         return self.snapshot(tb, rs).differences

@@ -54,6 +54,14 @@ class _Nft(Backend):
     def load(self, tb: Testbed, files: dict[str, str], room: int = 0) -> None:
         kernel.nft_load(tb, files["rules.nft"])
 
+    def load_form(self, rs: RuleSet) -> str | None:
+        n = nft_render.named_numgen_maps(rs)
+        if not n:
+            return None
+        return (f"one nft -f; its {n} numgen maps named, not anonymous (the same "
+                f"lookup per packet; the kernel scans a table's sets for each new "
+                f"one, twice for an anonymous one: see render/nft.py)")
+
     def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
                      new: RuleSet) -> list[Step]:
         ifs = interfaces(tb)

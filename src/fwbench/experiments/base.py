@@ -66,6 +66,9 @@ class Trial:
         self.status, self.reason = "ok", None
         self.verification: dict = {"ok": False, "rules_loaded": None, "reason": "not reached"}
         self.load_time_s: float | None = None
+        # How the backend loaded the rule set where it is not the rendering's
+        # obvious form (Backend.load_form): kept in the record's conditions.
+        self.load_form: str | None = None
         self.metrics: dict = {}
         self.trials: list = []
         self.phases = Phases()
@@ -117,7 +120,9 @@ class Trial:
             reason=self.reason, verification=self.verification,
             load_time_s=self.load_time_s, metrics=self.metrics, started_at=self.started,
             duration_s=time.perf_counter() - self._t0, ruleset_sha256=ruleset_sha256,
-            conditions={**conditions, "phases": self.phases}, trials=self.trials)
+            conditions={**conditions, "phases": self.phases,
+                        **({"load_form": self.load_form} if self.load_form else {})},
+            trials=self.trials)
 
 
 @dataclass(frozen=True)
@@ -324,8 +329,10 @@ class Experiment(abc.ABC):
             t.verification = standing
         elif self.ruleset(c) is not None:
             say("loading")
+            self._load_form = None
             took = t.timed(self.load_phase, self.load, tb, c)
             t.load_time_s = t.phases[self.load_phase] if took is None else took
+            t.load_form = getattr(self, "_load_form", None)
             say("verifying")
             t.verified(t.timed("verify_s", self.verify, tb, c))
 
@@ -353,7 +360,9 @@ class Experiment(abc.ABC):
     def load(self, tb: Testbed, c) -> float | None:
         """Load the cell's rule set in one step (every firewall flushed first);
         returns the load time, or None when the phase's wall time is it."""
-        return self.backend(c.backend).apply(tb, self.ruleset(c)).load_time_s
+        stats = self.backend(c.backend).apply(tb, self.ruleset(c))
+        self._load_form = stats.form
+        return stats.load_time_s
 
     def verify(self, tb: Testbed, c) -> Verification:
         """What the kernel holds is the rule set, and its probes end as it says (the

@@ -472,7 +472,11 @@ def _compile_match(r: Rule, sets: Mapping[str, CompiledSet], raw_sets: Mapping[s
         tests.append(lambda s: s.ct in states)
     if m.ct_status is not None:
         nat_kinds = frozenset(m.ct_status)
-        tests.append(lambda s: s.ct in _TRACKED and not nat_kinds.isdisjoint(s.nat_done))
+        if m.ct_status_negate:
+            # xt_conntrack sets the NAT bits only for a packet with a connection.
+            tests.append(lambda s: s.ct not in _TRACKED or nat_kinds.isdisjoint(s.nat_done))
+        else:
+            tests.append(lambda s: s.ct in _TRACKED and not nat_kinds.isdisjoint(s.nat_done))
     if m.icmp_pairs is not None:
         pairs = frozenset(m.icmp_pairs)
         tests.append(lambda s: (s.icmp, s.code) in pairs)

@@ -400,6 +400,10 @@ class Match:
     # NAT rule translated its first packet (iptables' --ctstate DNAT/SNAT, nft's
     # ct status dnat/snat); a packet without a connection has none.
     ct_status: frozenset[str] | None = field(default=None, metadata=_LATER)
+    # Negated: the connection has none of them, as has a packet without one
+    # (iptables' `! --ctstate DNAT`: kubelet's `! --ctstate RELATED,ESTABLISHED,DNAT`
+    # is ct_state {invalid, new, untracked} and this).
+    ct_status_negate: bool = field(default=False, metadata=_LATER)
     # Conditions on attributes the testbed fixes (nft's meta iifgroup, iiftype,
     # priority ...), each its own key.
     attrs: tuple[Attr, ...] = field(default=(), metadata=_LATER)
@@ -553,6 +557,13 @@ class Set:
     # goto). `inline`: written in its one rule (nft's anonymous `vmap { ... }`).
     verdicts: tuple["Action", ...] = field(default=(), metadata=_LATER)
     inline: bool = field(default=False, metadata=_LATER)
+    # A verdict map even with no elements (kube-proxy's empty firewall-ips):
+    # `verdicts` alone cannot say so.
+    map: bool = field(default=False, metadata=_LATER)
+
+    @property
+    def is_vmap(self) -> bool:
+        return bool(self.verdicts) or self.inline or self.map
 
 
 def timeout_note(where: str, shortest_s: int) -> str:
@@ -719,7 +730,7 @@ class RuleSet:
         for t in self.tables:
             add(f"family {t.family}", f"table {t.name}")
             for s in t.sets:
-                if s.verdicts:
+                if s.is_vmap:
                     add("verdict map", f"set {s.name}")
                     continue
                 add("set " + " . ".join(s.keys), f"set {s.name}")
@@ -821,6 +832,8 @@ def rule_features(r: Rule) -> list[str]:
         out.append("quota")
     if m.ct_status:
         out.append("ct status")
+        if m.ct_status_negate:
+            out.append("negation")
     out += [a.key if a.key in TESTBED_IPSEC else f"meta {a.key}" for a in m.attrs]
     if m.icmp_pairs:
         out.append("icmp type code set")
@@ -918,7 +931,7 @@ def validate(rs: RuleSet) -> RuleSet:
             raise RuleSetError(f"table {t.family} {t.name}: a chain name appears twice")
         sets = {s.name: s for s in t.sets}
         for s in t.sets:
-            if s.verdicts or s.inline:
+            if s.is_vmap:
                 _validate_map(s, chains)
             elif not s.keys or any(k not in SET_KEYS for k in s.keys):
                 raise RuleSetError(f"set {s.name}: keys must be from {', '.join(SET_KEYS)}")
@@ -1159,7 +1172,7 @@ def _validate_map(s: Set, chains: dict[str, Chain]) -> None:
 def _validate_vmap(rid: str, a: Action, sets: dict[str, Set]) -> None:
     ref = a.vmap
     s = sets.get(ref.name) if ref is not None else None
-    if s is None or not (s.verdicts or s.inline):
+    if s is None or not s.is_vmap:
         raise RuleSetError(f"rule {rid}: vmap without a verdict map")
     if len(ref.fields) != len(s.keys) or ref.negate:
         raise RuleSetError(f"rule {rid}: map {s.name} looked up with {len(ref.fields)} "
@@ -1193,7 +1206,7 @@ def jump_targets(r: Rule, maps: dict[str, Set]) -> tuple[str, ...]:
 def _validate_loops(t: Table) -> None:
     """Depth-first over jump/goto edges (a verdict map's too), without recursion:
     an imported rule set may nest chains deeper than Python's stack."""
-    maps = {s.name: s for s in t.sets if s.verdicts}
+    maps = {s.name: s for s in t.sets if s.is_vmap}
     edges = {c.name: sorted({x for r in c.rules if r.action.kind in JUMPING
                              for x in jump_targets(r, maps)})
              for c in t.chains}

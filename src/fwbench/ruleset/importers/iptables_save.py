@@ -657,11 +657,18 @@ class _Parser:
                 nat = {x.lower() for x in v.split(",")} & {"dnat", "snat"} \
                     if "nat" in v.lower() else None
                 if nat:
-                    # conntrack's virtual states: the connection's NAT status.
-                    if neg or len(nat) != len(v.split(",")):
-                        raise _Fail(f"unsupported: {'! ' if neg else ''}{t} {v} (DNAT or "
-                                    f"SNAT with other states, or negated)")
+                    # conntrack's virtual states: the connection's NAT status. The
+                    # states' mask holds if any bit does: a list of real and virtual
+                    # states is an `or` the model holds only negated (none of them:
+                    # kubelet's `! --ctstate RELATED,ESTABLISHED,DNAT`).
+                    real = [x for x in v.split(",") if x.lower() not in nat]
+                    if real and not neg:
+                        raise _Fail(f"unsupported: {t} {v} (DNAT or SNAT with other "
+                                    f"states, not negated)")
+                    if real:
+                        kw["ct_state"] = self._ct(",".join(real), True)
                     kw["ct_status"] = frozenset(nat)
+                    kw["ct_status_negate"] = neg
                 else:
                     kw["ct_state"] = self._ct(v, neg)
             elif code == "comment":

@@ -536,7 +536,7 @@ class _Importer:
         except (TypeError, KeyError, ValueError, AttributeError, IndexError):
             raise RuleSetError(f"{where}: malformed element") from None
         return Set(raw.get("name"), keys, tuple(elements), version,
-                   verdicts=tuple(verdicts), inline=inline)
+                   verdicts=tuple(verdicts), inline=inline, map=not inline)
 
     def _vmap(self, t: dict, ctx: "_Rule", v: dict) -> Action:
         """`KEY vmap @map` or `KEY vmap { ... }`, KEY packet fields (one, or a
@@ -555,7 +555,7 @@ class _Importer:
             name = data[1:]
             self._need_set(t, name)
             s = t["sets"][name]
-            if not s.verdicts:
+            if not s.is_vmap:
                 raise _Fail(f"vmap @{name}: not a verdict map")
         elif isinstance(data, dict) and "set" in data:
             name = f"vmap{next(self.anon)}"

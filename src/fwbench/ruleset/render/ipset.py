@@ -61,7 +61,7 @@ def _sets(rs: RuleSet) -> list[tuple[str, str, Set]]:
     out, seen = [], set()
     for t in rs.tables:
         for s in t.sets:
-            if s.verdicts:
+            if s.is_vmap:
                 continue   # a verdict map: iptables holds it as rules
             name, kind = set_name(rs, s), set_type(s)
             if name in seen:

@@ -17,7 +17,9 @@ The model maps onto iptables so:
   at -300 raw, -150 mangle, 0 filter; nat type: nat), as the built-in chain of its
   hook; a user chain goes to the one table whose base chains reach it (by jump or
   goto, transitively), or, reached from none, to its model table's first base
-  chain's table (filter without one);
+  chain's table (without one: the iptables table of the model table's name, as
+  an imported iptables-save file's mangle table of only kubelet's empty chains
+  is; else filter);
 - user chains and sets are named rs.ipt_prefix + their name (a chain name over
   iptables' 28 bytes: its first 16 and a hash of it);
 - each rule's id is a comment, `-m comment --comment "fwb:ID"`, after every other
@@ -282,7 +284,7 @@ def _plan(rs: RuleSet, version: int) -> dict[str, _IptTable]:
         if not _included(t, version):
             continue
         chains = {c.name: c for c in t.chains}
-        maps = {s.name: s for s in t.sets if s.verdicts}
+        maps = {s.name: s for s in t.sets if s.is_vmap}
         edges = {c.name: [x for r in c.rules if r.action.kind in JUMPING
                           for x in jump_targets(r, maps)]
                  for c in t.chains}
@@ -315,7 +317,8 @@ def _plan(rs: RuleSet, version: int) -> dict[str, _IptTable]:
             if c.base:
                 continue
             where = f"chain {c.name}"
-            tables = reach.get(c.name, {first or "filter": set()})
+            home = first or (t.name if t.name in TABLE_HOOKS else "filter")
+            tables = reach.get(c.name, {home: set()})
             if len(tables) > 1:
                 a, b = sorted(tables, key=list(TABLE_HOOKS).index)[:2]
                 raise Unsupported(f"user chain reached from tables {a} and {b}", where)
@@ -388,7 +391,7 @@ class _Emitter:
         where = f"rule {r.id}"
         maps = self.maps.get(id(t))
         if maps is None:   # by name: kube-proxy's nft mode has a map per service
-            maps = self.maps[id(t)] = {x.name: x for x in t.sets if x.verdicts}
+            maps = self.maps[id(t)] = {x.name: x for x in t.sets if x.is_vmap}
         s = maps.get(r.action.vmap.name)
         if s is None:
             raise RuleSetError(f"{where}: no verdict map {r.action.vmap.name!r}")
@@ -531,7 +534,8 @@ class _Emitter:
             parts.append(" -m conntrack --ctstate ")
             parts.append(",".join(n for s, n in _CT_ORDER if s in m.ct_state))
         if m.ct_status:
-            parts.append(" -m conntrack --ctstate ")
+            parts.append(" -m conntrack ! --ctstate " if m.ct_status_negate
+                         else " -m conntrack --ctstate ")
             parts.append(",".join(n for s, n in (("snat", "SNAT"), ("dnat", "DNAT"))
                                   if s in m.ct_status))
         if m.mark is not None:

@@ -25,7 +25,20 @@ probability T / 2**31 exactly; an odd numerator over 2**32 (nft's own
 `numgen random mod 3 == 1`) takes mod 2**32 - 1 (see _random_match). A
 verdict map keyed by packet fields is a named map (nft lists an anonymous one's
 elements in hash order, on the rule's line); a numgen map is written in its rule,
-where nft lists it sorted by key.
+where nft lists it sorted by key, but where a table has more than
+NAMED_NUMGEN_MAPS of them: then each is a named map (`typeof numgen random mod M :
+verdict`, named as the model names it) that its rule looks up. The kernel (6.18)
+gives every new set of a table a scan of all the table's sets, an anonymous one
+two (its `__map%d` name is chosen by trying the others', and looked up by name
+before its id): measured (nft 1.0.6, kernel 6.18), `nft -f` of kube-proxy's
+nftables mode (3 endpoints) took 0.9 / 30 / 115 s inline at 1,000 / 5,000 / 10,000
+services (more than 300 s at 30,000) and 0.5 / 3.4 / 9.7 / 190 s named at 1,000 /
+5,000 / 10,000 / 30,000, nearly all of it the kernel's. Named is still quadratic
+(each named set is a walk of the table's set list too): no form of one set per
+service in one table loads in linear time on this kernel. A named map is the same
+lookup per packet (a lookup expression in a set of M elements);
+`named_numgen_maps()` says when a rendering does this, and the nftables backend's
+load record (Backend.load_form) says so.
 
 Pure: no root, no subprocess.
 """
@@ -97,6 +110,9 @@ _LOG_PREFIX_MAX = 127     # the kernel's NF_LOG_PREFIXLEN, its NUL included
 _PRIO_NAMES = (("raw", -300, None), ("mangle", -150, None), ("dstnat", -100, "prerouting"),
                ("filter", 0, None), ("security", 50, None), ("srcnat", 100, "postrouting"))
 _PRIO_NEAR = 10
+# More inline numgen maps than this in one table: they are written as named maps
+# (see the module's docstring).
+NAMED_NUMGEN_MAPS = 1000
 
 # nft's names for protocols where they are not the model's.
 _PROTO_NAME = {"tcp": "tcp", "udp": "udp", "icmp": "icmp", "icmpv6": "ipv6-icmp",
@@ -159,6 +175,16 @@ _NO_TESTBED = Interfaces("client0", "server0")
 
 
 # --- public -----------------------------------------------------------------------
+
+def _numgen_maps(t: Table) -> int:
+    return sum(1 for s in t.sets if s.inline and s.keys == ("number",))
+
+
+def named_numgen_maps(rs: RuleSet) -> int:
+    """How many numgen maps the rendering writes as named maps (none unless a
+    table has more than NAMED_NUMGEN_MAPS)."""
+    return sum(n for n in map(_numgen_maps, rs.tables) if n > NAMED_NUMGEN_MAPS)
+
 
 def refuse_unsupported(rs: RuleSet) -> None:
     """Raise Unsupported (one line, feature and rule) for what nft cannot hold, or
@@ -333,6 +359,7 @@ def _quoted(what: str, text: str, limit: int) -> str:
 class _Renderer:
     def __init__(self, ifs: Interfaces):
         self.ifs = ifs
+        self.named_numgen = False
 
     def ruleset(self, rs: RuleSet) -> str:
         out: list[str] = []
@@ -349,10 +376,16 @@ class _Renderer:
         self.tcp_udp_only: dict[str, bool] = {}
         self.reach = _reaching_bases(t)
         out.append(f"table {t.family} {_name('table', t.name)} {{")
+        self.named_numgen = _numgen_maps(t) > NAMED_NUMGEN_MAPS
+        numgen = {r.action.vmap.name: r.action.numgen for c in t.chains for r in c.rules
+                  if r.action.kind == "vmap" and r.action.numgen is not None} \
+            if self.named_numgen else {}
         for s in t.sets:
-            if s.verdicts and s.keys == ("number",):
-                continue   # written in its rule
-            if s.verdicts:
+            if s.is_vmap and s.keys == ("number",):
+                if s.name in numgen:
+                    self.numgen_block(s, numgen[s.name], out)
+                continue   # else written in its rule
+            if s.is_vmap:
                 self.map_block(s, out)
             else:
                 self.set_block(s, out)
@@ -420,6 +453,21 @@ class _Renderer:
             out.append("\t\t}")
         out.append("\t}")
 
+    def numgen_block(self, s: Set, numgen: tuple[int, int], out: list[str]) -> None:
+        """A numgen map as a named map (more than NAMED_NUMGEN_MAPS in the table)."""
+        where = f"map {s.name}"
+        _name("map", s.name)
+        mod, offset = numgen
+        key = f"numgen random mod {mod}" + (f" offset {offset}" if offset else "")
+        items = sorted((int(e[0]), self.verdict(v, where))
+                       for e, v in zip(s.elements, s.verdicts))
+        out.append(f"\tmap {s.name} {{")
+        out.append(f"\t\ttypeof {key} : verdict")
+        out.append("\t\telements = {")
+        out.append(",\n".join(f"\t\t\t{k} : {v}" for k, v in items))
+        out.append("\t\t}")
+        out.append("\t}")
+
     def verdict(self, a: Action, where: str) -> str:
         if a.kind in ("jump", "goto"):
             return f"{a.kind} {_name('chain', a.chain or '')}"
@@ -434,6 +482,8 @@ class _Renderer:
         if a.numgen is not None:
             mod, offset = a.numgen
             key = f"numgen random mod {mod}" + (f" offset {offset}" if offset else "")
+            if self.named_numgen:
+                return f"{key} vmap @{s.name}"
             items = sorted((int(e[0]), self.verdict(v, where))
                            for e, v in zip(s.elements, s.verdicts))
             return f"{key} vmap {{ " + ", ".join(f"{k} : {v}" for k, v in items) + " }"
@@ -567,6 +617,11 @@ class _Renderer:
         if m.ct_status:
             if fam == "netdev":
                 raise Unsupported("ct status in family netdev", where)
+            if m.ct_status_negate:
+                # nft's ct expression breaks the rule of a packet without a
+                # connection, where iptables' negated --ctstate holds.
+                raise Unsupported("negated ct status (nft's ct status does not hold "
+                                  "for a packet without a connection)", where)
             parts.append("ct status " + ",".join(s for s in ("snat", "dnat")
                                                  if s in m.ct_status))
         if m.mark:
@@ -1019,7 +1074,7 @@ def _no_overlap(where: str, items: list[str]) -> None:
 
 def _reaching_bases(t: Table) -> dict[str, list[Chain]]:
     """Chain name -> the base chains whose packets can reach it by jump or goto."""
-    maps = {s.name: s for s in t.sets if s.verdicts}
+    maps = {s.name: s for s in t.sets if s.is_vmap}
     edges = {c.name: [x for r in c.rules if r.action.kind in JUMPING
                       for x in jump_targets(r, maps)] for c in t.chains}
     out: dict[str, list[Chain]] = {}
