@@ -20,7 +20,9 @@ from fwbench.findings import EQUAL, NOT_SHOWN, Claim, Finding, direction
 from fwbench.report.cells import CellReport, References
 from fwbench.report.data import RunData
 from fwbench.report.document import Block, Bullets, Heading, Para, Table
-from fwbench.traffic.connections import Latency
+from scipy.stats import norm
+
+from fwbench.traffic.connections import Latency, bucket_width
 
 QUANTILES = ("p01", "p50", "p90", "p99")
 # Bonferroni over the two percentiles a ratio of pooled percentiles reads.
@@ -80,7 +82,6 @@ def pooled(hists: list[list]) -> Latency | None:
 
 def quantile(d: Latency, q: float) -> float:
     """The q-quantile of a histogram: the bucket holding rank ceil(nq), its midpoint."""
-    from fwbench.traffic.connections import bucket_width
     n = sum(c for _, c in d.hist)
     rank, seen = max(1, math.ceil(n * q)), 0
     for lo, c in d.hist:
@@ -148,12 +149,11 @@ def latency_table(cs: Cells) -> Table:
 
 
 def _z(p: float) -> float:
-    from scipy.stats import norm
     return float(norm.ppf(p))
 
 
-def ratio_table(cs: Cells) -> tuple[Table, list[str]]:
-    rows, said = [], []
+def ratio_table(cs: Cells) -> Table:
+    rows = []
     for n in sorted({c.services for c in cs.by if c.mode != DIRECT}):
         for a in cs.where("nftables", n):
             for b in cs.where("iptables", n):
@@ -165,7 +165,7 @@ def ratio_table(cs: Cells) -> tuple[Table, list[str]]:
     return Table(["services", "nftables mode / iptables mode", "p50 ratio", "p99 ratio"],
                  rows, "The trials' percentiles, nftables mode over iptables mode, "
                  "paired by round (the log ratio's t interval); below 1: nftables mode "
-                 "is faster.", id="kube-ratios"), said
+                 "is faster.", id="kube-ratios")
 
 
 def rate_table(cs: Cells) -> Table:
@@ -269,7 +269,7 @@ def direct_reference(data: RunData, cells: dict) -> References:
 
 def lead(data: RunData) -> list[Block]:
     cs = Cells(data)
-    ratios, _ = ratio_table(cs)
+    ratios = ratio_table(cs)
     found = findings(cs)
     return [Heading(2, "Kubernetes service proxying", "kube-proxy"),
             Para("kube-proxy's rule sets (the kube-proxy template: its iptables mode "
