@@ -89,7 +89,7 @@ class Delta:
     frames: dict[tuple[str, str], list[str]]
 
     def changed(self) -> list[tuple[str, str]]:
-        """The chains on both sides whose rules differ, in chain order."""
+        """The chains on both sides whose rules differ."""
         return sorted({(c.table, c.chain) for c in self.rules})
 
 
@@ -151,8 +151,9 @@ def iptables_delta(old: str, new: str) -> Delta:
     added, gone = _chains_of(of, nf, lambda f: f[0].split()[1] == "-")
     out: list[RuleChange] = []
     for table, chain in sorted(k for k in of if k in nf):
-        out += sequence_changes(table, chain, old_rules.get((table, chain), []),
-                                new_rules.get((table, chain), []))
+        a, b = old_rules.get((table, chain), []), new_rules.get((table, chain), [])
+        if a != b:   # most chains of a large rule set are as they were
+            out += sequence_changes(table, chain, a, b)
     chains = [ChainChange("add", t, c, tuple(new_rules.get((t, c), []))) for t, c in added]
     chains += [ChainChange("delete", t, c, tuple(old_rules.get((t, c), []))) for t, c in gone]
     return Delta(out, chains, [], old_rules, new_rules, nf)
@@ -375,8 +376,9 @@ def nft_delta(old: str, new: str) -> Delta:
     added, gone = _chains_of(of, nf, lambda f: not f)
     rules: list[RuleChange] = []
     for table, chain in sorted(k for k in of if k in nf):
-        rules += sequence_changes(table, chain, o.rules.get((table, chain), []),
-                                  n.rules.get((table, chain), []))
+        a, b = o.rules.get((table, chain), []), n.rules.get((table, chain), [])
+        if a != b:
+            rules += sequence_changes(table, chain, a, b)
     chains = [ChainChange("add", t, c, tuple(n.rules.get((t, c), []))) for t, c in added]
     chains += [ChainChange("delete", t, c, tuple(o.rules.get((t, c), []))) for t, c in gone]
     return Delta(rules, chains, element_changes(o.elements, n.elements), o.rules, n.rules,
