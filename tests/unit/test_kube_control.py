@@ -103,7 +103,7 @@ def test_one_more_renders_as_the_old_rendering_and_the_service_only():
 def test_one_more_refuses_what_is_no_kube_proxy_rule_set_and_the_largest():
     from fwbench.ruleset.templates import updates
     with pytest.raises(RuleSetError, match="^not a kube-proxy template rule set: "):
-        kp.one_more(updates.pair("add-end", 20)[0])
+        kp.one_more(updates.pair("add-end", 20, layout="linear")[0])
     rs = base("nftables", n=1, m=1)
     import dataclasses
     full = dataclasses.replace(rs, size=kp.MAX_SERVICES)
@@ -416,8 +416,10 @@ def test_nft_batch_adds_and_removes_a_service_in_these_commands():
                     *(f"flush chain {where} {c}" for c in chains),
                     *(f"delete chain {where} {c}" for c in chains)]
     sync = _lines(delta.nft_sync_text(d))
-    assert sync[:3] == [f"add chain {where} {chains[0]}", f"flush chain {where} {chains[0]}",
-                        f"add rule {where} {chains[0]} " + d.new[(where, chains[0])][0]]
+    assert sync[:2 * (1 + M)] == [f"{verb} chain {where} {c}" for c in chains
+                                  for verb in ("add", "flush")]
+    assert sync[2 * (1 + M)] == f"add rule {where} {chains[0]} " + d.new[(where, chains[0])][0]
+    assert sync[-1].startswith(f"add element {where} service-ips {{ {svc.cluster_ip} . ")
     back = _lines(delta.nft_sync_text(delta.nft_delta(new, old)))
     assert back == [*(f"flush chain {where} {c}" for c in chains),
                     f"delete element {where} service-ips {{ {svc.cluster_ip} . tcp . 80 }}",

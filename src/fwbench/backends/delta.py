@@ -479,19 +479,17 @@ def nft_transaction(rules: list[RuleChange] | Delta, elements: list[ElementChang
 def nft_sync_text(d: Delta, rewrite: frozenset[str] = frozenset()) -> str:
     """The change as kube-proxy's nftables partial sync writes it, one `nft -f`
     transaction: every chain it writes (the changed ones, those added, those in
-    `rewrite`) made sure of and emptied (`add chain`, `flush chain`) then all its
-    rules; the elements added; the chains gone emptied; the elements gone
+    `rewrite`) made sure of and emptied (`add chain`, `flush chain`), then all
+    their rules; the elements added; the chains gone emptied; the elements gone
     deleted; then the chains gone deleted. kube-proxy deletes those in a later
     transaction, a second on, because before Linux 6.2 a chain a deleted map
     element named was still held for a moment; here they go in the same one."""
     write = set(d.changed()) | {(c.table, c.chain) for c in d.chains if c.op == "add"}
     gone = [c for c in d.chains if c.op == "delete"]
-    out = []
-    for k in d.frames:
-        if k in write or k[1] in rewrite:
-            where = f"{k[0]} {k[1]}"
-            out += [f"add chain {where}", f"flush chain {where}"]
-            out += [f"add rule {where} {r}" for r in d.new.get(k, [])]
+    chains = [k for k in d.frames if k in write or k[1] in rewrite]
+    # Every chain made sure of first: a rule may name one written after it.
+    out = [f"{verb} chain {k[0]} {k[1]}" for k in chains for verb in ("add", "flush")]
+    out += [f"add rule {k[0]} {k[1]} {r}" for k in chains for r in d.new.get(k, [])]
     out += _element_commands([e for e in d.elements if e.op == "add"])
     out += [f"flush chain {c.table} {c.chain}" for c in gone]
     out += _element_commands([e for e in d.elements if e.op == "delete"])
