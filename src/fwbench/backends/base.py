@@ -225,11 +225,14 @@ class Backend(abc.ABC):
         empty for the rest, whose memory only /proc/meminfo's totals show."""
         return {}
 
-    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
-                     new: RuleSet) -> list[Step]:
+    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet, new: RuleSet,
+                     rewrite: frozenset[str] = frozenset()) -> list[Step]:
         """The commands that turn the loaded `old` into `new` by `mechanism` (one
         of `mechanisms`), prepared so that running them is all that is left: what
-        they need from the kernel (nft rule handles) is read here. Raises
+        they need from the kernel (nft rule handles) is read here. `rewrite`: the
+        chains (model names) a `sync` writes whole even when unchanged, as a
+        control plane writes its own chains at every sync (kube-proxy's iptables
+        mode: kubeproxy.SYNC_CHAINS); other mechanisms ignore it. Raises
         FwbenchError when the mechanism cannot make this change."""
         raise FwbenchError(f"{self.name} has no update mechanism {mechanism!r}")
 

@@ -4,10 +4,20 @@ out; the backends run them (`Backend.update_steps`).
 
 A chain's rules are compared as sequences (difflib), so any rule set pair works,
 not only the update template's; the changes come out in chain order, which puts
-the template's probe entry, the last of the changed ones, last. Chains, policies
-and set declarations must be the same on both sides: changing those is a reload.
-Positions are 1-based and count in the chain as it is when the change runs, as
-`iptables -I/-R` take them.
+the template's probe entry, the last of the changed ones, last. User chains may
+be added and removed whole (ChainChange: kube-proxy's services come and go so);
+policies, base chains and set declarations must be the same on both sides:
+changing those is a reload. Positions are 1-based and count in the chain as it
+is when the change runs, as `iptables -I/-R` take them.
+
+Each family's changes are written three ways: the smallest change (`batch`:
+one iptables-restore --noflush or one nft transaction; `commands`: the same,
+one command each), and a control plane's sync (`sync`), which writes every
+chain it touches whole, as kube-proxy's partial sync does: iptables, a chain
+line (which flushes the chain under --noflush) then all its rules, `-X` for the
+chains gone (pkg/proxy/iptables/proxier.go); nft, `add chain` and `flush
+chain` then all its rules, elements added and deleted, the chains gone flushed
+(pkg/proxy/nftables/proxier.go: ensureChain, and its stale chains).
 """
 from __future__ import annotations
 
@@ -54,10 +64,60 @@ def sequence_changes(table: str, chain: str, old: list[str],
     return out
 
 
+@dataclass(frozen=True)
+class ChainChange:
+    """A user chain added or removed whole."""
+    op: str                  # "add" or "delete"
+    table: str               # iptables: "nat"; nft: "FAMILY TABLE"
+    chain: str
+    rules: tuple[str, ...]   # add: its rules in order; delete: those it held
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Everything that changes between two renderings: rule changes in the chains
+    both have (chain order), chains added (the new rendering's order) and removed
+    (the old one's), set elements (nft), and each chain's rules on each side (what
+    a sync writes whole)."""
+    rules: list[RuleChange]
+    chains: list[ChainChange]
+    elements: list["ElementChange"]
+    old: dict[tuple[str, str], list[str]]
+    new: dict[tuple[str, str], list[str]]
+    # (table, chain) -> its declaration in the new rendering: iptables, its chain
+    # line (":NAME POLICY"); nft, its type and policy lines (none: a user chain).
+    frames: dict[tuple[str, str], list[str]]
+
+    def changed(self) -> list[tuple[str, str]]:
+        """The chains on both sides whose rules differ."""
+        return sorted({(c.table, c.chain) for c in self.rules})
+
+
 def _same_frame(what: str, old: dict, new: dict) -> None:
     if old != new:
         raise FwbenchError(f"{what} differ before and after the update: only a reload "
                            f"can change them")
+
+
+def _chains_of(old: dict, new: dict, user) -> tuple[list, list]:
+    """(table, chain) keys only `new` has and only `old` has, in their orders; each
+    must be a user chain (`user(frame)`), else changing it is a reload."""
+    added = [k for k in new if k not in old]
+    gone = [k for k in old if k not in new]
+    for k, frames in [(k, new[k]) for k in added] + [(k, old[k]) for k in gone]:
+        if not user(frames):
+            raise FwbenchError(f"base chain {k[1]} {'added' if k in new else 'removed'} "
+                               f"by the update: only a reload can")
+    common = {k for k in old if k in new}
+    _same_frame("chain declarations", {k: old[k] for k in common},
+                {k: new[k] for k in common})
+    return added, gone
+
+
+def _unchanged_chains(what: str, d: "Delta") -> None:
+    if d.chains:
+        raise FwbenchError(f"{what}: chains added or removed (first {d.chains[0].chain}): "
+                           f"take the whole delta")
 
 
 # --- iptables ------------------------------------------------------------------------
@@ -76,16 +136,35 @@ def _ipt_parts(text: str) -> tuple[dict, dict]:
     return frames, rules
 
 
-def iptables_changes(old: str, new: str) -> list[RuleChange]:
-    """The rule changes between two iptables-restore renderings."""
+def _ipt_chain_frames(frames: dict[str, list[str]]) -> dict[tuple[str, str], list[str]]:
+    """(table, chain) -> [its chain line], in the rendering's order."""
+    return {(t, ln[1:].split()[0]): [ln] for t, lines in frames.items() for ln in lines}
+
+
+def iptables_delta(old: str, new: str) -> Delta:
+    """Everything that changes between two iptables-restore renderings."""
     old_frames, old_rules = _ipt_parts(old)
     new_frames, new_rules = _ipt_parts(new)
-    _same_frame("iptables chains and policies", old_frames, new_frames)
+    _same_frame("iptables tables", set(old_frames), set(new_frames))
+    of, nf = _ipt_chain_frames(old_frames), _ipt_chain_frames(new_frames)
+    # A user chain's line has no policy: ":NAME -".
+    added, gone = _chains_of(of, nf, lambda f: f[0].split()[1] == "-")
     out: list[RuleChange] = []
-    for table, chain in sorted(old_rules.keys() | new_rules.keys()):
-        out += sequence_changes(table, chain, old_rules.get((table, chain), []),
-                                new_rules.get((table, chain), []))
-    return out
+    for table, chain in sorted(k for k in of if k in nf):
+        a, b = old_rules.get((table, chain), []), new_rules.get((table, chain), [])
+        if a != b:   # most chains of a large rule set are as they were
+            out += sequence_changes(table, chain, a, b)
+    chains = [ChainChange("add", t, c, tuple(new_rules.get((t, c), []))) for t, c in added]
+    chains += [ChainChange("delete", t, c, tuple(old_rules.get((t, c), []))) for t, c in gone]
+    return Delta(out, chains, [], old_rules, new_rules, nf)
+
+
+def iptables_changes(old: str, new: str) -> list[RuleChange]:
+    """The rule changes between two iptables-restore renderings with the same
+    chains (iptables_delta takes chains added and removed too)."""
+    d = iptables_delta(old, new)
+    _unchanged_chains("iptables", d)
+    return d.rules
 
 
 def iptables_line(c: RuleChange) -> str:
@@ -99,19 +178,73 @@ def iptables_line(c: RuleChange) -> str:
     return f"-D {c.chain} {c.rule}"
 
 
-def iptables_restore_text(changes: list[RuleChange]) -> str:
-    """The changes as one `iptables-restore --noflush` input: one commit per table."""
+def iptables_lines(d: Delta) -> list[tuple[str, str]]:
+    """The smallest change as (table, iptables command without the table), in the
+    order they run: chains added (-N) and their rules, the rule changes, then the
+    chains removed emptied (-F) and deleted (-X): a chain is deleted once no rule
+    names it, and a rule names a chain only once it exists."""
+    out = [(c.table, f"-N {c.chain}") for c in d.chains if c.op == "add"]
+    out += [(c.table, f"-A {c.chain} {r}") for c in d.chains if c.op == "add"
+            for r in c.rules]
+    out += [(c.table, iptables_line(c)) for c in d.rules]
+    gone = [c for c in d.chains if c.op == "delete"]
+    out += [(c.table, f"-F {c.chain}") for c in gone if c.rules]
+    out += [(c.table, f"-X {c.chain}") for c in gone]
+    return out
+
+
+def _by_table(lines: list[tuple[str, str]]) -> str:
     out: list[str] = []
-    for table in dict.fromkeys(c.table for c in changes):
+    for table in dict.fromkeys(t for t, _ in lines):
         out.append(f"*{table}")
-        out += [iptables_line(c) for c in changes if c.table == table]
+        out += [ln for t, ln in lines if t == table]
         out.append("COMMIT")
     return "\n".join(out) + "\n"
+
+
+def iptables_restore_text(changes: list[RuleChange] | Delta) -> str:
+    """The changes as one `iptables-restore --noflush` input: one commit per table.
+    A chain added is declared by its chain line, as iptables-save writes it."""
+    if not isinstance(changes, Delta):
+        return _by_table([(c.table, iptables_line(c)) for c in changes])
+    return _by_table([(t, f":{ln[3:]} - [0:0]" if ln.startswith("-N ") else ln)
+                      for t, ln in iptables_lines(changes)])
+
+
+def iptables_sync_text(d: Delta, rewrite: frozenset[str] = frozenset()) -> str:
+    """The change as kube-proxy's partial sync writes it, one `iptables-restore
+    --noflush` input: per table, the chain line of every chain it writes (the
+    changed ones, those added, those in `rewrite`, which it writes at every sync,
+    and those gone: a chain line empties an existing user chain), then every rule
+    of the chains it writes, then `-X` for each chain gone; COMMIT. A base
+    chain's line keeps its policy and does not empty it: `-F` does."""
+    changed = set(d.changed()) | {(c.table, c.chain) for c in d.chains if c.op == "add"}
+    out: list[tuple[str, str]] = []
+    for table in dict.fromkeys(t for t, _ in d.frames):
+        write = [k for k in d.frames if k[0] == table
+                 and (k in changed or k[1] in rewrite)]
+        gone = [c.chain for c in d.chains if c.op == "delete" and c.table == table]
+        if not write and not gone:
+            continue
+        body = [f"{d.frames[k][0]} [0:0]" for k in write]
+        body += [f":{c} - [0:0]" for c in gone]
+        for k in write:
+            if d.frames[k][0].split()[1] != "-":
+                body.append(f"-F {k[1]}")
+            body += [f"-A {k[1]} {r}" for r in d.new.get(k, [])]
+        body += [f"-X {c}" for c in gone]
+        out += [(table, ln) for ln in body]
+    return _by_table(out)
 
 
 def iptables_argv(tool: str, c: RuleChange) -> list[str]:
     """One change as one iptables command."""
     return [tool, "-t", c.table, *shlex.split(iptables_line(c))]
+
+
+def iptables_commands(tool: str, d: Delta) -> list[list[str]]:
+    """The smallest change as one iptables command each (iptables_lines)."""
+    return [[tool, "-t", t, *shlex.split(ln)] for t, ln in iptables_lines(d)]
 
 
 # --- ipset ---------------------------------------------------------------------------
@@ -167,16 +300,18 @@ def ipset_swap_text(new: str, suffix: str = "_n") -> str:
 
 @dataclass(frozen=True)
 class NftParts:
-    """A rendered nft ruleset taken apart: each chain's declaration lines, each
-    chain's rules in order, each set's declaration and elements."""
-    frames: dict
+    """A rendered nft ruleset taken apart: each chain's, set's and map's
+    declaration lines, each chain's rules in order, each set's and map's
+    elements."""
+    frames: dict                                 # "ip fwbench chain C" -> its lines
     rules: dict[tuple[str, str], list[str]]      # ("ip fwbench", chain) -> rules
     elements: dict[str, list[str]]               # "ip fwbench allowed" -> elements
 
 
 def nft_parts(text: str) -> NftParts:
-    """The renderer's layout: `table F T {`, `chain C {` or `set S {` one level in,
-    their contents one level further, `elements = {` one element a line."""
+    """The renderer's layout: `table F T {`, `chain C {`, `set S {` or `map M {`
+    one level in, their contents one level further, `elements = {` one element a
+    line."""
     frames: dict[str, list[str]] = {}
     rules: dict[tuple[str, str], list[str]] = {}
     elements: dict[str, list[str]] = {}
@@ -192,7 +327,7 @@ def nft_parts(text: str) -> NftParts:
             # A verdict map's elements (`key : verdict`) change as a set's do.
             block = (line.split()[0], line.split()[1])
             frames[f"{table} {' '.join(block)}"] = []
-            if block[0] in ("set", "map"):
+            if block[0] != "chain":
                 elements[f"{table} {block[1]}"] = []
         elif line.startswith("elements = {"):
             in_elements = True
@@ -221,14 +356,42 @@ def _declaration(line: str) -> bool:
     return line.startswith(("type ", "policy "))
 
 
-def nft_changes(old: str, new: str) -> tuple[list[RuleChange], list[ElementChange]]:
+def _nft_chain_frames(p: NftParts) -> dict[tuple[str, str], list[str]]:
+    """(table, chain) -> its declaration lines, in the rendering's order."""
+    out = {}
+    for key, lines in p.frames.items():
+        family, name, kind, obj = key.split(" ", 3)
+        if kind == "chain":
+            out[(f"{family} {name}", obj)] = lines
+    return out
+
+
+def nft_delta(old: str, new: str) -> Delta:
+    """Everything that changes between two nft renderings."""
     o, n = nft_parts(old), nft_parts(new)
-    _same_frame("nft tables, chains and set declarations", o.frames, n.frames)
+    of, nf = _nft_chain_frames(o), _nft_chain_frames(n)
+    _same_frame("nft tables, sets and maps",
+                {k: v for k, v in o.frames.items() if k.split(" ")[2] != "chain"},
+                {k: v for k, v in n.frames.items() if k.split(" ")[2] != "chain"})
+    # A user chain has no declaration lines.
+    added, gone = _chains_of(of, nf, lambda f: not f)
     rules: list[RuleChange] = []
-    for table, chain in sorted(o.rules.keys() | n.rules.keys()):
-        rules += sequence_changes(table, chain, o.rules.get((table, chain), []),
-                                  n.rules.get((table, chain), []))
-    return rules, element_changes(o.elements, n.elements)
+    for table, chain in sorted(k for k in of if k in nf):
+        a, b = o.rules.get((table, chain), []), n.rules.get((table, chain), [])
+        if a != b:
+            rules += sequence_changes(table, chain, a, b)
+    chains = [ChainChange("add", t, c, tuple(n.rules.get((t, c), []))) for t, c in added]
+    chains += [ChainChange("delete", t, c, tuple(o.rules.get((t, c), []))) for t, c in gone]
+    return Delta(rules, chains, element_changes(o.elements, n.elements), o.rules, n.rules,
+                 nf)
+
+
+def nft_changes(old: str, new: str) -> tuple[list[RuleChange], list[ElementChange]]:
+    """The rule and element changes between two nft renderings with the same
+    chains (nft_delta takes chains added and removed too)."""
+    d = nft_delta(old, new)
+    _unchanged_chains("nft", d)
+    return d.rules, d.elements
 
 
 _COMMENT = re.compile(r'comment "([^"]*)"')
@@ -262,20 +425,74 @@ def nft_rule_command(c: RuleChange, handles: dict[str, int]) -> str:
     return f"delete rule {where} handle {handle}"
 
 
+def _element_key(c: ElementChange) -> str:
+    """What names an element in a delete: a map element's key without its
+    verdict."""
+    return c.element.partition(" : ")[0] if c.op == "delete" else c.element
+
+
 def nft_element_command(changes: list[ElementChange]) -> str:
     """Element changes of one set and one kind as one nft command."""
     first = changes[0]
     verb = "add" if first.op == "add" else "delete"
-    return f"{verb} element {first.set} {{ {', '.join(c.element for c in changes)} }}"
+    return f"{verb} element {first.set} {{ {', '.join(_element_key(c) for c in changes)} }}"
 
 
-def nft_transaction(rules: list[RuleChange], elements: list[ElementChange],
-                    handles: dict[str, int]) -> str:
-    """Every change as one `nft -f` input: one transaction, all or nothing."""
-    out = [nft_rule_command(c, handles) for c in rules]
+def _element_commands(elements: list[ElementChange], order=("delete", "add"),
+                      each: bool = False) -> list[str]:
+    out = []
     for s in dict.fromkeys(c.set for c in elements):
-        for op in ("delete", "add"):
+        for op in order:
             group = [c for c in elements if c.set == s and c.op == op]
             if group:
-                out.append(nft_element_command(group))
+                out += [nft_element_command([c]) for c in group] if each else \
+                    [nft_element_command(group)]
+    return out
+
+
+def nft_commands(d: Delta, handles: dict[str, int], each: bool = False) -> list[str]:
+    """The smallest change as nft commands in the order they run: chains added and
+    their rules, the rule changes, the elements deleted then added, the chains
+    removed emptied and deleted (a chain is deleted once nothing names it, and
+    named only once it exists). `each`: one command per element, not per set."""
+    added = [c for c in d.chains if c.op == "add"]
+    gone = [c for c in d.chains if c.op == "delete"]
+    out = [f"add chain {c.table} {c.chain}" for c in added]
+    out += [f"add rule {c.table} {c.chain} {r}" for c in added for r in c.rules]
+    out += [nft_rule_command(c, handles) for c in d.rules]
+    out += _element_commands(d.elements, each=each)
+    out += [f"flush chain {c.table} {c.chain}" for c in gone if c.rules]
+    out += [f"delete chain {c.table} {c.chain}" for c in gone]
+    return out
+
+
+def nft_transaction(rules: list[RuleChange] | Delta, elements: list[ElementChange] = (),
+                    handles: dict[str, int] | None = None) -> str:
+    """Every change as one `nft -f` input: one transaction, all or nothing. Given
+    a Delta, its chains added and removed too (nft_commands)."""
+    if isinstance(rules, Delta):
+        return "\n".join(nft_commands(rules, handles or {})) + "\n"
+    out = [nft_rule_command(c, handles or {}) for c in rules]
+    out += _element_commands(list(elements))
+    return "\n".join(out) + "\n"
+
+
+def nft_sync_text(d: Delta, rewrite: frozenset[str] = frozenset()) -> str:
+    """The change as kube-proxy's nftables partial sync writes it, one `nft -f`
+    transaction: every chain it writes (the changed ones, those added, those in
+    `rewrite`) made sure of and emptied (`add chain`, `flush chain`), then all
+    their rules; the elements added; the chains gone emptied; the elements gone
+    deleted; then the chains gone deleted. kube-proxy deletes those in a later
+    transaction, a second on, because before Linux 6.2 a chain a deleted map
+    element named was still held for a moment; here they go in the same one."""
+    write = set(d.changed()) | {(c.table, c.chain) for c in d.chains if c.op == "add"}
+    gone = [c for c in d.chains if c.op == "delete"]
+    chains = [k for k in d.frames if k in write or k[1] in rewrite]
+    # Every chain made sure of first: a rule may name one written after it.
+    out = [f"{verb} chain {k[0]} {k[1]}" for k in chains for verb in ("add", "flush")]
+    out += [f"add rule {k[0]} {k[1]} {r}" for k in chains for r in d.new.get(k, [])]
+    out += _element_commands([e for e in d.elements if e.op == "add"])
+    out += [f"flush chain {c.table} {c.chain}" for c in gone]
+    out += _element_commands([e for e in d.elements if e.op == "delete"])
+    out += [f"delete chain {c.table} {c.chain}" for c in gone]
     return "\n".join(out) + "\n"

@@ -100,8 +100,8 @@ class _Ebpf(Backend):
         bpf.load(tb.executor, "fw", self.hook, self.mode, ifs.client_side,
                  files["rules.bpf"], ifs.local4, room=room)
 
-    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
-                     new: RuleSet) -> list[Step]:
+    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet, new: RuleSet,
+                     rewrite: frozenset[str] = frozenset()) -> list[Step]:
         ifs = interfaces(tb)
         if mechanism == "reload":
             return [Step(tuple(bpf.load_argv(self.hook, self.mode, ifs.client_side,

@@ -45,8 +45,11 @@ class _Iptables(Backend):
     reads_once = True
     mechanisms = {
         "reload": ("iptables-restore of the whole rule set", True),
-        "batch": ("iptables-restore --noflush of the changed rules, one commit", True),
-        "commands": ("one iptables -A/-I/-R/-D per changed rule", False),
+        "batch": ("iptables-restore --noflush of the changed rules and chains, one commit",
+                  True),
+        "commands": ("one iptables -A/-I/-R/-D/-N/-F/-X per changed rule or chain", False),
+        "sync": ("iptables-restore --noflush of every changed chain whole, chains gone "
+                 "deleted, one commit (kube-proxy's partial sync)", True),
     }
 
     @property
@@ -81,12 +84,14 @@ class _Iptables(Backend):
             if _file(v) in files:
                 kernel.ipt_restore(tb, kernel.xt(self.variant, v), files[_file(v)])
 
-    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
-                     new: RuleSet) -> list[Step]:
+    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet, new: RuleSet,
+                     rewrite: frozenset[str] = frozenset()) -> list[Step]:
         ifs = interfaces(tb)
         before, after = self.rendering(old, ifs), self.rendering(new, ifs)
         if "sets.ipset" in before or "sets.ipset" in after:
             return self._set_steps(mechanism, before, after)
+        if mechanism not in self.mechanisms:
+            return super().update_steps(mechanism, tb, old, new)
         steps: list[Step] = []
         for v in (4, 6):
             f = _file(v)
@@ -96,14 +101,17 @@ class _Iptables(Backend):
             if mechanism == "reload":
                 steps.append(Step((f"{tool}-restore",), after[f]))
                 continue
-            changes = delta.iptables_changes(before.get(f, ""), after[f])
+            d = delta.iptables_delta(before.get(f, ""), after[f])
             if mechanism == "batch":
                 steps.append(Step((f"{tool}-restore", "--noflush"),
-                                  delta.iptables_restore_text(changes)))
-            elif mechanism == "commands":
-                steps += [Step(tuple(delta.iptables_argv(tool, c))) for c in changes]
+                                  delta.iptables_restore_text(d)))
+            elif mechanism == "sync":
+                # As kube-proxy runs it (utiliptables: NoFlushTables, RestoreCounters).
+                names = frozenset(new.ipt_prefix + c for c in rewrite)
+                steps.append(Step((f"{tool}-restore", "--noflush", "--counters"),
+                                  delta.iptables_sync_text(d, names)))
             else:
-                return super().update_steps(mechanism, tb, old, new)
+                steps += [Step(tuple(argv)) for argv in delta.iptables_commands(tool, d)]
         return steps
 
     def _set_steps(self, mechanism: str, before: dict[str, str],

@@ -37,9 +37,12 @@ class _Nft(Backend):
     reads_once = True
     mechanisms = {
         "reload": ("one nft -f: flush ruleset, then the whole rule set", True),
-        "batch": ("one nft -f of the changed rules and elements, one transaction", True),
-        "commands": ("one nft add/insert/replace/delete rule or add/delete element per "
-                     "change, rules by handle", False),
+        "batch": ("one nft -f of the changed rules, chains and elements, one transaction",
+                  True),
+        "commands": ("one nft add/insert/replace/delete rule, add/flush/delete chain or "
+                     "add/delete element per change, rules by handle", False),
+        "sync": ("one nft -f of every changed chain whole (add, flush, its rules), the "
+                 "elements, chains gone deleted (kube-proxy's partial sync)", True),
     }
 
     def versions(self) -> dict[str, str | None]:
@@ -62,24 +65,26 @@ class _Nft(Backend):
                 f"lookup per packet; the kernel scans a table's sets for each new "
                 f"one, twice for an anonymous one: see render/nft.py)")
 
-    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet,
-                     new: RuleSet) -> list[Step]:
+    def update_steps(self, mechanism: str, tb: Testbed, old: RuleSet, new: RuleSet,
+                     rewrite: frozenset[str] = frozenset()) -> list[Step]:
         ifs = interfaces(tb)
         after = self.rendering(new, ifs)["rules.nft"]
         if mechanism == "reload":
             return [Step(("nft", "-f", "-"), "flush ruleset\n" + after)]
         if mechanism not in self.mechanisms:
             return super().update_steps(mechanism, tb, old, new)
-        rules, elements = delta.nft_changes(self.rendering(old, ifs)["rules.nft"], after)
+        d = delta.nft_delta(self.rendering(old, ifs)["rules.nft"], after)
+        if mechanism == "sync":
+            # Chains are written whole: no rule is named by its handle.
+            return [Step(("nft", "-f", "-"), delta.nft_sync_text(d, rewrite))]
         handles: dict[str, int] = {}
-        if any(c.op in ("delete", "replace") for c in rules):
+        if any(c.op in ("delete", "replace") for c in d.rules):
             # What a tool that keeps no state of its own does: list the handles.
             handles = {rid: r.handle for r in kernel.nft_dump(tb).rules
                        if (rid := kernel.nft_rule_id(r.comment)) is not None}
         if mechanism == "batch":
-            return [Step(("nft", "-f", "-"), delta.nft_transaction(rules, elements, handles))]
-        return [*(Step(("nft", delta.nft_rule_command(c, handles))) for c in rules),
-                *(Step(("nft", delta.nft_element_command([e]))) for e in elements)]
+            return [Step(("nft", "-f", "-"), delta.nft_transaction(d, handles=handles))]
+        return [Step(("nft", cmd)) for cmd in delta.nft_commands(d, handles, each=True)]
 
     def unavailable(self) -> str | None:
         why = super().unavailable()

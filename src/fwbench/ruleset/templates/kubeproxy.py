@@ -63,6 +63,13 @@ which holds the whole prefix as local.
 Seeded: kube-proxy writes services in Go's map order, so KUBE-SERVICES' (and the
 chains') order of the services is a permutation drawn from `seed`; which
 address a service has does not depend on it.
+
+`one_more(rs)` is a loaded rule set with one service added and nothing else
+changed (the same chains, rules and rule ids; the new rules' ids after the
+last), what kube-proxy's control plane turns a node's rule set into when one
+service is created, and back when it is deleted (fwbench.experiments.kubeproxy.
+control). SYNC_CHAINS names the chains kube-proxy's iptables mode writes whole
+at every sync.
 """
 from __future__ import annotations
 
@@ -70,7 +77,7 @@ import base64
 import gc
 import hashlib
 import random as _random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fwbench import addresses as ad
 from fwbench.ruleset.model import (ACCEPT, DROP, RETURN, Action, AddrType, Chain, Match,
@@ -226,29 +233,14 @@ def _iptables(svcs: list[Service]) -> tuple[tuple[Table, ...], dict[str, str]]:
                 ids.rule(EMPTY_MATCH, _MARK_XOR), ids.rule(EMPTY_MATCH, _MASQUERADE)))]
     entry = {}
     rules = []
-    # Each name once: a hash each.
-    names = {s.name: (s.svc_chain(), [s.sep_chain(i) for i in range(len(s.endpoints))])
-             for s in svcs}
     for s in svcs:
-        r = ids.rule(_service_match(s), jump(names[s.name][0]))
+        r = _ipt_entry(ids, s)
         entry[s.name] = r.id
         rules.append(r)
     rules.append(ids.rule(_LOCAL, jump("KUBE-NODEPORTS")))
     chains = head + [Chain("KUBE-SERVICES", tuple(rules))]
-    to_masq = jump("KUBE-MARK-MASQ")
     for s in svcs:
-        m = len(s.endpoints)
-        svc_name, seps = names[s.name]
-        svc = [ids.rule(_service_match(s, _NOT_POD), to_masq)]
-        for i in range(m):
-            match = EMPTY_MATCH if i == m - 1 else \
-                evolve(EMPTY_MATCH, random=threshold(probability(i, m)))
-            svc.append(ids.rule(match, jump(seps[i])))
-        chains.append(Chain(svc_name, tuple(svc)))
-        for i, (addr, port) in enumerate(s.endpoints):
-            chains.append(Chain(seps[i], (
-                ids.rule(evolve(EMPTY_MATCH, src=Prefix(addr + "/32")), to_masq),
-                ids.rule(_TCP, Action("dnat", addr=addr, port=port)))))
+        chains += _ipt_chains(ids, s)
     fids = _Ids("filter")
     filt = [Chain("FORWARD", (fids.rule(EMPTY_MATCH, jump("KUBE-FORWARD")),), "forward", 0,
                   "filter", "drop"),
@@ -256,9 +248,31 @@ def _iptables(svcs: list[Service]) -> tuple[tuple[Table, ...], dict[str, str]]:
     return (Table("ip", "nat", tuple(chains)), Table("ip", "filter", tuple(filt))), entry
 
 
+def _ipt_entry(ids: _Ids, s: Service) -> Rule:
+    """The service's KUBE-SERVICES rule."""
+    return ids.rule(_service_match(s), jump(s.svc_chain()))
+
+
+def _ipt_chains(ids: _Ids, s: Service) -> list[Chain]:
+    """The service's KUBE-SVC chain, then its KUBE-SEP chains."""
+    m = len(s.endpoints)
+    seps = [s.sep_chain(i) for i in range(m)]
+    to_masq = jump("KUBE-MARK-MASQ")
+    svc = [ids.rule(_service_match(s, _NOT_POD), to_masq)]
+    for i in range(m):
+        match = EMPTY_MATCH if i == m - 1 else \
+            evolve(EMPTY_MATCH, random=threshold(probability(i, m)))
+        svc.append(ids.rule(match, jump(seps[i])))
+    out = [Chain(s.svc_chain(), tuple(svc))]
+    for i, (addr, port) in enumerate(s.endpoints):
+        out.append(Chain(seps[i], (
+            ids.rule(evolve(EMPTY_MATCH, src=Prefix(addr + "/32")), to_masq),
+            ids.rule(_TCP, Action("dnat", addr=addr, port=port)))))
+    return out
+
+
 def _nftables(svcs: list[Service]) -> tuple[tuple[Table, ...], dict[str, str]]:
     ids = _Ids("kube-proxy")
-    to_masq = jump("mark-for-masquerade")
     chains = [
         Chain("filter-forward", tuple(_filter_chain(ids, False)),
               "forward", 0, "filter", "drop"),
@@ -282,23 +296,37 @@ def _nftables(svcs: list[Service]) -> tuple[tuple[Table, ...], dict[str, str]]:
     entry = {s.name: lookup.id for s in svcs}
     bases = [s.nft_base() for s in svcs]
     sets = [Set("service-ips", ("addr", "proto", "port"),
-                tuple((s.cluster_ip, "tcp", SERVICE_PORT) for s in svcs),
+                tuple(_nft_key(s) for s in svcs),
                 verdicts=tuple(Action("goto", chain="service-" + b) for b in bases))]
-    for n, (s, base) in enumerate(zip(svcs, bases), 1):
-        m = len(s.endpoints)
-        eps = ["endpoint-" + s.nft_endpoint_base(k) for k in range(m)]
-        vmap = f"vmap{n}"
-        sets.append(Set(vmap, ("number",), tuple((k,) for k in range(m)),
-                        verdicts=tuple(Action("goto", chain=e) for e in eps), inline=True))
-        chains.append(Chain("service-" + base, (
-            ids.rule(_service_match(s, _NOT_POD), to_masq, False),
-            ids.rule(EMPTY_MATCH, Action("vmap", vmap=SetRef(vmap, ("number",)),
-                                         numgen=(m, 0)), False))))
-        for e, (addr, port) in zip(eps, s.endpoints):
-            chains.append(Chain(e, (
-                ids.rule(evolve(EMPTY_MATCH, src=Prefix(addr + "/32")), to_masq, False),
-                ids.rule(_TCP, Action("dnat", addr=addr, port=port), False))))
+    for n, s in enumerate(svcs, 1):
+        vmap, more = _nft_chains(ids, s, f"vmap{n}")
+        sets.append(vmap)
+        chains += more
     return (Table("ip", "kube-proxy", tuple(chains), tuple(sets)),), entry
+
+
+def _nft_key(s: Service) -> tuple:
+    """The service's key in service-ips."""
+    return (s.cluster_ip, "tcp", SERVICE_PORT)
+
+
+def _nft_chains(ids: _Ids, s: Service, vmap: str) -> tuple[Set, list[Chain]]:
+    """The service's endpoint choice (the inline map `vmap`), its service chain,
+    then its endpoint chains."""
+    m = len(s.endpoints)
+    to_masq = jump("mark-for-masquerade")
+    eps = ["endpoint-" + s.nft_endpoint_base(k) for k in range(m)]
+    choice = Set(vmap, ("number",), tuple((k,) for k in range(m)),
+                 verdicts=tuple(Action("goto", chain=e) for e in eps), inline=True)
+    chains = [Chain("service-" + s.nft_base(), (
+        ids.rule(_service_match(s, _NOT_POD), to_masq, False),
+        ids.rule(EMPTY_MATCH, Action("vmap", vmap=SetRef(vmap, ("number",)),
+                                     numgen=(m, 0)), False)))]
+    for e, (addr, port) in zip(eps, s.endpoints):
+        chains.append(Chain(e, (
+            ids.rule(evolve(EMPTY_MATCH, src=Prefix(addr + "/32")), to_masq, False),
+            ids.rule(_TCP, Action("dnat", addr=addr, port=port), False))))
+    return choice, chains
 
 
 def kube_proxy(*, services: int = 1000, endpoints: int = 3, mode: str = "iptables",
@@ -323,30 +351,143 @@ def _ruleset(svcs: list[Service], mode: str, services: int, endpoints: int,
              seed: int) -> RuleSet:
     tables, entry = (_iptables if mode == "iptables" else _nftables)(svcs)
     counted = mode == "iptables"
-    client, fw = ad.CLIENT[4], ad.FW_SERVER_SIDE[4]
-
-    def to(s: Service, port: int = SERVICE_PORT) -> Packet:
-        return Packet(4, "client", client, s.cluster_ip, "tcp", PROBE_SPORT, port)
-
-    def choices(s: Service) -> tuple[Packet, ...]:
-        # Masqueraded to the firewall's server-side address, from a random port.
-        return tuple(Packet(4, "client", fw, a, "tcp", None, p) for a, p in s.endpoints)
-
     first, last = svcs[0], svcs[-1]
     probes = (
-        Probe("service", to(first), True, entry[first.name] if counted else None,
-              choices=choices(first)),
+        _service_probe("service", first, entry[first.name] if counted else None),
         # iptables: the last service's packets pass every KUBE-SERVICES rule.
-        Probe("last service", to(last), True, entry[last.name] if counted else None,
-              choices=choices(last)),
-        Probe("other port", to(first, SERVICE_PORT + 1), False),
-        Probe("not a service", Packet(4, "client", client, ad.SERVER[4], "tcp",
+        _service_probe("last service", last, entry[last.name] if counted else None),
+        Probe("other port", _to(first, SERVICE_PORT + 1), False),
+        Probe("not a service", Packet(4, "client", ad.CLIENT[4], ad.SERVER[4], "tcp",
                                       PROBE_SPORT, SERVICE_PORT), False),
     )
     return validate(RuleSet(
         "kube-proxy", tables, probes, size=services, served=(POD_CIDR,),
         notes=(f"kube-proxy {mode} mode: {services:,} services of {endpoints} endpoints, "
                f"service order from seed {seed}",)))
+
+
+def _to(s: Service, port: int = SERVICE_PORT) -> Packet:
+    return Packet(4, "client", ad.CLIENT[4], s.cluster_ip, "tcp", PROBE_SPORT, port)
+
+
+def _service_probe(name: str, s: Service, rule: str | None) -> Probe:
+    """A client's packet to the service: forwarded, counted by `rule`, and
+    DNATed to one of its endpoints, masqueraded to the firewall's server-side
+    address from a random port."""
+    fw = ad.FW_SERVER_SIDE[4]
+    return Probe(name, _to(s), True, rule,
+                 choices=tuple(Packet(4, "client", fw, a, "tcp", None, p)
+                               for a, p in s.endpoints))
+
+
+# --- one service more, the others untouched (the control plane's update) -----------
+
+@dataclass(frozen=True)
+class Added:
+    """A kube-proxy rule set with one service more (one_more)."""
+    ruleset: RuleSet      # the rule set given, and this service
+    service: Service
+    position: int         # iptables mode: its rule's place in KUBE-SERVICES (0-based)
+    mode: str
+
+
+def mode_of(rs: RuleSet) -> str:
+    """Which of kube-proxy's modes `rs` (a kube_proxy rule set) is in."""
+    names = {(t.family, t.name) for t in rs.tables}
+    if rs.name == "kube-proxy" and ("ip", "kube-proxy") in names:
+        return "nftables"
+    if rs.name == "kube-proxy" and ("ip", "nat") in names:
+        return "iptables"
+    raise RuleSetError(f"not a kube-proxy template rule set: {rs.name!r}")
+
+
+def one_more(rs: RuleSet, seed: int = 0) -> Added:
+    """`rs`, a kube_proxy rule set of N services, with service svc-N added as
+    kube-proxy adds a service, everything else byte for byte as it was: the same
+    chains, rules and rule ids (the new rules' ids follow the last of `rs`), so
+    that the two renderings differ by that service alone. iptables mode: its
+    KUBE-SERVICES rule at a place drawn from `seed` (kube-proxy writes services in
+    Go's map order), its KUBE-SVC and KUBE-SEP chains; nftables mode: its
+    service-ips element, its service and endpoint chains. Its endpoints are the
+    next ones of the address plan (the module's), as if the template had been
+    built with N + 1 services; it has as many as the first service of `rs`."""
+    mode = mode_of(rs)
+    n = rs.size
+    first = next(c for t in rs.tables for c in t.chains
+                 if c.name.startswith(("KUBE-SVC-", "service-")))
+    m = len(first.rules) - 1 if mode == "iptables" else first.rules[1].action.numgen[0]
+    if n + 1 > MAX_SERVICES:
+        raise RuleSetError(f"kube-proxy: no service can be added to {n:,}: the "
+                           f"template holds at most {MAX_SERVICES:,}")
+    _check(n + 1, m, seed)
+    k = n * m
+    svc = Service(f"svc-{n}", _ip(_CIP_BASE + n),
+                  tuple((_ip(_POD_BASE + (k + j) % _NPODS), TARGET_PORT + (k + j) // _NPODS)
+                        for j in range(m)))
+    if any(c.name in (svc.svc_chain(), "service-" + svc.nft_base())
+           for t in rs.tables for c in t.chains):
+        raise RuleSetError(f"kube-proxy: {svc.name} is in the rule set already")
+    if mode == "iptables":
+        position = _random.Random(seed).randrange(n + 1)
+        tables, rule = _ipt_added(rs, svc, position)
+    else:
+        position = n
+        tables, rule = _nft_added(rs, svc)
+    probes = rs.probes + (_service_probe("added service", svc, rule),)
+    where = f"at {position} in KUBE-SERVICES" if mode == "iptables" else "to service-ips"
+    # dataclasses.replace, not evolve: a RuleSet keeps its digest in its __dict__.
+    out = validate(replace(rs, tables=tables, probes=probes, size=n + 1,
+                           notes=rs.notes + (f"and {svc.name} added {where}",)))
+    return Added(out, svc, position, mode)
+
+
+def _next_ids(t: Table, prefix: str) -> _Ids:
+    """Ids going on from the table's last `<prefix>-<n>`."""
+    ids = _Ids(prefix)
+    ids.n = max((int(r.id.rsplit("-", 1)[1]) for c in t.chains for r in c.rules
+                 if r.id.startswith(prefix + "-") and r.id.rsplit("-", 1)[1].isdigit()),
+                default=0)
+    return ids
+
+
+def _ipt_added(rs: RuleSet, svc: Service, position: int) -> tuple[tuple[Table, ...], str]:
+    nat = rs.table("ip", "nat")
+    ids = _next_ids(nat, "nat")
+    entry = _ipt_entry(ids, svc)
+    chains = []
+    for c in nat.chains:
+        if c.name == "KUBE-SERVICES":
+            rules = list(c.rules)
+            rules.insert(position, entry)
+            c = replace(c, rules=tuple(rules))
+        chains.append(c)
+    chains += _ipt_chains(ids, svc)
+    return tuple(replace(nat, chains=tuple(chains)) if t is nat else t
+                 for t in rs.tables), entry.id
+
+
+def _nft_added(rs: RuleSet, svc: Service) -> tuple[tuple[Table, ...], None]:
+    (t,) = rs.tables
+    ids = _next_ids(t, "kube-proxy")
+    vmap, chains = _nft_chains(ids, svc, f"vmap{rs.size + 1}")
+    sets = []
+    for s in t.sets:
+        if s.name == "service-ips":
+            s = replace(s, elements=s.elements + (_nft_key(svc),),
+                       verdicts=s.verdicts + (Action("goto", chain=chains[0].name),))
+        sets.append(s)
+    return (replace(t, chains=t.chains + tuple(chains), sets=tuple(sets) + (vmap,)),), None
+
+
+# Chains kube-proxy writes whole at every sync, partial or full (its proxier.go's
+# "top-level" chains, those of them this template has): with the chains of the
+# services that changed, they are what a partial sync's iptables-restore input
+# holds. The nftables mode's partial sync writes only the changed services' own
+# chains and map elements.
+SYNC_CHAINS = {"iptables": frozenset({"KUBE-SERVICES", "KUBE-NODEPORTS",
+                                      "KUBE-POSTROUTING", "KUBE-MARK-MASQ",
+                                      "KUBE-FORWARD"}),
+               "nftables": frozenset()}
 
 
 # kube_proxy's setting `services` hides the function of that name there.
