@@ -214,18 +214,18 @@ def test_the_nft_text_reads_as_its_json(nft):
 
 # --- nftables mode at scale: named numgen maps ------------------------------------
 
-def test_past_a_thousand_numgen_maps_the_renderer_names_them():
+def test_from_a_thousand_numgen_maps_on_the_renderer_names_them():
     from fwbench.backends.nftables import NftLinear
     from fwbench.ruleset.templates.kubeproxy import kube_proxy
-    small = kube_proxy(services=nft_render.NAMED_NUMGEN_MAPS, endpoints=3, mode="nftables")
+    small = kube_proxy(services=nft_render.NAMED_NUMGEN_MAPS - 1, endpoints=3, mode="nftables")
     assert nft_render.named_numgen_maps(small) == 0 and NftLinear().load_form(small) is None
     text = nft_render.render(small, IFS)
     assert "numgen random mod 3 vmap { 0 : goto endpoint-" in text
-    big = kube_proxy(services=nft_render.NAMED_NUMGEN_MAPS + 1, endpoints=3, mode="nftables")
-    assert nft_render.named_numgen_maps(big) == nft_render.NAMED_NUMGEN_MAPS + 1
+    big = kube_proxy(services=nft_render.NAMED_NUMGEN_MAPS, endpoints=3, mode="nftables")
+    assert nft_render.named_numgen_maps(big) == nft_render.NAMED_NUMGEN_MAPS
     text = nft_render.render(big, IFS)
     assert "vmap { 0 :" not in text
     assert text.count("\t\ttypeof numgen random mod 3 : verdict\n") == \
-        nft_render.NAMED_NUMGEN_MAPS + 1
+        nft_render.NAMED_NUMGEN_MAPS
     assert "\t\tnumgen random mod 3 vmap @vmap1 comment \"fwb:" in text
     assert "numgen maps named" in NftLinear().load_form(big)

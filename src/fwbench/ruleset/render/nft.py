@@ -25,8 +25,8 @@ probability T / 2**31 exactly; an odd numerator over 2**32 (nft's own
 `numgen random mod 3 == 1`) takes mod 2**32 - 1 (see _random_match). A
 verdict map keyed by packet fields is a named map (nft lists an anonymous one's
 elements in hash order, on the rule's line); a numgen map is written in its rule,
-where nft lists it sorted by key, but where a table has more than
-NAMED_NUMGEN_MAPS of them: then each is a named map (`typeof numgen random mod M :
+where nft lists it sorted by key, but where a table has NAMED_NUMGEN_MAPS or
+more of them: then each is a named map (`typeof numgen random mod M :
 verdict`, named as the model names it) that its rule looks up. The kernel (6.18)
 gives every new set of a table a scan of all the table's sets, an anonymous one
 two (its `__map%d` name is chosen by trying the others', and looked up by name
@@ -182,8 +182,9 @@ def _numgen_maps(t: Table) -> int:
 
 def named_numgen_maps(rs: RuleSet) -> int:
     """How many numgen maps the rendering writes as named maps (none unless a
-    table has more than NAMED_NUMGEN_MAPS)."""
-    return sum(n for n in map(_numgen_maps, rs.tables) if n > NAMED_NUMGEN_MAPS)
+    table has NAMED_NUMGEN_MAPS or more: a round count of services and one
+    more, as kube-proxy's control plane adds, render alike)."""
+    return sum(n for n in map(_numgen_maps, rs.tables) if n >= NAMED_NUMGEN_MAPS)
 
 
 def refuse_unsupported(rs: RuleSet) -> None:
@@ -376,7 +377,7 @@ class _Renderer:
         self.tcp_udp_only: dict[str, bool] = {}
         self.reach = _reaching_bases(t)
         out.append(f"table {t.family} {_name('table', t.name)} {{")
-        self.named_numgen = _numgen_maps(t) > NAMED_NUMGEN_MAPS
+        self.named_numgen = _numgen_maps(t) >= NAMED_NUMGEN_MAPS
         numgen = {r.action.vmap.name: r.action.numgen for c in t.chains for r in c.rules
                   if r.action.kind == "vmap" and r.action.numgen is not None} \
             if self.named_numgen else {}
@@ -454,7 +455,7 @@ class _Renderer:
         out.append("\t}")
 
     def numgen_block(self, s: Set, numgen: tuple[int, int], out: list[str]) -> None:
-        """A numgen map as a named map (more than NAMED_NUMGEN_MAPS in the table)."""
+        """A numgen map as a named map (NAMED_NUMGEN_MAPS or more in the table)."""
         where = f"map {s.name}"
         _name("map", s.name)
         mod, offset = numgen
