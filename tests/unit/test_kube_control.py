@@ -298,7 +298,7 @@ def test_iptables_refuses_a_base_chain_added():
     with pytest.raises(FwbenchError, match="base chain FORWARD added by the update: only "
                                            "a reload can"):
         delta.iptables_delta(old, new)
-    with pytest.raises(FwbenchError, match="chains added or removed"):
+    with pytest.raises(FwbenchError, match="chains or sets added or removed"):
         delta.iptables_changes(ipt(base("iptables")), ipt(kp.one_more(base("iptables")).ruleset))
 
 
@@ -344,6 +344,8 @@ def _nft_apply(state, cmds, handles):
             for target in [w for i, w in enumerate(words) if i and words[i - 1] in
                            ("goto", "jump")]:
                 assert (where, target.rstrip(",")) in chains, f"{cmd}: no chain {target}"
+            for ref in [w[1:] for w in words if w.startswith("@")]:
+                assert f"{where} {ref}" in elements, f"{cmd}: no set {ref}"
             if verb == "add" and words[5] == "index":
                 chains[key].insert(int(words[6]) + 1, " ".join(words[7:]))
             elif verb == "add":
@@ -357,8 +359,18 @@ def _nft_apply(state, cmds, handles):
                 chains[key].remove(hit[0])
             else:
                 raise AssertionError(cmd)
+        elif kind in ("set", "map"):
+            name = f"{where} {words[4]}"
+            if verb == "add":
+                assert name not in elements, f"{cmd}: it exists"
+                elements[name] = {}
+            else:
+                named = [r for rs in chains.values() for r in rs if f"@{words[4]} " in r]
+                assert not named, f"{cmd}: still named by {named[0]}"
+                del elements[name]
         elif kind == "element":
             name = f"{where} {words[4]}"
+            assert name in elements, f"{cmd}: no set {words[4]}"
             inside = cmd[cmd.index("{") + 1:cmd.rindex("}")].strip()
             for e in (x.strip() for x in inside.split(",")):
                 k = e.partition(" : ")[0]
@@ -396,6 +408,29 @@ def test_nft_texts_turn_the_old_rendering_into_the_new(mode, direction):
                       handles) == want
 
 
+@pytest.mark.parametrize("direction", ["add", "remove"])
+def test_nft_texts_add_and_remove_a_named_numgen_map_with_its_service(direction, monkeypatch):
+    """From NAMED_NUMGEN_MAPS services on, each service's endpoint choice is a
+    named map, added and removed with the service (lowered here to N: the
+    rendering does not otherwise depend on the count)."""
+    monkeypatch.setattr(nft_render, "NAMED_NUMGEN_MAPS", N)
+    old, new = _pair("nftables", direction, nft)
+    assert "typeof numgen random mod 3 : verdict" in old
+    d = delta.nft_delta(old, new)
+    assert [(c.op, c.kind) for c in d.sets] == [(direction.replace("remove", "delete"), "map")]
+    want = _nft_state(new)
+    assert _nft_apply(_nft_state(old), _lines(delta.nft_transaction(d)), {}) == want
+    assert _nft_apply(_nft_state(old), delta.nft_commands(d, {}, each=True), {}) == want
+    assert _nft_apply(_nft_state(old), _lines(delta.nft_sync_text(d)), {}) == want
+    name = d.sets[0].name
+    if direction == "add":
+        assert f"add map ip kube-proxy {name} {{ typeof numgen random mod 3 : verdict ; }}" \
+            in delta.nft_sync_text(d)
+    else:
+        assert not [e for e in d.elements if e.set.endswith(f" {name}")], \
+            "a map removed takes its elements with it"
+
+
 def test_nft_batch_adds_and_removes_a_service_in_these_commands():
     rs = base("nftables")
     added = kp.one_more(rs)
@@ -428,5 +463,5 @@ def test_nft_batch_adds_and_removes_a_service_in_these_commands():
 
 def test_nft_changes_stay_strict_about_chains():
     rs = base("nftables")
-    with pytest.raises(FwbenchError, match="chains added or removed"):
+    with pytest.raises(FwbenchError, match="chains or sets added or removed"):
         delta.nft_changes(nft(rs), nft(kp.one_more(rs).ruleset))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fwbench.backends import kernel
 from fwbench.errors import FwbenchError
@@ -74,6 +74,17 @@ class ChainChange:
 
 
 @dataclass(frozen=True)
+class SetChange:
+    """An nft named set or map added or removed whole (its elements are element
+    changes: added after it, not deleted before it goes)."""
+    op: str                  # "add" or "delete"
+    table: str               # "FAMILY TABLE"
+    kind: str                # "set" or "map"
+    name: str
+    declaration: tuple[str, ...]     # its lines but the elements, as rendered
+
+
+@dataclass(frozen=True)
 class Delta:
     """Everything that changes between two renderings: rule changes in the chains
     both have (chain order), chains added (the new rendering's order) and removed
@@ -87,6 +98,9 @@ class Delta:
     # (table, chain) -> its declaration in the new rendering: iptables, its chain
     # line (":NAME POLICY"); nft, its type and policy lines (none: a user chain).
     frames: dict[tuple[str, str], list[str]]
+    # nft: named sets and maps added or removed (kube-proxy's nftables mode has one
+    # numgen map per service when there are many: render/nft.py).
+    sets: list[SetChange] = field(default_factory=list)
 
     def changed(self) -> list[tuple[str, str]]:
         """The chains on both sides whose rules differ."""
@@ -115,8 +129,9 @@ def _chains_of(old: dict, new: dict, user) -> tuple[list, list]:
 
 
 def _unchanged_chains(what: str, d: "Delta") -> None:
-    if d.chains:
-        raise FwbenchError(f"{what}: chains added or removed (first {d.chains[0].chain}): "
+    if d.chains or d.sets:
+        first = d.chains[0].chain if d.chains else d.sets[0].name
+        raise FwbenchError(f"{what}: chains or sets added or removed (first {first}): "
                            f"take the whole delta")
 
 
@@ -370,9 +385,14 @@ def nft_delta(old: str, new: str) -> Delta:
     """Everything that changes between two nft renderings."""
     o, n = nft_parts(old), nft_parts(new)
     of, nf = _nft_chain_frames(o), _nft_chain_frames(n)
-    _same_frame("nft tables, sets and maps",
-                {k: v for k, v in o.frames.items() if k.split(" ")[2] != "chain"},
-                {k: v for k, v in n.frames.items() if k.split(" ")[2] != "chain"})
+    os_, ns = ({k: v for k, v in p.frames.items() if k.split(" ")[2] != "chain"}
+               for p in (o, n))
+    common = os_.keys() & ns.keys()
+    _same_frame("nft set and map declarations", {k: os_[k] for k in common},
+                {k: ns[k] for k in common})
+    sets = [_set_change("add", k, ns[k]) for k in ns if k not in os_]
+    sets += [_set_change("delete", k, os_[k]) for k in os_ if k not in ns]
+    gone_sets = {f"{c.table} {c.name}" for c in sets if c.op == "delete"}
     # A user chain has no declaration lines.
     added, gone = _chains_of(of, nf, lambda f: not f)
     rules: list[RuleChange] = []
@@ -382,8 +402,21 @@ def nft_delta(old: str, new: str) -> Delta:
             rules += sequence_changes(table, chain, a, b)
     chains = [ChainChange("add", t, c, tuple(n.rules.get((t, c), []))) for t, c in added]
     chains += [ChainChange("delete", t, c, tuple(o.rules.get((t, c), []))) for t, c in gone]
-    return Delta(rules, chains, element_changes(o.elements, n.elements), o.rules, n.rules,
-                 nf)
+    # A set removed goes with its elements: none is deleted one by one.
+    elements = [e for e in element_changes(o.elements, n.elements)
+                if not (e.op == "delete" and e.set in gone_sets)]
+    return Delta(rules, chains, elements, o.rules, n.rules, nf, sets)
+
+
+def _set_change(op: str, key: str, lines: list[str]) -> SetChange:
+    family, table, kind, name = key.split(" ", 3)
+    return SetChange(op, f"{family} {table}", kind, name, tuple(lines))
+
+
+def _set_command(c: SetChange) -> str:
+    if c.op == "delete":
+        return f"delete {c.kind} {c.table} {c.name}"
+    return f"add {c.kind} {c.table} {c.name} {{ {' ; '.join(c.declaration)} ; }}"
 
 
 def nft_changes(old: str, new: str) -> tuple[list[RuleChange], list[ElementChange]]:
@@ -451,17 +484,21 @@ def _element_commands(elements: list[ElementChange], order=("delete", "add"),
 
 
 def nft_commands(d: Delta, handles: dict[str, int], each: bool = False) -> list[str]:
-    """The smallest change as nft commands in the order they run: chains added and
-    their rules, the rule changes, the elements deleted then added, the chains
-    removed emptied and deleted (a chain is deleted once nothing names it, and
-    named only once it exists). `each`: one command per element, not per set."""
+    """The smallest change as nft commands in the order they run: chains added,
+    sets added, the added chains' rules, the rule changes, the elements deleted
+    then added, the chains removed emptied, the sets removed, then those chains
+    deleted (a chain or set is deleted once nothing names it, and named only once
+    it exists: a map's elements name chains, a rule its set). `each`: one command
+    per element, not per set."""
     added = [c for c in d.chains if c.op == "add"]
     gone = [c for c in d.chains if c.op == "delete"]
     out = [f"add chain {c.table} {c.chain}" for c in added]
+    out += [_set_command(c) for c in d.sets if c.op == "add"]
     out += [f"add rule {c.table} {c.chain} {r}" for c in added for r in c.rules]
     out += [nft_rule_command(c, handles) for c in d.rules]
     out += _element_commands(d.elements, each=each)
     out += [f"flush chain {c.table} {c.chain}" for c in gone if c.rules]
+    out += [_set_command(c) for c in d.sets if c.op == "delete"]
     out += [f"delete chain {c.table} {c.chain}" for c in gone]
     return out
 
@@ -480,19 +517,22 @@ def nft_transaction(rules: list[RuleChange] | Delta, elements: list[ElementChang
 def nft_sync_text(d: Delta, rewrite: frozenset[str] = frozenset()) -> str:
     """The change as kube-proxy's nftables partial sync writes it, one `nft -f`
     transaction: every chain it writes (the changed ones, those added, those in
-    `rewrite`) made sure of and emptied (`add chain`, `flush chain`), then all
-    their rules; the elements added; the chains gone emptied; the elements gone
-    deleted; then the chains gone deleted. kube-proxy deletes those in a later
+    `rewrite`) made sure of and emptied (`add chain`, `flush chain`), the sets
+    added, then all the chains' rules; the elements added; the chains gone
+    emptied; the elements gone deleted; the sets gone; then the chains gone
+    deleted. kube-proxy deletes those in a later
     transaction, a second on, because before Linux 6.2 a chain a deleted map
     element named was still held for a moment; here they go in the same one."""
     write = set(d.changed()) | {(c.table, c.chain) for c in d.chains if c.op == "add"}
     gone = [c for c in d.chains if c.op == "delete"]
     chains = [k for k in d.frames if k in write or k[1] in rewrite]
-    # Every chain made sure of first: a rule may name one written after it.
+    # Every chain and set made sure of first: a rule may name one written after it.
     out = [f"{verb} chain {k[0]} {k[1]}" for k in chains for verb in ("add", "flush")]
+    out += [_set_command(c) for c in d.sets if c.op == "add"]
     out += [f"add rule {k[0]} {k[1]} {r}" for k in chains for r in d.new.get(k, [])]
     out += _element_commands([e for e in d.elements if e.op == "add"])
     out += [f"flush chain {c.table} {c.chain}" for c in gone]
     out += _element_commands([e for e in d.elements if e.op == "delete"])
+    out += [_set_command(c) for c in d.sets if c.op == "delete"]
     out += [f"delete chain {c.table} {c.chain}" for c in gone]
     return "\n".join(out) + "\n"
