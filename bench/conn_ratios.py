@@ -1,4 +1,4 @@
-"""Is the connection generator fast and quiet enough? Two figures, measured in one run:
+"""Is the connection generator fast and quiet enough? Three figures, measured in one run:
 
   ceiling          the highest connection rate the generator (`fwbench-engine
                    connect`, one thread) sustains through the testbed with no rules
@@ -9,6 +9,14 @@
                    keep the rate (within 2 %) and the median lag behind schedule is
                    below --lag-fraction of the interval. A step that misses is run
                    once more before it counts (a shared machine stalls now and then).
+  ceiling / slowest the ceiling over the rate the slowest configuration holds
+                   (--config, by default kube-proxy's iptables mode at 10,000
+                   services on iptables-legacy: each new connection walks
+                   KUBE-SERVICES' rules to its service), searched alike with each
+                   connection to a service drawn at random; in --rounds rounds, the
+                   firewall emptied for the ceiling and the configuration loaded and
+                   verified for its search in each (target >= 5: the generator is
+                   not what limits the experiment's connection rate).
   added / rtt p50  what the generator adds to the kernel's SYN -> SYN-ACK time it
                    reports: for the same connections, its tcpi_rtt minus the wire
                    time, SYN out to SYN-ACK in on the client's interface, taken by an
@@ -19,7 +27,7 @@
                    is that rounding.
 
 Prints the conditions (CPUs, pinning, conntrack in the firewall, rate steps) and the
-two figures last; exits 1 if the latency target is missed.
+figures last; exits 1 if a target is missed.
 Run as root:  .venv/bin/python bench/conn_ratios.py
 """
 from __future__ import annotations
@@ -34,14 +42,18 @@ from pathlib import Path
 
 from _ratios import run_main
 
-from fwbench import environment
+from fwbench import addresses as ad
+from fwbench import backends, environment
+from fwbench.backends.kernel import flush_all, flush_conntrack
 from fwbench.errors import FwbenchError
+from fwbench.ruleset.templates import kubeproxy as kp
 from fwbench.testbed.netns import NetnsTestbed
 from fwbench.testbed.topology import Topology
 from fwbench.traffic.connections import AcceptServer, ConnectResult, connect
 
-PORT = 8080
+PORT = kp.TARGET_PORT      # 8080: the ceiling's server port, and the endpoints' first
 TARGET = 0.1
+RATE_TARGET = 5.0
 
 # The capture, run in the client's namespace: every TCP SYN the client sends and
 # SYN-ACK it receives on its interface, with the kernel's receive timestamps (the
@@ -102,15 +114,18 @@ def holds(r: ConnectResult, lag_fraction: float) -> str | None:
     return None
 
 
-def ceiling(tb, srv, a) -> tuple[float, list[str]]:
+def ceiling(tb, srv, a, targets=None, seed: int = 1) -> tuple[float, list[str]]:
+    """The highest rate that holds, to `targets` (default: the server's own
+    address), each connection's drawn at random."""
     steps: list[str] = []
-    target = [(tb.topo.server.ip4, PORT)]
+    target = targets or [(tb.topo.server.ip4, PORT)]
 
     def step(rate: float) -> bool:
         why = None
         for attempt in (1, 2):
+            flush_conntrack(tb)
             r = connect(tb, target, rate, a.step_s, slow_ms=a.slow_ms, timeout_ms=2000,
-                        cpus=[tb.topo.settings.sender_cpu])
+                        cpus=[tb.topo.settings.sender_cpu], seed=seed + len(steps))
             got = srv.read()
             why = holds(r, a.lag_fraction)
             note = (f"{rate:>9,.0f}/s: {r.connected:,}/{r.attempted:,} connected, "
@@ -196,6 +211,24 @@ def added_latency(tb, a, rep: int) -> dict:
     return res
 
 
+def config_of(text: str):
+    """BACKEND:MODE:SERVICES -> (backend, mode, services)."""
+    try:
+        name, mode, n = text.split(":")
+        if mode not in kp.MODES:
+            raise ValueError
+        return backends.get(name), mode, int(n)
+    except (ValueError, FwbenchError):
+        raise SystemExit(f"--config: {text!r} is not BACKEND:MODE:SERVICES with MODE "
+                         f"iptables or nftables (e.g. iptables-legacy:iptables:10000)")
+
+
+def accept_ports(services: int, endpoints: int) -> str:
+    """The endpoints' target ports: the template's 8080 + k // (pod addresses)."""
+    last = kp.TARGET_PORT + (services * endpoints - 1) // ad.KUBE_PODS.num_addresses
+    return f"{kp.TARGET_PORT}-{last}" if last > kp.TARGET_PORT else str(kp.TARGET_PORT)
+
+
 def conntrack(tb) -> str:
     cp = tb.run("fw", ["cat", "/proc/sys/net/netfilter/nf_conntrack_count"], check=False)
     return cp.stdout.strip() if cp.returncode == 0 else "no conntrack module"
@@ -212,22 +245,47 @@ def main() -> int:
     ap.add_argument("--latency-rate", type=float, default=1000)
     ap.add_argument("--latency-s", type=float, default=2.0)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--config", default="iptables-legacy:iptables:10000",
+                    help="the slowest configuration, BACKEND:MODE:SERVICES")
+    ap.add_argument("--endpoints", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of (ceiling, the configuration's rate)")
     a = ap.parse_args()
+    backend, mode, n = config_of(a.config)
+    if why := backend.unavailable():
+        raise SystemExit(f"--config: {backend.name} cannot run here: {why}")
+    rs = kp.kube_proxy(services=n, endpoints=a.endpoints, mode=mode)
+    services = [(s.cluster_ip, kp.SERVICE_PORT) for s in kp.services(n, a.endpoints, 0)]
     env = environment.collect({})
     print(f"machine: {env['cpu_model']}, {env['cpus']} CPUs; kernel {env['kernel']}; "
           f"load average {Path('/proc/loadavg').read_text().split()[0]} (shared)")
-    topo = Topology.line()
+    topo = Topology.line().serving((kp.POD_CIDR,))
     s = topo.settings
     with NetnsTestbed(topo) as tb:
-        print(f"testbed: line, no rules; generator (1 thread) pinned to CPU "
-              f"{s.sender_cpu}, accept server to CPU {s.server_cpu}, firewall ingress "
-              f"RPS to CPU {s.firewall_cpu}; conntrack entries in the firewall before: "
-              f"{conntrack(tb)}")
-        with AcceptServer(tb, [PORT], cpu=s.server_cpu) as srv:
-            print(f"ceiling: doubling from {a.start:,.0f}/s, then {a.bisect} bisections; "
+        print(f"testbed: line, the server holding {kp.POD_CIDR}; generator (1 thread) "
+              f"pinned to CPU {s.sender_cpu}, accept server to CPU {s.server_cpu}, "
+              f"firewall ingress RPS to CPU {s.firewall_cpu}; conntrack entries in the "
+              f"firewall before: {conntrack(tb)}, emptied before each step")
+        # PORT is the endpoints' first port too (kp.TARGET_PORT).
+        with AcceptServer(tb, accept_ports(n, a.endpoints), cpu=s.server_cpu) as srv:
+            print(f"searches: doubling from {a.start:,.0f}/s, then {a.bisect} bisections; "
                   f"{a.step_s:g} s a step; slow > {a.slow_ms} ms; lag p50 limit "
                   f"{a.lag_fraction:g} x interval")
-            top, _ = ceiling(tb, srv, a)
+            tops, helds = [], []
+            for rnd in range(1, a.rounds + 1):
+                flush_all(tb)
+                print(f"round {rnd}: ceiling (no rules)", flush=True)
+                tops.append(ceiling(tb, srv, a, seed=1000 * rnd)[0])
+                load = backend.apply(tb, rs).load_time_s
+                v = backend.verify(tb, rs, 0)
+                if not v.ok:
+                    raise FwbenchError(f"{a.config}: not verified: {v.reason}")
+                print(f"round {rnd}: {backend.name} {mode} mode, {n:,} services "
+                      f"({rs.rule_count:,} rules, loaded in {load:.2f} s, verified)",
+                      flush=True)
+                helds.append(ceiling(tb, srv, a, services, seed=1000 * rnd + 500)[0])
+            flush_all(tb)
+            top = statistics.median(tops)
             print(f"conntrack entries in the firewall after the steps: {conntrack(tb)}")
             print(f"added latency: {a.reps} trials of {a.latency_rate:,.0f}/s for "
                   f"{a.latency_s:g} s, capture on {tb.topo.client.ifname} (client)")
@@ -235,12 +293,19 @@ def main() -> int:
     ratios = [g["ratio"] for g in got]
     r = statistics.median(ratios)
     passed = r < TARGET and max(ratios) < TARGET
-    print(f"ceiling = {top:,.0f} connections/s sustained (1 thread, no rules)")
+    over = [t / h if h else float("inf") for t, h in zip(tops, helds)]
+    rate_ok = min(over) >= RATE_TARGET
+    print(f"ceiling = {top:,.0f} connections/s sustained (1 thread, no rules; per round "
+          f"{', '.join(f'{t:,.0f}' for t in tops)})")
+    print(f"ceiling / slowest = {statistics.median(over):.2f} (the configuration "
+          f"{a.config} held {', '.join(f'{h:,.0f}' for h in helds)}/s; per round "
+          f"{', '.join(f'{x:.2f}' for x in over)}; target >= {RATE_TARGET:g}: "
+          f"{'met' if rate_ok else 'MISSED'})")
     print(f"added / rtt p50 = {r:.3f} (median added {statistics.median(g['added_p50'] for g in got):+.2f} us "
           f"over kernel rtt p50 {statistics.median(g['rtt_p50'] for g in got):.1f} us; "
           f"per trial {min(ratios):.3f}..{max(ratios):.3f}; target < {TARGET:g}: "
           f"{'met' if passed else 'MISSED'})")
-    return 0 if passed else 1
+    return 0 if passed and rate_ok else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """`fwbench run` of the kubeproxy experiment in a real testbed: each trial loads
 kube-proxy's rule set of one mode, verifies it, proves DNAT with real connections,
-and measures first-packet latency, one service's endpoint spread and the
-connection rate; every connection is counted at the endpoint it reached; the
+and measures first-packet latency, one service's endpoint spread, the
+connection rate and the control plane (one service added and removed by
+kube-proxy's partial sync and by the smallest batch, each change proved); every
+connection is counted at the endpoint it reached; the
 report holds the operator's tables and the published claims."""
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ spread_connections = 150
 search_start = 1000.0
 search_max = 2000.0
 search_step_s = 0.5
+control = ["sync", "batch"]
+listings = 2
 """
 
 
@@ -63,10 +67,29 @@ def test_a_small_run_measures_every_connection_and_reports(tmp_path, own_netns):
             assert s["limited_by"] == "search_max"
         if not direct:
             assert r["load_time_s"] > 0
+            control = m["control"]
+            assert control["services"] == 100 and control["added"]["service"] == "svc-100"
+            for mech in ("sync", "batch"):
+                for what in ("add", "remove"):
+                    step = control["mechanisms"][mech][what]
+                    # proved: the kernel held the rule set with the service, then without
+                    assert step["command_s"] > 0 and step["steps"] >= 1, step
+                    assert step["entries"] > 0, step
+                assert control["mechanisms"][mech]["add"]["entries"] > \
+                    control["mechanisms"][mech]["remove"]["entries"]
+            assert len(control["listing"]["all_s"]) == 2 and control["listing"]["s"] > 0
+            mem = m["memory"]
+            assert mem["meminfo"]["resolution_bytes"] == 1024
+            # 100 services hold less than the charge caches' slack (64 pages a
+            # CPU): only that the reading was taken
+            assert isinstance(mem["held_bytes"], int), mem
+        else:
+            assert "control" not in m and "memory" not in m
     assert cp.returncode == 0, cp.stderr
     md = (d / "report.md").read_text()
     for part in ("## Kubernetes service proxying", "### The published claims",
                  "nftables mode's median first packet is about", "### First-packet latency",
-                 "### Connection rate", "### Full sync", "no rules (direct)"):
+                 "### Connection rate", "### Full sync", "no rules (direct)",
+                 "### Control plane: one service at a time", "sync add ms"):
         assert part in md, part
     assert own_netns(d) == []

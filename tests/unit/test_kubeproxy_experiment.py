@@ -147,3 +147,36 @@ def test_claims_are_decided_on_the_trials():
     found = {f.claim.key: f.verdict for f in sec.findings(sec.Cells(_run(small)))}
     assert found["nft-p99-below-iptables-p01"] == NOT_SHOWN == found["iptables-grows"]
     assert found["nft-p50-at-iptables-p01"] == HOLDS
+
+
+def test_control_table_gives_each_mechanisms_medians_and_the_memory():
+    data = _run({("iptables-legacy", "iptables", 1000): (40, 47, 150),
+                 ("nftables", "nftables", 1000): (30, 40, 60)})
+    for r in data.ok:
+        k = r.repetition + 1            # 1..5: medians 3 (ms), 3 MiB
+        r.metrics["control"] = {
+            "mechanisms": {"sync": {"add": {"command_s": k / 1e3},
+                                    "remove": {"command_s": 2 * k / 1e3}}},
+            "listing": {"s": 0.1 * k}}
+        r.metrics["memory"] = {"held_bytes": k * 2**20}
+    t = sec.control_table(sec.Cells(data))
+    assert t.header == ["mode", "backend", "services", "sync add ms", "sync remove ms",
+                      "listing s", "kernel memory MiB", "trials"]
+    assert t.rows[0] == ["iptables", "iptables-legacy", "1,000", "3.0 (1.0..5.0)",
+                         "6.0 (2.0..10.0)", "0.30 (0.10..0.50)", "3.0 (1.0..5.0)", "5"]
+    assert [r[0] for r in t.rows] == ["iptables", "nftables"]
+    for r in data.ok:
+        del r.metrics["control"]
+    assert sec.control_table(sec.Cells(data)) is None
+
+
+def test_the_control_mechanisms_are_checked_before_any_testbed():
+    with pytest.raises(ValueError, match="'sync', 'batch', 'commands' or 'reload'"):
+        KubeProxySettings(control=["swap"])
+    with pytest.raises(ValueError, match="listed twice"):
+        KubeProxySettings(control=["sync", "sync"])
+    sc = load(None, {"method": "kubeproxy", "kubeproxy": {
+        "services": [20], "configs": ["xdp-linear:iptables"], "control": ["sync"]}})
+    with pytest.raises(FwbenchError, match="control: xdp-linear has no update mechanism "
+                                           "'sync'"):
+        KubeProxy(sc).preflight()

@@ -3,7 +3,9 @@
 a cluster operator meets them: the first packet of new connections to services
 (SYN to SYN-ACK through DNAT), the highest connection rate held without a failed
 or slow connect, how evenly the endpoints are chosen, and the control plane's full
-sync. This module is its declaration (fwbench.experiments.room)."""
+sync and its one-service updates with the rest present, the time to list the rule
+set and the kernel memory it holds. This module is its declaration
+(fwbench.experiments.room)."""
 from __future__ import annotations
 
 from typing import Annotated, Literal
@@ -22,6 +24,10 @@ CONFIGS = ("iptables-legacy:iptables", "iptables-nft:iptables", "nftables:nftabl
 # The template's limits (fwbench.ruleset.templates.kubeproxy), kept here as numbers
 # so the declaration imports no rule-set code.
 MAX_SERVICES, MAX_ENDPOINTS = 32_000, 1000
+# How the control plane can change one service: kube-proxy's partial sync, the
+# smallest change in one transaction, one command each, or the whole rule set
+# (fwbench.backends.base.Backend.mechanisms).
+CONTROL_MECHANISMS = ("sync", "batch", "commands", "reload")
 
 
 class KubeProxySettings(BaseModel):
@@ -60,8 +66,18 @@ class KubeProxySettings(BaseModel):
                         "is slow")
     threads: Annotated[int, Field(ge=1, le=16)] = Field(
         1, description="the connection generator's threads")
+    control: list[Literal[CONTROL_MECHANISMS]] = Field(
+        ["sync"], description="after the connections: one service added and removed by "
+                              "each of these (sync: kube-proxy's partial sync; batch; "
+                              "commands; reload), each change proved; []: none")
+    control_memory: bool = Field(True, description="the kernel memory the rule set "
+                                                   "holds, read on both sides of the "
+                                                   "trial's load into an emptied firewall")
+    listings: Annotated[int, Field(ge=0, le=20)] = Field(
+        3, description="timed listings of the whole rule set (iptables-save, nft list "
+                       "ruleset), the median kept; 0: none")
 
-    @field_validator("services", "configs")
+    @field_validator("services", "configs", "control")
     @classmethod
     def _distinct(cls, v: list) -> list:
         if len(set(v)) != len(v):
@@ -92,6 +108,11 @@ class KubeProxySettings(BaseModel):
         return [tuple(p.split(":", 1)) for p in self.configs]
 
 
+def _held_kib(rec) -> float | None:
+    v = at("memory", "held_bytes")(rec)
+    return None if v is None else v / 1024
+
+
 _BACKENDS = ("the backends come with their modes: [kubeproxy] configs "
              "(BACKEND:MODE pairs)")
 _REFUSES = {k: _BACKENDS for k in ("backends",)} | {
@@ -118,6 +139,13 @@ ROOM = Room(
            "conn/s", True, at("search", "held")),
     Metric("spread_p", "endpoint spread: chi-square p (uniform)", "p", True,
            at("spread", "service", "p"), log_ok=False),
+    Metric("sync_add_s", "one service added by kube-proxy's partial sync", "s", False,
+           at("control", "mechanisms", "sync", "add", "command_s")),
+    Metric("sync_remove_s", "one service removed by kube-proxy's partial sync", "s",
+           False, at("control", "mechanisms", "sync", "remove", "command_s")),
+    Metric("listing_s", "the whole rule set listed by its own tool", "s", False,
+           at("control", "listing", "s")),
+    Metric("held_kib", "kernel memory the rule set holds", "KiB", False, _held_kib),
     LOAD_TIME),
     settings={"kubeproxy": KubeProxySettings},
     defaults={"duration_s": 4.0, "repeat": 2},

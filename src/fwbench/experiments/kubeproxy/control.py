@@ -12,7 +12,7 @@ verified (templates.kubeproxy.kube_proxy, either mode), `mode` "iptables" or
 backend has but reload, the full sync being the trial's load; ask for "reload"
 to have it load the whole rule set with one service more and back),
 `seed` (where the added service's rule goes in iptables mode's KUBE-SERVICES),
-`listings` (how many timed listings, the median kept), `memory` (False: no
+`listings` (how many timed listings, the median kept; 0: none), `memory` (False: no
 memory reading, and no second load). It returns a plain dict, seconds and bytes:
 
     {"services": N, "endpoints": M, "mode", "backend",
@@ -96,8 +96,9 @@ def measure(tb: Testbed, backend: Backend, rs: RuleSet, mode: str, *,
     m = added.service.endpoints
     out: dict = {"services": rs.size, "endpoints": len(m), "mode": mode,
                  "backend": backend.name,
-                 "added": {"service": added.service.name, "position": added.position},
-                 "listing": listing(tb, backend, listings)}
+                 "added": {"service": added.service.name, "position": added.position}}
+    if listings:
+        out["listing"] = listing(tb, backend, listings)
     mechs: dict = {}
     for name in names:
         runs, atomic = backend.mechanisms[name]
@@ -184,38 +185,15 @@ def listing(tb: Testbed, b: Backend, times: int = 3) -> dict:
 def held_memory(tb: Testbed, b: Backend, rs: RuleSet) -> tuple[dict, float]:
     """Kernel memory the loaded rule set holds: every firewall emptied and the
     memory read, the rule set loaded again (the full sync, timed; returned too)
-    and read again, READINGS readings a side, their medians compared, and the
-    load proved as every change is.
-
-    Two counters. `meminfo`: the machine's /proc/meminfo Slab + VmallocUsed +
-    Percpu (fwbench.onhost.memory, the update experiment's figure), whole
-    kilobytes, moved by everything the machine does meanwhile (its readings'
-    spread is given). `cgroup`, on a testbed of namespaces on this machine: the
-    kernel memory charged to this process's memory cgroup (v2 memory.stat
-    `kernel`, v1 memory.kmem.usage_in_bytes), which the load's commands share:
-    netfilter charges its rules, chains, sets and x_tables' blobs to the cgroup
-    of the process that makes them (GFP_KERNEL_ACCOUNT), per object, so other
-    processes' memory does not move it; to within the pages the per-CPU charge
-    caches hold (a few 4 KiB pages a CPU). Neither counts x_tables' per-CPU rule
-    counters' share that is not charged."""
-    def read() -> tuple[dict, int | None]:
-        mi = [meminfo.parse(tb.machine_file(tb.topo.fw_client_side.host,
-                                            "/proc/meminfo")) for _ in range(READINGS)]
-        cg = [_cgroup_kernel(tb) for _ in range(READINGS)]
-        med = {k: int(statistics.median(r[k] for r in mi)) for k in mi[0]}
-        spread = max(r["kernel"] for r in mi) - min(r["kernel"] for r in mi)
-        return {"fields": med, "spread": spread}, \
-            (int(statistics.median(cg)) if None not in cg else None)
-
-    with tb.firewall_change():
-        kernel.flush_all(tb)
-    time.sleep(SETTLE_S)
-    empty, cg_empty = read()
+    and read again, and the load proved as every change is (`held`). A trial
+    that loads the rule set itself reads `memory_reading` on each side of its
+    own load instead, and loads nothing twice."""
+    empty = emptied(tb)
     took = b.apply(tb, rs).load_time_s
     b.fresh(tb, rs)     # nothing verifies this load's counters: forget it
     tb.hush(False)
     time.sleep(SETTLE_S)
-    loaded, cg_loaded = read()
+    loaded = memory_reading(tb)
     snap = b.snapshot(tb, rs)
     want = b.expected_entries(rs)
     if snap.differences or snap.entries != want:
@@ -223,17 +201,53 @@ def held_memory(tb: Testbed, b: Backend, rs: RuleSet) -> tuple[dict, float]:
             f"{snap.entries} entries in the kernel, {want} asked"
         raise FwbenchError(f"{b.name}: the rule set loaded again for its memory is not "
                            f"what the kernel holds: {why}")
+    return held(tb, b, empty, loaded), took
+
+
+def emptied(tb: Testbed) -> dict:
+    """Every firewall emptied, then the memory read (memory_reading)."""
+    with tb.firewall_change():
+        kernel.flush_all(tb)
+    time.sleep(SETTLE_S)
+    return memory_reading(tb)
+
+
+def memory_reading(tb: Testbed) -> dict:
+    """READINGS readings of two counters, their medians. `meminfo`: the machine's
+    /proc/meminfo Slab + VmallocUsed + Percpu (fwbench.onhost.memory, the update
+    experiment's figure), whole kilobytes, moved by everything the machine does
+    meanwhile (its readings' spread is given). `cgroup`, on a testbed of
+    namespaces on this machine: the kernel memory charged to this process's memory
+    cgroup (v2 memory.stat `kernel`, v1 memory.kmem.usage_in_bytes), which the
+    load's commands share: netfilter charges its rules, chains, sets and x_tables'
+    blobs to the cgroup of the process that makes them (GFP_KERNEL_ACCOUNT), per
+    object, so other processes' memory does not move it; to within the pages the
+    per-CPU charge caches hold (a few 4 KiB pages a CPU). Neither counts x_tables'
+    per-CPU rule counters' share that is not charged."""
+    mi = [meminfo.parse(tb.machine_file(tb.topo.fw_client_side.host, "/proc/meminfo"))
+          for _ in range(READINGS)]
+    cg = [_cgroup_kernel(tb) for _ in range(READINGS)]
+    return {"fields": {k: int(statistics.median(r[k] for r in mi)) for k in mi[0]},
+            "spread": max(r["kernel"] for r in mi) - min(r["kernel"] for r in mi),
+            "cgroup": int(statistics.median(cg)) if None not in cg else None}
+
+
+def held(tb: Testbed, b: Backend, empty: dict, loaded: dict) -> dict:
+    """What the rule set holds: the readings with it loaded over those of the
+    emptied firewall (held_bytes: the cgroup's where there is one, it being the
+    firewall's alone, else meminfo's), and what the backend says it charged."""
     out = {"meminfo": {"held_bytes": loaded["fields"]["kernel"] - empty["fields"]["kernel"],
                        "held": meminfo.delta(loaded["fields"], empty["fields"]),
                        "spread_bytes": max(empty["spread"], loaded["spread"]),
                        "resolution_bytes": 1024}}
-    if cg_empty is not None and cg_loaded is not None:
-        out["cgroup"] = {"held_bytes": cg_loaded - cg_empty, "source": _cgroup_file()}
+    if empty["cgroup"] is not None and loaded["cgroup"] is not None:
+        out["cgroup"] = {"held_bytes": loaded["cgroup"] - empty["cgroup"],
+                         "source": _cgroup_file()}
     out["held_bytes"] = out.get("cgroup", out["meminfo"])["held_bytes"]
     charged = b.charged_memory(tb)
     if charged:
         out["charged"] = charged
-    return out, took
+    return out
 
 
 def _cgroup_file() -> str | None:

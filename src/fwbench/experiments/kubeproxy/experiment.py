@@ -26,11 +26,18 @@ one the DNAT chose. One trial:
 5. the connection rate: doubling from `search_start` until a step has a failed or
    slow connect (or the generator cannot keep the schedule), then halving the
    bracket down to `search_resolution`; the connection table is emptied before
-   each step, so each starts alike.
+   each step, so each starts alike;
+6. the control plane (control.py): one service added and removed with the rest
+   present by each `control` mechanism (kube-proxy's partial sync by default),
+   each change proved against the kernel's listing; the whole rule set listed
+   `listings` times. The kernel memory the rule set holds is read on both sides
+   of step 1's load (the firewall emptied before it), before any connection
+   fills the connection table.
 """
 from __future__ import annotations
 
 import statistics
+import time
 from collections import Counter, defaultdict
 
 from rich.console import Console, RenderableType
@@ -42,7 +49,7 @@ from fwbench.backends.base import Backend
 from fwbench.backends.kernel import flush_all, flush_conntrack
 from fwbench.errors import FwbenchError
 from fwbench.experiments.base import Experiment, Planned, Trial
-from fwbench.experiments.kubeproxy import DIRECT
+from fwbench.experiments.kubeproxy import DIRECT, control
 from fwbench.plan import TrialKey, named_cell
 from fwbench.results import TrialRecord
 from fwbench.ruleset.model import RuleSet
@@ -71,6 +78,7 @@ class KubeProxy(Experiment):
         self._built: tuple[tuple, RuleSet] | None = None   # the last rule set built
         self._services: dict[int, list[kp.Service]] = {}
         self.server: AcceptServer | None = None
+        self._empty: dict | None = None     # the memory reading before this trial's load
 
     # --- before any testbed ----------------------------------------------------------
 
@@ -97,6 +105,10 @@ class KubeProxy(Experiment):
                 raise FwbenchError(f"[kubeproxy] configs: {e}") from None
             if why := self._refusal(b):
                 raise FwbenchError(why)
+            if missing := [m for m in self.s.control if m not in b.mechanisms]:
+                raise FwbenchError(f"[kubeproxy] control: {b.name} has no update "
+                                   f"mechanism {missing[0]!r} (it has "
+                                   f"{', '.join(b.mechanisms)})")
 
     def plan(self) -> Planned:
         cells = [(b, mode, n) for b, mode in self.s.pairs() for n in self.s.services]
@@ -170,13 +182,20 @@ class KubeProxy(Experiment):
             f"{c.backend} {c.mode} mode {c.services:,} services"
 
     def prepare(self, tb: Testbed, t: Trial, c, step) -> None:
+        self._empty = None
         if c.mode == DIRECT:
             flush_all(tb)
         flush_conntrack(tb)
+        if c.mode != DIRECT and self.s.control_memory:
+            self._empty = control.emptied(tb)
 
     def prove(self, tb: Testbed, t: Trial, c, say) -> None:
         """DNAT happened, with real connections: a burst to the first service, every
         one accepted by one of its endpoints (direct: the one it was sent to)."""
+        if self._empty is not None:
+            time.sleep(control.SETTLE_S)
+            t.metrics["memory"] = control.held(tb, self.backend(c.backend), self._empty,
+                                               control.memory_reading(tb))
         say("proving DNAT with connections")
         first = self._first(c)
         if c.mode == DIRECT:
@@ -231,6 +250,17 @@ class KubeProxy(Experiment):
                 "connected": got.connected}
         if s.search:
             t.metrics["search"] = t.timed("search_s", self._search, tb, t, targets, say)
+        if c.mode != DIRECT and (s.control or s.listings):
+            say("control plane: " + ", ".join(
+                [f"one service added and removed by {', '.join(s.control)}"] * bool(s.control)
+                + ["listing"] * bool(s.listings)))
+            try:
+                t.metrics["control"] = t.timed(
+                    "control_s", control.measure, tb, self.backend(c.backend),
+                    self.ruleset(c), c.mode, mechanisms=s.control, seed=self._seed(t, 4),
+                    listings=s.listings, memory=False)
+            except FwbenchError as e:
+                t.fail(f"control plane: {e}")
 
     def _search(self, tb: Testbed, t: Trial, targets, say) -> dict:
         """The highest rate held without a failed or slow connect (module step 5)."""
@@ -321,7 +351,8 @@ class KubeProxy(Experiment):
         return {"duration_s": self.sc.duration_s, "endpoints": s.endpoints,
                 "service_order_seed": self.sc.seed, "latency_rate": s.latency_rate,
                 "slow_ms": s.slow_ms, "threads": s.threads,
-                "search_step_s": s.search_step_s}
+                "search_step_s": s.search_step_s, "control": list(s.control),
+                "control_memory": s.control_memory, "listings": s.listings}
 
     def line(self, rec: TrialRecord) -> str:
         m = rec.metrics
@@ -333,6 +364,8 @@ class KubeProxy(Experiment):
                 (f" (the generator's limit)" if sr["limited_by"] == "generator" else "")
         if sp := (m.get("spread") or {}).get("service"):
             text += f", spread p {sp['p']:.2f}"
+        if sync := (m.get("control") or {}).get("mechanisms", {}).get("sync"):
+            text += f", a service synced in {sync['add']['command_s'] * 1e3:,.0f} ms"
         return text
 
     def summary(self, records: list[TrialRecord], meta: dict) -> RenderableType:
