@@ -761,7 +761,25 @@ static const char srv_usage[] =
 "  thread on the --cpus given. Prints a ready line, runs until stdin ends (or\n"
 "  reads quit) or SIGINT/SIGTERM, then prints the report. --fault (tests\n"
 "  only): drop, foreign, size, seq, delay or magic (break) the echo of client\n"
-"  CLIENT's every EVERY-th message.\n";
+"  CLIENT's every EVERY-th message. --bind 0.0.0.0 or :: takes every local\n"
+"  address of that family (a prefix held as local, as DNAT's endpoints).\n";
+
+/* A benchmarking address, or the wildcard of a family (0.0.0.0, ::): every
+ * address the namespace holds as local, as a DNAT's endpoints in a whole
+ * prefix are. Nothing is ever sent to the wildcard itself. */
+static void parse_bind(const char *text, struct bench_addr *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (!strcmp(text, "0.0.0.0")) {
+		a->family = AF_INET;
+		return;
+	}
+	if (!strcmp(text, "::")) {
+		a->family = AF_INET6;
+		return;
+	}
+	parse_bench_addr("bind", text, a);
+}
 
 static void parse_server(int argc, char **argv, struct server *s)
 {
@@ -774,7 +792,7 @@ static void parse_server(int argc, char **argv, struct server *s)
 	while ((opt = getopt_long(argc, argv, "", srv_opts, NULL)) != -1) {
 		switch (opt) {
 		case 'P': proto = optarg; break;
-		case 'b': parse_bench_addr("bind", optarg, &s->bind); have_bind = true; break;
+		case 'b': parse_bind(optarg, &s->bind); have_bind = true; break;
 		case 'p': s->port = parse_u64("port", optarg, 0, 65535); have_port = true; break;
 		case 'm': model = optarg; break;
 		case 'n': s->clients = parse_u64("clients", optarg, 1, ECHO_MAX_CLIENTS); have_clients = true; break;

@@ -25,6 +25,8 @@ spread_connections = 150
 search_start = 1000.0
 search_max = 2000.0
 search_step_s = 0.5
+flows = 4
+flow_s = 0.5
 control = ["sync", "batch"]
 listings = 2
 """
@@ -60,6 +62,10 @@ def test_a_small_run_measures_every_connection_and_reports(tmp_path, own_netns):
         sp = m["spread"]
         assert sp["connected"] == 150 and sum(sp["service"]["counts"]) == 150
         assert sp["service"]["p"] is not None
+        fl = m["flows"]
+        # every flow connected through DNAT (direct: to the endpoint) and echoed
+        assert fl["totals"]["connects"] == 4 and fl["totals"]["connect_failed"] == 0, fl
+        assert fl["msgs"] > 0 and fl["msgs_per_s"] > 0 and fl["rtt"]["p50"] > 0, fl
         s = m["search"]
         assert s["steps"] and s["steps"][0]["rate"] == 1000.0
         assert s["held"] is not None or s["failed_at"] is not None, s
@@ -90,6 +96,7 @@ def test_a_small_run_measures_every_connection_and_reports(tmp_path, own_netns):
     for part in ("## Kubernetes service proxying", "### The published claims",
                  "nftables mode's median first packet is about", "### First-packet latency",
                  "### Connection rate", "### Full sync", "no rules (direct)",
-                 "### Control plane: one service at a time", "sync add ms"):
+                 "### Control plane: one service at a time", "sync add ms",
+                 "### Established flows"):
         assert part in md, part
     assert own_netns(d) == []

@@ -180,3 +180,13 @@ def test_the_control_mechanisms_are_checked_before_any_testbed():
     with pytest.raises(FwbenchError, match="control: xdp-linear has no update mechanism "
                                            "'sync'"):
         KubeProxy(sc).preflight()
+
+
+def test_flows_table_gives_the_message_rate_by_cell():
+    data = _run({("nftables", "nftables", 1000): (30, 40, 60)})
+    for r in data.ok:
+        r.metrics["flows"] = {"flows": 16, "msgs": 100, "msgs_per_s": 1000.0 * (r.repetition + 1),
+                              "rtt": {"p50": 50_000.0, "p99": 90_000.0}}
+    t = sec.flows_table(sec.Cells(data))
+    assert t.rows == [["nftables", "nftables", "1,000", "3,000 (1,000..5,000)",
+                       "50.0 (50.0..50.0)", "16", "5"]]

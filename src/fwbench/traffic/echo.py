@@ -14,7 +14,7 @@ import select
 import socket
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fwbench.engine import _one_line, _parse, binary
 from fwbench.errors import FwbenchError
@@ -179,12 +179,14 @@ class EchoServer:
     message, or break its magic."""
 
     def __init__(self, tb: Testbed, spec: EchoSpec, *, cpus: list[int] | None = None,
-                 faults: tuple[str, ...] = ()):
+                 faults: tuple[str, ...] = (), bind: str | None = None):
         spec.validate()
         self.spec = spec
         self._tb = tb
         self._report: dict | None = None
-        argv = server_argv(spec, spec.server_address(tb), cpus=cpus, faults=faults)
+        # bind: another address, or the family's wildcard (every address the server
+        # holds as local: DNAT's endpoints in a prefix).
+        argv = server_argv(spec, bind or spec.server_address(tb), cpus=cpus, faults=faults)
         # A file, not a pipe: nobody reads stderr while the server runs.
         self._err = tempfile.TemporaryFile("w+")
         self._p = tb.spawn("server", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -249,10 +251,12 @@ class EchoServer:
 def run_clients(tb: Testbed, spec: EchoSpec, sources: list[str], *,
                 duration_s: float | None = None, warmup_s: float = 0.0,
                 count: int | None = None, threads: int = 1,
-                cpus: list[int] | None = None) -> dict:
+                cpus: list[int] | None = None, server: tuple[str, int] | None = None) -> dict:
     """Run `fwbench-engine echo` in the client namespace and return its report.
 
     `sources`: one address per client (client i binds sources[i-1]) or one for all.
+    `server`: the (address, port) the clients send to, when not the server's own
+    at the spec's port (a service address DNAT translates to the server's).
     Either `duration_s` (cycles run warmup_s + duration_s, counted in the last
     duration_s) or `count` (every client runs exactly that many cycles)."""
     spec.validate()
@@ -263,8 +267,10 @@ def run_clients(tb: Testbed, spec: EchoSpec, sources: list[str], *,
     if len(sources) not in (1, spec.clients):
         raise FwbenchError(f"echo clients: {len(sources)} sources for {spec.clients} "
                            f"clients (give one per client or one for all)")
-    argv = client_argv(spec, spec.server_address(tb), sources, duration_s=duration_s,
-                       warmup_s=warmup_s, count=count, threads=threads, cpus=cpus)
+    to = spec if server is None else replace(spec, port=server[1])
+    argv = client_argv(to, spec.server_address(tb) if server is None else server[0],
+                       sources, duration_s=duration_s, warmup_s=warmup_s, count=count,
+                       threads=threads, cpus=cpus)
     cycle_s = (spec.send_timeout_ms + spec.echo_timeout_ms) / 1000
     # Every cycle could time out (count), or the last (duration); connecting (5 s
     # at most) and the END messages besides.

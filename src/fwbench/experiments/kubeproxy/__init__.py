@@ -3,7 +3,7 @@
 a cluster operator meets them: the first packet of new connections to services
 (SYN to SYN-ACK through DNAT), the highest connection rate held without a failed
 or slow connect, how evenly the endpoints are chosen, and the control plane's full
-sync and its one-service updates with the rest present, the time to list the rule
+sync and its one-service updates, established flows' message rate with the rest present, the time to list the rule
 set and the kernel memory it holds. This module is its declaration
 (fwbench.experiments.room)."""
 from __future__ import annotations
@@ -51,6 +51,14 @@ class KubeProxySettings(BaseModel):
     spread_connections: Annotated[int, Field(ge=0, le=100_000)] = Field(
         600, description="connections to one service, for its endpoint spread "
                          "(chi-square); 0: none")
+    flows: Annotated[int, Field(ge=0, le=1024)] = Field(
+        16, description="established TCP flows to one service, each echoing one message "
+                        "at a time for flow_s: their message rate through the connection "
+                        "table's fast path; 0: none")
+    flow_s: Annotated[float, Field(gt=0, le=60)] = Field(
+        2.0, description="how long the established flows echo, seconds")
+    flow_bytes: Annotated[int, Field(ge=32, le=1400)] = Field(
+        64, description="each echoed message's bytes (one segment)")
     search: bool = Field(True, description="search the highest connection rate held "
                                            "without a failed or slow connect")
     search_start: Annotated[float, Field(gt=0)] = Field(
@@ -139,6 +147,8 @@ ROOM = Room(
            "conn/s", True, at("search", "held")),
     Metric("spread_p", "endpoint spread: chi-square p (uniform)", "p", True,
            at("spread", "service", "p"), log_ok=False),
+    Metric("flow_msgs_per_s", "established flows: messages echoed a second", "msg/s", True,
+           at("flows", "msgs_per_s")),
     Metric("sync_add_s", "one service added by kube-proxy's partial sync", "s", False,
            at("control", "mechanisms", "sync", "add", "command_s")),
     Metric("sync_remove_s", "one service removed by kube-proxy's partial sync", "s",

@@ -23,11 +23,16 @@ one the DNAT chose. One trial:
    endpoints by their position in the service, pooled;
 4. the endpoint spread of one service: `spread_connections` to the first
    service, its endpoints' counts against uniform (chi-square);
-5. the connection rate: doubling from `search_start` until a step has a failed or
+5. established flows: `flows` TCP connections to the first service (direct: its
+   first endpoint), each echoing one `flow_bytes` message at a time for
+   `flow_s`, against an echo server on every pod address (the accept server
+   steps aside meanwhile): their message rate, whose packets all take the
+   connection table's fast path, no nat rule (expected flat in services);
+6. the connection rate: doubling from `search_start` until a step has a failed or
    slow connect (or the generator cannot keep the schedule), then halving the
    bracket down to `search_resolution`; the connection table is emptied before
    each step, so each starts alike;
-6. the control plane (control.py): one service added and removed with the rest
+7. the control plane (control.py): one service added and removed with the rest
    present by each `control` mechanism (kube-proxy's partial sync by default),
    each change proved against the kernel's listing; the whole rule set listed
    `listings` times. The kernel memory the rule set holds is read on both sides
@@ -58,6 +63,7 @@ from fwbench.scenario import Scenario, from_dict
 from fwbench.testbed.base import Testbed
 from fwbench.testbed.topology import Topology
 from fwbench.traffic.connections import AcceptServer, ConnectResult, Latency, connect
+from fwbench.traffic.echo import EchoServer, EchoSpec, run_clients
 
 METHOD = "kubeproxy"
 FACTORS = ("backend", "mode", "services")
@@ -65,6 +71,7 @@ PROVE_RATE = 200.0          # connections a second of the DNAT proof
 KEPT_SCHEDULE = 0.97        # a step whose connections started at less than this share
                             # of its rate was the generator's limit, not the firewall's
 QUANTILE_LEVEL = 0.95
+FLOW_WARMUP_S = 0.5         # the flows connect and echo this long before they count
 
 
 class KubeProxy(Experiment):
@@ -138,6 +145,7 @@ class KubeProxy(Experiment):
         last_port = kp.TARGET_PORT + (most - 1) // ad.KUBE_PODS.num_addresses
         ports = f"{kp.TARGET_PORT}-{last_port}" if last_port > kp.TARGET_PORT \
             else str(kp.TARGET_PORT)
+        self._ports = ports
         self.server = AcceptServer(tb, ports)
         return {"accept_ports": ports}
 
@@ -248,6 +256,13 @@ class KubeProxy(Experiment):
             t.metrics["spread"] = {"service": spread(
                 [acc.endpoints.get(ep, 0) for ep in first.endpoints]),
                 "connected": got.connected}
+        if s.flows:
+            say(f"established flows: {s.flows} echoing to one service")
+            t.metrics["flows"] = got = t.timed("flows_s", self._flows, tb, t, c)
+            if not got["msgs"]:
+                t.fail(f"established flows: no message echoed "
+                       f"({got['totals']['connect_failed']} connects failed)")
+                return
         if s.search:
             t.metrics["search"] = t.timed("search_s", self._search, tb, t, targets, say)
         if c.mode != DIRECT and (s.control or s.listings):
@@ -261,6 +276,29 @@ class KubeProxy(Experiment):
                     listings=s.listings, memory=False)
             except FwbenchError as e:
                 t.fail(f"control plane: {e}")
+
+    def _flows(self, tb: Testbed, t: Trial, c) -> dict:
+        """Module step 5: the echo server takes the endpoints' port on every pod
+        address while the flows run; the accept server is back after."""
+        s, first = self.s, self._first(c)
+        to = first.endpoints[0] if c.mode == DIRECT else (first.cluster_ip, kp.SERVICE_PORT)
+        spec = EchoSpec("tcp", 4, s.flows, (s.flow_bytes, s.flow_bytes),
+                        seed=self._seed(t, 5), port=kp.TARGET_PORT)
+        flush_conntrack(tb)
+        self.server.close()
+        self.server = None
+        try:
+            with EchoServer(tb, spec, bind="0.0.0.0") as srv:
+                got = run_clients(tb, spec, [tb.topo.client.ip4], duration_s=s.flow_s,
+                                  warmup_s=FLOW_WARMUP_S, server=to)
+                served = srv.stop()
+        finally:
+            self.server = AcceptServer(tb, self._ports)
+        flush_conntrack(tb)
+        tot = got["totals"]
+        return {"flows": s.flows, "msgs": tot["msgs"], "msgs_per_s": tot["msgs_per_s"],
+                "rtt": {k: got["rtt_ns"].get(k) for k in ("p50", "p99")},
+                "totals": tot, "server_totals": served.get("totals")}
 
     def _search(self, tb: Testbed, t: Trial, targets, say) -> dict:
         """The highest rate held without a failed or slow connect (module step 5)."""
@@ -351,7 +389,8 @@ class KubeProxy(Experiment):
         return {"duration_s": self.sc.duration_s, "endpoints": s.endpoints,
                 "service_order_seed": self.sc.seed, "latency_rate": s.latency_rate,
                 "slow_ms": s.slow_ms, "threads": s.threads,
-                "search_step_s": s.search_step_s, "control": list(s.control),
+                "search_step_s": s.search_step_s, "flows": s.flows, "flow_s": s.flow_s,
+                "flow_bytes": s.flow_bytes, "control": list(s.control),
                 "control_memory": s.control_memory, "listings": s.listings}
 
     def line(self, rec: TrialRecord) -> str:
@@ -362,6 +401,8 @@ class KubeProxy(Experiment):
         if (sr := m.get("search")) and sr.get("held"):
             text += f", held {sr['held']:,.0f} conn/s" + \
                 (f" (the generator's limit)" if sr["limited_by"] == "generator" else "")
+        if fl := m.get("flows"):
+            text += f", {fl['msgs_per_s']:,.0f} msg/s on {fl['flows']} flows"
         if sp := (m.get("spread") or {}).get("service"):
             text += f", spread p {sp['p']:.2f}"
         if sync := (m.get("control") or {}).get("mechanisms", {}).get("sync"):

@@ -189,6 +189,28 @@ def rate_table(cs: Cells) -> Table:
                  id="kube-rate")
 
 
+def flows_table(cs: Cells) -> Table | None:
+    rows = []
+    for c in sorted(cs.by, key=lambda c: (c.mode != DIRECT, c.mode, c.services, c.backend)):
+        got = [r.metrics["flows"] for r in cs.by[c] if r.metrics.get("flows")]
+        if not got:
+            continue
+        rtt = [g["rtt"]["p50"] / 1e3 for g in got if g["rtt"].get("p50") is not None]
+        rows.append(["no rules (direct)" if c.mode == DIRECT else c.mode, c.backend,
+                     "-" if c.mode == DIRECT else f"{c.services:,}",
+                     _median([g["msgs_per_s"] for g in got], ",.0f"),
+                     _median(rtt, ",.1f"), str(got[0]["flows"]), str(len(got))])
+    if not rows:
+        return None
+    return Table(["mode", "backend", "services", "messages/s", "echo p50 us", "flows",
+                  "trials"], rows,
+                 "Established TCP flows to one service, each echoing one message at a "
+                 "time: after its first packet a flow's packets take the connection "
+                 "table's fast path and no nat rule, so the rate is expected flat in the "
+                 "number of services. Medians, the trials' range in brackets.",
+                 id="kube-flows")
+
+
 def sync_table(cs: Cells) -> Table:
     rows = []
     for c in sorted(cs.by, key=lambda c: (c.mode, c.services, c.backend)):
@@ -326,6 +348,7 @@ def lead(data: RunData) -> list[Block]:
             Heading(3, "First-packet latency"), latency_table(cs),
             Heading(3, "nftables mode against iptables mode"), ratios,
             Heading(3, "Connection rate"), rate_table(cs),
+            *([Heading(3, "Established flows"), t] if (t := flows_table(cs)) else []),
             Heading(3, "Full sync"), sync_table(cs),
             *([Heading(3, "Control plane: one service at a time"), t]
               if (t := control_table(cs)) else []),
