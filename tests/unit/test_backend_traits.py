@@ -106,7 +106,7 @@ class FakeTestbed:
                                           fw_server_side=port(ifname="s0"))
         self.executor = self
 
-    def exec(self, role, argv, input=None):
+    def exec(self, role, argv, input=None, **kw):
         self.commands.append(list(argv))
         return ""
 

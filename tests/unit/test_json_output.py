@@ -28,7 +28,7 @@ def test_backends_json_lists_every_registry_backend():
         assert set(b) == {"name", "available", "reason", "versions", "description",
                           "mechanisms"}
         assert all(set(m) == {"runs", "atomic"} for m in b["mechanisms"].values())
-        assert set(b["mechanisms"]) <= {"reload", "batch", "commands", "map"}
+        assert set(b["mechanisms"]) <= {"reload", "batch", "commands", "map", "sync"}
         assert bool(b["mechanisms"]) == (b["name"] != "none")
         assert isinstance(b["available"], bool) and b["description"]
         assert isinstance(b["versions"], dict)

@@ -45,14 +45,21 @@ def xt(variant: str, version: int) -> XtFamily:
     return XtFamily(variant, version)
 
 
+# A whole rule set loaded, listed or flushed may take this long before it counts as
+# hung: nft -f of kube-proxy's nftables mode at 30,000 services took 160 to 190 s
+# on Linux 6.18 (the kernel walks a table's sets for each new one: render/nft.py),
+# past the 120 s every other command gets.
+BULK_TIMEOUT_S = 1800
+
 # --- iptables ---------------------------------------------------------------------
 
 def ipt_restore(tb: Testbed, fam: XtFamily, text: str) -> None:
-    tb.exec("fw", [f"{fam.tool}-restore"], input=text)
+    tb.exec("fw", [f"{fam.tool}-restore"], input=text, timeout=BULK_TIMEOUT_S)
 
 
 def ipt_save(tb: Testbed, fam: XtFamily, counters: bool = False) -> str:
-    return tb.exec("fw", [f"{fam.tool}-save", *(["-c"] if counters else [])])
+    return tb.exec("fw", [f"{fam.tool}-save", *(["-c"] if counters else [])],
+                   timeout=BULK_TIMEOUT_S)
 
 
 _SAVE_COUNTED = re.compile(r"^\[(\d+):(\d+)\] (-A .*)$")
@@ -111,11 +118,11 @@ def _xt_tables(tb: Testbed, fam: XtFamily) -> list[str]:
 # --- ipset --------------------------------------------------------------------------
 
 def ipset_restore(tb: Testbed, text: str) -> None:
-    tb.exec("fw", ["ipset", "restore"], input=text)
+    tb.exec("fw", ["ipset", "restore"], input=text, timeout=BULK_TIMEOUT_S)
 
 
 def ipset_save(tb: Testbed) -> str:
-    return tb.exec("fw", ["ipset", "save"])
+    return tb.exec("fw", ["ipset", "save"], timeout=BULK_TIMEOUT_S)
 
 
 def ipsets(text: str) -> dict[str, tuple[tuple[str, ...], list[str]]]:
@@ -153,18 +160,19 @@ def ipsets(text: str) -> dict[str, tuple[tuple[str, ...], list[str]]]:
 # --- nftables -----------------------------------------------------------------------
 
 def nft_load(tb: Testbed, text: str) -> None:
-    tb.exec("fw", ["nft", "-f", "-"], input=text)
+    tb.exec("fw", ["nft", "-f", "-"], input=text, timeout=BULK_TIMEOUT_S)
 
 
 def nft_list(tb: Testbed) -> str:
-    return tb.exec("fw", ["nft", "list", "ruleset"])
+    return tb.exec("fw", ["nft", "list", "ruleset"], timeout=BULK_TIMEOUT_S)
 
 
 def nft_json(tb: Testbed, *what: str) -> list[dict]:
     """`nft -j list` of the ruleset, or of `what` (e.g. "chain", "ip", "raw",
     "PREROUTING": one chain's rules and counters without its table's set
     elements, which a large set makes slow to list)."""
-    return json.loads(tb.exec("fw", ["nft", "-j", "list", *(what or ("ruleset",))]))["nftables"]
+    return json.loads(tb.exec("fw", ["nft", "-j", "list", *(what or ("ruleset",))],
+                              timeout=BULK_TIMEOUT_S))["nftables"]
 
 
 def nft_rule_id(comment: str | None) -> str | None:
@@ -249,7 +257,7 @@ _NFT_SET_ANONYMOUS = 0x1
 
 def nft_dump(tb: Testbed) -> NftDump:
     chains, rules, sets, elements = [], [], [], 0
-    for line in tb.exec("fw", [str(nftdump_binary())]).splitlines():
+    for line in tb.exec("fw", [str(nftdump_binary())], timeout=BULK_TIMEOUT_S).splitlines():
         kind, _, rest = line.partition("\t")
         f = rest.split("\t")
         if kind == "C":
@@ -365,7 +373,7 @@ class XtLegacy(Firewall):
             # with it connection tracking, for every later trial in this namespace.
             # Policies first, in one command (hoststate.emptying says why).
             for table in _xt_tables(tb, fam):
-                tb.exec("fw", emptying(fam.tool, table))
+                tb.exec("fw", emptying(fam.tool, table), timeout=BULK_TIMEOUT_S)
 
     def held(self, tb: Testbed) -> dict[str, int]:
         out = {}
@@ -422,7 +430,8 @@ class NfTables(Firewall):
 
     def flush(self, tb: Testbed) -> None:
         if proc.have("nft"):
-            tb.exec("fw", ["nft", "flush", "ruleset"])  # also removes iptables-nft's tables
+            # also removes iptables-nft's tables
+            tb.exec("fw", ["nft", "flush", "ruleset"], timeout=BULK_TIMEOUT_S)
 
     def held(self, tb: Testbed) -> dict[str, int]:
         if not proc.have("nft"):
