@@ -190,3 +190,19 @@ def test_flows_table_gives_the_message_rate_by_cell():
     t = sec.flows_table(sec.Cells(data))
     assert t.rows == [["nftables", "nftables", "1,000", "3,000 (1,000..5,000)",
                        "50.0 (50.0..50.0)", "16", "5"]]
+
+
+def test_the_flows_go_to_a_service_whose_endpoints_share_one_port():
+    # 6,000 services of 3: 18,000 endpoints past the 16,384 pod addresses, so some
+    # services' endpoints are on 8081 and one straddles 8080 and 8081.
+    sc = load(None, {"method": "kubeproxy", "seed": 1, "kubeproxy": {
+        "services": [6000], "endpoints": 3, "configs": ["nftables:nftables"]}})
+    exp = KubeProxy(sc)
+    from fwbench.plan import TrialKey
+    svcs = exp.services(6000)
+    ports = [{p for _, p in s.endpoints} for s in svcs]
+    assert {8080} in ports and {8081} in ports and {8080, 8081} in ports
+    for key in (("nftables", "nftables", 6000), ("none", DIRECT, 0)):
+        svc = exp._flow_service(exp.cell(TrialKey(key, 0)))
+        assert len({p for _, p in svc.endpoints}) == 1
+        assert svc == next(s for s, p in zip(svcs, ports) if len(p) == 1)

@@ -261,7 +261,8 @@ class KubeProxy(Experiment):
             t.metrics["flows"] = got = t.timed("flows_s", self._flows, tb, t, c)
             if not got["msgs"]:
                 t.fail(f"established flows: no message echoed "
-                       f"({got['totals']['connect_failed']} connects failed)")
+                       f"({got['totals']['connect_failed']} connects failed: "
+                       f"{'; '.join(got['broken'][:2]) or 'no reason given'})")
                 return
         if s.search:
             t.metrics["search"] = t.timed("search_s", self._search, tb, t, targets, say)
@@ -280,10 +281,10 @@ class KubeProxy(Experiment):
     def _flows(self, tb: Testbed, t: Trial, c) -> dict:
         """Module step 5: the echo server takes the endpoints' port on every pod
         address while the flows run; the accept server is back after."""
-        s, first = self.s, self._first(c)
-        to = first.endpoints[0] if c.mode == DIRECT else (first.cluster_ip, kp.SERVICE_PORT)
+        s, svc = self.s, self._flow_service(c)
+        to = svc.endpoints[0] if c.mode == DIRECT else (svc.cluster_ip, kp.SERVICE_PORT)
         spec = EchoSpec("tcp", 4, s.flows, (s.flow_bytes, s.flow_bytes),
-                        seed=self._seed(t, 5), port=kp.TARGET_PORT)
+                        seed=self._seed(t, 5), port=svc.endpoints[0][1])
         flush_conntrack(tb)
         self.server.close()
         self.server = None
@@ -296,9 +297,20 @@ class KubeProxy(Experiment):
             self.server = AcceptServer(tb, self._ports)
         flush_conntrack(tb)
         tot = got["totals"]
-        return {"flows": s.flows, "msgs": tot["msgs"], "msgs_per_s": tot["msgs_per_s"],
+        return {"flows": s.flows, "service": svc.name, "msgs": tot["msgs"],
+                "msgs_per_s": tot["msgs_per_s"],
                 "rtt": {k: got["rtt_ns"].get(k) for k in ("p50", "p99")},
-                "totals": tot, "server_totals": served.get("totals")}
+                "totals": tot, "server_totals": served.get("totals"),
+                "broken": sorted({c["broken"] for c in got.get("per_client", [])
+                                  if c.get("broken")})}
+
+    def _flow_service(self, c) -> kp.Service:
+        """The established flows' service: the first whose endpoints share one port,
+        the one the echo server listens on (the seed's order may put a service of
+        any port first; one straddling the end of the pod prefix has two)."""
+        return next(v for v in self.services(c.services if c.mode != DIRECT
+                                             else max(self.s.services))
+                    if len({p for _, p in v.endpoints}) == 1)
 
     def _search(self, tb: Testbed, t: Trial, targets, say) -> dict:
         """The highest rate held without a failed or slow connect (module step 5)."""
