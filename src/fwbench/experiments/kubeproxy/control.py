@@ -122,17 +122,24 @@ def change(tb: Testbed, b: Backend, old: RuleSet, new: RuleSet, mechanism: str,
     if ran["problem"]:
         raise FwbenchError(f"{b.name} {mechanism} ({what} a service): {ran['problem']}")
     t0 = time.perf_counter()
-    snap = b.snapshot(tb, new)
+    snap = _proved(tb, b, new, f"{b.name} {mechanism} ({what} a service): the kernel "
+                               f"does not hold the rule set after it")
     check = time.perf_counter() - t0
-    want = b.expected_entries(new)
-    if snap.differences or snap.entries != want:
-        why = "; ".join(snap.differences[:2]) or \
-            f"{snap.entries} entries in the kernel, {want} asked"
-        raise FwbenchError(f"{b.name} {mechanism} ({what} a service): the kernel does "
-                           f"not hold the rule set after it: {why}")
     return {"command_s": ran["command_s"], "prepare_s": prepare, "steps": len(steps),
             "input_bytes": sum(len(st.input.encode()) for st in steps if st.input),
             "peak_bytes": ran["peak_bytes"], "check_s": check, "entries": snap.entries}
+
+
+def _proved(tb: Testbed, b: Backend, rs: RuleSet, failure: str):
+    """The backend's listing of the kernel, which must be `rs` with its entries;
+    else FwbenchError: `failure`, then why."""
+    snap = b.snapshot(tb, rs)
+    want = b.expected_entries(rs)
+    if snap.differences or snap.entries != want:
+        why = "; ".join(snap.differences[:2]) or \
+            f"{snap.entries} entries in the kernel, {want} asked"
+        raise FwbenchError(f"{failure}: {why}")
+    return snap
 
 
 def run_steps(tb: Testbed, steps: list[Step]) -> dict:
@@ -194,13 +201,8 @@ def held_memory(tb: Testbed, b: Backend, rs: RuleSet) -> tuple[dict, float]:
     tb.hush(False)
     time.sleep(SETTLE_S)
     loaded = memory_reading(tb)
-    snap = b.snapshot(tb, rs)
-    want = b.expected_entries(rs)
-    if snap.differences or snap.entries != want:
-        why = "; ".join(snap.differences[:2]) or \
-            f"{snap.entries} entries in the kernel, {want} asked"
-        raise FwbenchError(f"{b.name}: the rule set loaded again for its memory is not "
-                           f"what the kernel holds: {why}")
+    _proved(tb, b, rs, f"{b.name}: the rule set loaded again for its memory is not "
+                       f"what the kernel holds")
     return held(tb, b, empty, loaded), took
 
 
